@@ -1,0 +1,1 @@
+"""crewlet-operator (public API assembled once every module exists)."""

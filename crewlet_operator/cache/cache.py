@@ -1,0 +1,143 @@
+"""The cache: one informer per kind, and cached reads that never start an informer by surprise."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import time
+from dataclasses import replace
+from typing import Any
+
+from crewlet_operator.cache.informer import Informer, InformerOptions
+from crewlet_operator.cache.store import NAMESPACE_INDEX
+from crewlet_operator.errors import NoInformerError
+from crewlet_operator.kube.client import Client
+from crewlet_operator.kube.resources import Resource
+from crewlet_operator.predicate import label_selector_matches
+
+Object = dict[str, Any]
+
+
+class Cache:
+    """Informers by kind, started together, read through :meth:`get` and :meth:`list`.
+
+    Declare each kind (and its scope: a namespace, a label or field selector) with
+    :meth:`informer` before reading it. Reading an undeclared kind raises
+    :class:`~crewlet_operator.errors.NoInformerError` rather than silently starting a
+    cluster-wide informer, the footgun behind most operator OOMs.
+    """
+
+    def __init__(self, client: Client, default_options: InformerOptions | None = None) -> None:
+        self.client = client
+        self.default_options = default_options
+        self._informers: dict[Resource, Informer] = {}
+        self._tasks: dict[Resource, asyncio.Task[None]] = {}
+        self._started = False
+
+    def informer(self, resource: Resource, options: InformerOptions | None = None) -> Informer:
+        """The informer for ``resource``, created on first use (started if the cache runs)."""
+        existing = self._informers.get(resource)
+        if existing is not None:
+            if options is not None and options is not existing.options:
+                raise ValueError(
+                    f"{resource.group_kind} already has an informer with other options"
+                )
+            return existing
+        informer = Informer(self.client, resource, options or self._copy_defaults())
+        self._informers[resource] = informer
+        if self._started:
+            self._run(resource, informer)
+        return informer
+
+    def _copy_defaults(self) -> InformerOptions | None:
+        return None if self.default_options is None else replace(self.default_options)
+
+    @property
+    def informers(self) -> dict[Resource, Informer]:
+        """The informers by kind."""
+        return dict(self._informers)
+
+    async def start(self) -> None:
+        """Start every informer (later ones start as they are declared)."""
+        self._started = True
+        for resource, informer in self._informers.items():
+            if resource not in self._tasks:
+                self._run(resource, informer)
+
+    def _run(self, resource: Resource, informer: Informer) -> None:
+        self._tasks[resource] = asyncio.create_task(
+            informer.run(), name=f"informer {resource.group_kind}"
+        )
+
+    async def stop(self) -> None:
+        """Stop every informer."""
+        self._started = False
+        tasks = list(self._tasks.values())
+        self._tasks.clear()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def wait_for_sync(self, timeout: float | None = None) -> None:
+        """Wait until every informer has stored its first list."""
+        await asyncio.wait_for(
+            asyncio.gather(*(i.wait_for_sync() for i in self._informers.values())), timeout
+        )
+
+    @property
+    def synced(self) -> bool:
+        """Whether every informer has synced (readiness)."""
+        return all(i.has_synced for i in self._informers.values())
+
+    def stale(self, max_silence: float) -> list[str]:
+        """Kinds whose informer has heard nothing for ``max_silence`` seconds (liveness)."""
+        now = time.monotonic()
+        return [
+            r.group_kind for r, i in self._informers.items() if now - i.last_event_at > max_silence
+        ]
+
+    def _reader(self, resource: Resource) -> Informer:
+        informer = self._informers.get(resource)
+        if informer is None:
+            raise NoInformerError(
+                f"no informer for {resource.group_kind}: declare it (cache.informer(...), or "
+                "for_/owns/watches on a controller) before reading it from the cache"
+            )
+        return informer
+
+    def get(self, resource: Resource, name: str, namespace: str | None = None) -> Object | None:
+        """The cached object, or None."""
+        key = f"{namespace}/{name}" if namespace else name
+        return self._reader(resource).store.get(key)
+
+    def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        labels: dict[str, Any] | None = None,
+        index: tuple[str, str] | None = None,
+    ) -> builtins.list[Object]:
+        """Cached objects, optionally in one namespace, matching a label selector (a
+        ``metav1.LabelSelector`` dict) and found under an index value."""
+        store = self._reader(resource).store
+        if index is not None:
+            objects = store.by_index(*index)
+            if namespace is not None:
+                objects = [
+                    o for o in objects if o.get("metadata", {}).get("namespace") == namespace
+                ]
+        elif namespace is not None:
+            objects = store.by_index(NAMESPACE_INDEX, namespace)
+        else:
+            objects = store.list()
+        if labels is not None:
+            objects = [
+                o
+                for o in objects
+                if label_selector_matches(labels, o.get("metadata", {}).get("labels") or {})
+            ]
+        return objects

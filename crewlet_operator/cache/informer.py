@@ -1,0 +1,204 @@
+"""An informer: list, then watch from the list's resourceVersion, into a local store.
+
+What keeps it from going zombie (the commonest complaint about Python operators):
+
+- the server ends each watch after ``watch_timeout`` (jittered, so that many informers do not
+  reconnect at once) and the informer resumes from the last resourceVersion it saw;
+- a client-side inactivity watchdog ends a watch on which no byte, not even a bookmark, has
+  arrived for ``inactivity_timeout`` seconds (a dead TCP connection, a frozen server);
+- 410 Gone (the resourceVersion was compacted away) relists, and the relist emits deletes for
+  objects that vanished meanwhile, so no delete is ever lost;
+- any other failure retries with capped exponential backoff, forever: an informer only stops
+  when it is told to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+
+from crewlet_operator.cache.store import IndexFunc, Store
+from crewlet_operator.errors import ApiError, CrewletError, GoneError, TransportError
+from crewlet_operator.fieldset import keep_managed_fields_of
+from crewlet_operator.kube.client import Client
+from crewlet_operator.kube.resources import Resource
+from crewlet_operator.objects import object_key, resource_version
+
+Object = dict[str, Any]
+Transform = Callable[[Object], Object]
+
+log = structlog.get_logger("crewlet_operator.informer")
+
+
+class EventHandler(Protocol):
+    """Receives an informer's changes after the store is updated. Handlers must be quick
+    (they typically enqueue a key) and must not raise."""
+
+    def on_add(self, obj: Object) -> None: ...
+
+    def on_update(self, old: Object, new: Object) -> None: ...
+
+    def on_delete(self, obj: Object) -> None: ...
+
+
+@dataclass
+class InformerOptions:
+    """How an informer lists and watches one kind.
+
+    ``transform`` runs on every object before it is stored. The default (None) drops every
+    ``managedFields`` entry (a fifth or more of an object's bytes) except the client's own
+    field manager's, which :meth:`Client.apply_if_changed` reads to spot fields to remove.
+    """
+
+    namespace: str | None = None
+    label_selector: str | None = None
+    field_selector: str | None = None
+    transform: Transform | None = None
+    indexers: dict[str, IndexFunc] = field(default_factory=dict)
+    watch_timeout: tuple[int, int] = (300, 600)
+    """Server-side watch timeout, drawn uniformly from this range (client-go's 5 to 10 min)."""
+    inactivity_timeout: float = 90.0
+    """Seconds without a byte before the watch is presumed dead (bookmarks come every minute)."""
+    page_size: int = 500
+    max_backoff: float = 30.0
+
+
+class Informer:
+    """Keeps a :class:`Store` of one kind in step with the API server and tells handlers."""
+
+    def __init__(self, client: Client, resource: Resource, options: InformerOptions | None = None):
+        self.client = client
+        self.resource = resource
+        self.options = options or InformerOptions()
+        self.store = Store(self.options.indexers)
+        self._handlers: list[EventHandler] = []
+        self._synced = asyncio.Event()
+        self._resource_version: str | None = None
+        self.relists = 0
+        self.watch_failures = 0
+        """Lists and watches that failed (including silent watches the watchdog ended)."""
+        self.last_event_at = time.monotonic()
+        self._trim = self.options.transform or keep_managed_fields_of(client.field_manager)
+        self._log = log.bind(kind=resource.group_kind, namespace=self.options.namespace)
+
+    def add_handler(self, handler: EventHandler) -> None:
+        """Register a handler; it first receives an add for every object already stored."""
+        self._handlers.append(handler)
+        for obj in self.store.list():
+            handler.on_add(obj)
+
+    @property
+    def has_synced(self) -> bool:
+        """Whether the first list has been stored."""
+        return self._synced.is_set()
+
+    async def wait_for_sync(self, timeout: float | None = None) -> None:
+        """Wait until the first list has been stored."""
+        await asyncio.wait_for(self._synced.wait(), timeout)
+
+    async def run(self) -> None:
+        """List and watch until cancelled."""
+        failures = 0
+        while True:
+            try:
+                if self._resource_version is None:
+                    await self._relist()
+                await self._watch()
+                failures = 0
+            except GoneError:
+                self._log.info("watch resourceVersion expired; relisting")
+                self._resource_version = None
+            except (TransportError, ApiError, CrewletError, ValueError) as exc:
+                failures += 1
+                self.watch_failures += 1
+                delay = min(self.options.max_backoff, 0.2 * 2 ** min(failures, 10))
+                delay *= random.uniform(0.8, 1.2)
+                self._log.warning("list/watch failed; retrying", error=str(exc), delay=delay)
+                await asyncio.sleep(delay)
+
+    async def _relist(self) -> None:
+        opts = self.options
+        listed = await self.client.list(
+            self.resource,
+            opts.namespace,
+            label_selector=opts.label_selector,
+            field_selector=opts.field_selector,
+            page_size=opts.page_size,
+        )
+        self.relists += 1
+        fresh = [self._transform(o) for o in listed.items]
+        seen = set()
+        for obj in fresh:
+            seen.add(object_key(obj))
+            old = self.store.put(obj)
+            if old is None:
+                self._emit_add(obj)
+            elif resource_version(old) != resource_version(obj):
+                self._emit_update(old, obj)
+        for key in list(self.store.keys()):
+            if key not in seen:
+                gone = self.store.delete(key)
+                if gone is not None:
+                    self._emit_delete(gone)
+        self._resource_version = listed.resource_version
+        self.last_event_at = time.monotonic()
+        self._synced.set()
+
+    async def _watch(self) -> None:
+        opts = self.options
+        timeout = random.randint(*opts.watch_timeout)
+        async for event in self.client.watch(
+            self.resource,
+            opts.namespace,
+            resource_version=self._resource_version,
+            label_selector=opts.label_selector,
+            field_selector=opts.field_selector,
+            timeout_seconds=timeout,
+            inactivity_timeout=opts.inactivity_timeout,
+        ):
+            self.last_event_at = time.monotonic()
+            rv = resource_version(event.object)
+            if event.type == "BOOKMARK":
+                self._resource_version = rv or self._resource_version
+                continue
+            obj = self._transform(event.object)
+            if event.type in ("ADDED", "MODIFIED"):
+                old = self.store.put(obj)
+                if old is None:
+                    self._emit_add(obj)
+                else:
+                    self._emit_update(old, obj)
+            elif event.type == "DELETED":
+                gone = self.store.delete(object_key(obj))
+                self._emit_delete(gone if gone is not None else obj)
+            self._resource_version = rv or self._resource_version
+
+    def _transform(self, obj: Object) -> Object:
+        if "apiVersion" not in obj:
+            obj = {"apiVersion": self.resource.api_version, "kind": self.resource.kind, **obj}
+        return self._trim(obj)
+
+    def _emit_add(self, obj: Object) -> None:
+        for handler in self._handlers:
+            self._safely(handler.on_add, obj)
+
+    def _emit_update(self, old: Object, new: Object) -> None:
+        for handler in self._handlers:
+            self._safely(handler.on_update, old, new)
+
+    def _emit_delete(self, obj: Object) -> None:
+        for handler in self._handlers:
+            self._safely(handler.on_delete, obj)
+
+    def _safely(self, func: Callable[..., None], *args: Object) -> None:
+        # A faulty handler must not stop the informer, or every other handler with it.
+        try:
+            func(*args)
+        except Exception:
+            self._log.exception("event handler failed", handler=repr(func))

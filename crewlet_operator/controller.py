@@ -1,0 +1,269 @@
+"""Controllers: a queue of requests, workers that reconcile them, and the watches that feed it.
+
+Build one with :class:`Builder` (``manager.controller("name").for_(...).owns(...).complete(r)``),
+which wires the watches as controller-runtime's builder does; or construct :class:`Controller`
+directly and call :meth:`Controller.watch`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from crewlet_operator import metrics
+from crewlet_operator.cache import Cache, InformerOptions
+from crewlet_operator.errors import CrewletError, TerminalError
+from crewlet_operator.handler import EnqueueHandler, MapFunc, request_for_object, requests_for_owner
+from crewlet_operator.kube.resources import Resource
+from crewlet_operator.predicate import Predicate
+from crewlet_operator.ratelimit import RateLimiter
+from crewlet_operator.reconcile import ReconcileFunc, Reconciler, Request, Result, as_reconcile_func
+from crewlet_operator.workqueue import QueueShutDown, RateLimitingQueue
+
+if TYPE_CHECKING:
+    from crewlet_operator.manager import Manager
+
+log = structlog.get_logger("crewlet_operator.controller")
+
+UNFINISHED_WORK_PERIOD = 0.5
+"""How often the in-flight gauges are sampled (client-go samples every 500 ms)."""
+
+
+class Controller:
+    """Runs ``max_concurrent_reconciles`` workers over one deduplicating queue.
+
+    The queue guarantees that no two workers reconcile the same request at once, and that a
+    request added while it is being reconciled runs again afterwards. A reconcile that raises
+    never kills its worker: the request is retried with backoff (see :mod:`.reconcile`).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        reconciler: Reconciler | ReconcileFunc,
+        cache: Cache,
+        *,
+        max_concurrent_reconciles: int = 1,
+        rate_limiter: RateLimiter[Request] | None = None,
+        need_leader_election: bool = True,
+    ) -> None:
+        if max_concurrent_reconciles < 1:
+            raise ValueError("max_concurrent_reconciles must be at least 1")
+        self.name = name
+        self.cache = cache
+        self.max_concurrent_reconciles = max_concurrent_reconciles
+        self.need_leader_election = need_leader_election
+        self._reconcile = as_reconcile_func(reconciler)
+        self.queue: RateLimitingQueue[Request] = RateLimitingQueue(
+            name, rate_limiter, metrics.WorkqueueMetrics(name, name)
+        )
+        self._workers: list[asyncio.Task[None]] = []
+        self._sampler: asyncio.Task[None] | None = None
+        self._stopping = False
+        metrics.init_controller_metrics(name, max_concurrent_reconciles)
+
+    def watch(
+        self,
+        resource: Resource,
+        mapper: MapFunc,
+        predicates: Sequence[Predicate] = (),
+        options: InformerOptions | None = None,
+    ) -> None:
+        """Enqueue ``mapper(obj)`` for each event on ``resource`` that passes ``predicates``."""
+        informer = self.cache.informer(resource, options)
+        informer.add_handler(EnqueueHandler(self.queue, mapper, predicates))
+
+    async def start(self) -> None:
+        """Start the workers (the cache must be running: they read from it)."""
+        self._stopping = False
+        self._workers = [
+            asyncio.create_task(self._worker(), name=f"{self.name} worker {i}")
+            for i in range(self.max_concurrent_reconciles)
+        ]
+        self._sampler = asyncio.create_task(self._sample(), name=f"{self.name} sampler")
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop taking work, let in-flight reconciles finish (up to ``timeout``), then return.
+
+        Reconciles still running after ``timeout`` are cancelled.
+        """
+        self._stopping = True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.queue.shut_down_with_drain(), timeout)
+        self.queue.shut_down()
+        await self.abort()
+
+    async def abort(self) -> None:
+        """Cancel every worker at once (leadership lost: stop writing now)."""
+        self._stopping = True
+        self.queue.shut_down()
+        tasks = [*self._workers, *([self._sampler] if self._sampler else [])]
+        self._workers, self._sampler = [], None
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _sample(self) -> None:
+        while True:
+            await asyncio.sleep(UNFINISHED_WORK_PERIOD)
+            self.queue.update_unfinished_work()
+
+    async def _worker(self) -> None:
+        while not self._stopping:
+            try:
+                request = await self.queue.get()
+            except QueueShutDown:
+                return
+            if self._stopping:  # shut down while waiting: leave the rest to the next leader
+                self.queue.done(request)
+                return
+            try:
+                await self.reconcile_once(request)
+            finally:
+                self.queue.done(request)
+
+    async def reconcile_once(self, request: Request) -> None:
+        """Reconcile one request and act on the outcome (requeue, backoff or forget)."""
+        active = metrics.ACTIVE_WORKERS.labels(controller=self.name)
+        active.inc()
+        started = time.monotonic()
+        result_label = "success"
+        with structlog.contextvars.bound_contextvars(
+            controller=self.name,
+            namespace=request.namespace,
+            name=request.name,
+            reconcileID=str(uuid.uuid4()),
+        ):
+            try:
+                result = await self._reconcile(request)
+            except TerminalError as exc:
+                result_label = "error"
+                metrics.TERMINAL_RECONCILE_ERRORS.labels(controller=self.name).inc()
+                metrics.RECONCILE_ERRORS.labels(controller=self.name).inc()
+                self.queue.forget(request)
+                log.error("reconcile failed; not retrying (terminal error)", error=str(exc))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                result_label = "error"
+                metrics.RECONCILE_ERRORS.labels(controller=self.name).inc()
+                if not isinstance(exc, CrewletError):
+                    # An unexpected exception is a bug (Go would have panicked): count it as
+                    # controller-runtime counts recovered panics, and keep the worker alive.
+                    metrics.RECONCILE_PANICS.labels(controller=self.name).inc()
+                self.queue.add_rate_limited(request)
+                log.warning(
+                    "reconcile failed; retrying with backoff",
+                    error=str(exc),
+                    error_type=type(exc).__name__,
+                    retries=self.queue.num_requeues(request),
+                    exc_info=not isinstance(exc, CrewletError),
+                )
+            else:
+                self.queue.forget(request)
+                if isinstance(result, Result) and result.requeue_after:
+                    result_label = "requeue_after"
+                    self.queue.add_after(request, result.requeue_after)
+            finally:
+                active.dec()
+                metrics.RECONCILE_TIME.labels(controller=self.name).observe(
+                    time.monotonic() - started
+                )
+                metrics.RECONCILE_TOTAL.labels(controller=self.name, result=result_label).inc()
+
+
+class Builder:
+    """Wires a controller into a manager, the way controller-runtime's builder does::
+
+        manager.controller("configmap-copier") \\
+            .for_(WIDGET) \\
+            .owns(CONFIG_MAP) \\
+            .watches(SECRET, lambda s: [Request("ns", "w")]) \\
+            .with_options(max_concurrent_reconciles=4) \\
+            .complete(reconcile)
+    """
+
+    def __init__(self, manager: Manager, name: str) -> None:
+        self._manager = manager
+        self._name = name
+        self._for: tuple[Resource, Sequence[Predicate], InformerOptions | None] | None = None
+        self._owns: list[tuple[Resource, Sequence[Predicate], InformerOptions | None]] = []
+        self._watches: list[
+            tuple[Resource, MapFunc, Sequence[Predicate], InformerOptions | None]
+        ] = []
+        self._options: dict[str, Any] = {}
+
+    def for_(
+        self,
+        resource: Resource,
+        *,
+        predicates: Sequence[Predicate] = (),
+        options: InformerOptions | None = None,
+    ) -> Builder:
+        """The primary kind: each of its events reconciles that object."""
+        if self._for is not None:
+            raise ValueError("for_ may be called once")
+        self._for = (resource, predicates, options)
+        return self
+
+    def owns(
+        self,
+        resource: Resource,
+        *,
+        predicates: Sequence[Predicate] = (),
+        options: InformerOptions | None = None,
+    ) -> Builder:
+        """A child kind: its events reconcile its controlling owner of the primary kind."""
+        self._owns.append((resource, predicates, options))
+        return self
+
+    def watches(
+        self,
+        resource: Resource,
+        mapper: MapFunc,
+        *,
+        predicates: Sequence[Predicate] = (),
+        options: InformerOptions | None = None,
+    ) -> Builder:
+        """Any kind, mapped to requests by ``mapper``."""
+        self._watches.append((resource, mapper, predicates, options))
+        return self
+
+    def with_options(
+        self,
+        *,
+        max_concurrent_reconciles: int | None = None,
+        rate_limiter: RateLimiter[Request] | None = None,
+        need_leader_election: bool | None = None,
+    ) -> Builder:
+        """Controller options (workers, rate limiter, whether it runs only on the leader)."""
+        given = {
+            "max_concurrent_reconciles": max_concurrent_reconciles,
+            "rate_limiter": rate_limiter,
+            "need_leader_election": need_leader_election,
+        }
+        self._options.update({k: v for k, v in given.items() if v is not None})
+        return self
+
+    def complete(self, reconciler: Reconciler | ReconcileFunc) -> Controller:
+        """Create the controller, register its watches and add it to the manager."""
+        if self._for is None:
+            raise ValueError("a controller needs a primary kind: call for_ first")
+        controller = Controller(self._name, reconciler, self._manager.cache, **self._options)
+        primary, predicates, options = self._for
+        controller.watch(primary, request_for_object, predicates, options)
+        for resource, child_predicates, child_options in self._owns:
+            mapper = requests_for_owner(primary.group, primary.kind, primary.namespaced)
+            controller.watch(resource, mapper, child_predicates, child_options)
+        for resource, mapper, watch_predicates, watch_options in self._watches:
+            controller.watch(resource, mapper, watch_predicates, watch_options)
+        self._manager.add_controller(controller)
+        return controller

@@ -1,0 +1,118 @@
+"""Child processes that never outlive the test run.
+
+Each binary runs in its own session (so a signal reaches its whole process group) and with the
+Linux parent-death signal set to SIGKILL, so that even a ``kill -9`` of the Python process that
+started it takes it down: no etcd or kube-apiserver is left holding ports after an interrupted
+run. Orderly stops send SIGTERM to the group, wait, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class ProcessFailedError(RuntimeError):
+    """A control-plane process exited early or did not become ready in time."""
+
+
+class ManagedProcess:
+    """One binary of the control plane: started, probed until ready, stopped."""
+
+    def __init__(self, name: str, args: Sequence[str], log_dir: Path) -> None:
+        self.name = name
+        self.args = list(args)
+        self.log_path = log_dir / f"{name}.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The process id while running."""
+        return self._proc.pid if self._proc else None
+
+    def start(self) -> None:
+        """Start the binary; output goes to ``<log_dir>/<name>.log``."""
+        with open(self.log_path, "ab") as log:
+            # The parent-death signal belongs to the thread that forks; Popen forks from the
+            # calling thread, so start control planes from a thread that outlives them.
+            self._proc = subprocess.Popen(
+                self.args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - needed for the death signal
+            )
+
+    def running(self) -> bool:
+        """Whether the process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def wait_ready(self, probe: Callable[[], bool], timeout: float, interval: float = 0.1) -> None:
+        """Poll ``probe`` until it answers True; fail fast if the process exits."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if not self.running():
+                raise ProcessFailedError(f"{self.name} exited early; {self.log_tail()}")
+            with contextlib.suppress(Exception):
+                if probe():
+                    return
+            if time.monotonic() > deadline:
+                raise ProcessFailedError(
+                    f"{self.name} not ready after {timeout:.0f}s; {self.log_tail()}"
+                )
+            time.sleep(interval)
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the process group (SIGSTOP and SIGCONT simulate a silent server)."""
+        if self._proc is not None and self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, sig)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM the process group, then SIGKILL it after ``timeout`` seconds."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGCONT)  # a stopped process cannot handle SIGTERM
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        # Reap anything left in the group (a binary's own children).
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    def kill(self) -> None:
+        """SIGKILL the process group at once (a crash, for fault tests)."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last lines of the process's log, for error messages."""
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            return f"no log at {self.log_path}"
+        return f"last lines of {self.log_path}:\n" + "\n".join(text)

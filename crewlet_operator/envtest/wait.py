@@ -1,0 +1,40 @@
+"""Polling helper for tests: the API is eventually consistent, so tests wait for conditions."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+async def eventually(
+    probe: Callable[[], T | Awaitable[T]],
+    timeout: float = 30.0,
+    interval: float = 0.1,
+    message: str = "",
+) -> T:
+    """Call ``probe`` until it returns a truthy value and return it.
+
+    Exceptions from ``probe`` count as "not yet"; after ``timeout`` seconds the last one (or a
+    :class:`TimeoutError` naming ``message``) is raised, so a failing test says what it waited for.
+    """
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while True:
+        try:
+            result = probe()
+            if inspect.isawaitable(result):
+                result = await result
+            if result:
+                return result
+            last_error = None
+        except Exception as exc:
+            last_error = exc
+        if time.monotonic() > deadline:
+            what = message or getattr(probe, "__name__", "condition")
+            raise TimeoutError(f"{what} not met within {timeout}s") from last_error
+        await asyncio.sleep(interval)

@@ -1,0 +1,99 @@
+"""Server-side apply field sets: which fields a field manager owns, and whether an apply of a
+desired object would remove some of them.
+
+A subset check ("does the observed object already hold every desired field?") misses one case:
+a field the controller applied before and no longer wants. Server-side apply removes such a
+field, so the controller must apply even though nothing desired is missing. The evidence is the
+manager's own ``managedFields`` entry, which the cache keeps (and only that entry: see
+:func:`keep_managed_fields_of`) so the check costs no request.
+
+``fieldsV1`` is a tree: ``f:<name>`` a map field, ``k:<json>`` a list item by its keys,
+``v:<json>`` a set item, ``.`` the node itself.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Object = dict[str, Any]
+
+
+def keep_managed_fields_of(manager: str) -> Callable[[Object], Object]:
+    """A cache transform that drops every ``managedFields`` entry except ``manager``'s applies
+    (and the client-side ``last-applied-configuration`` annotation, which nobody reads)."""
+
+    def transform(obj: Object) -> Object:
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            return obj
+        trimmed = dict(meta)
+        entries = [
+            e
+            for e in trimmed.pop("managedFields", None) or []
+            if e.get("manager") == manager and e.get("operation") == "Apply"
+        ]
+        if entries:
+            trimmed["managedFields"] = entries
+        annotations = trimmed.get("annotations")
+        if annotations and "kubectl.kubernetes.io/last-applied-configuration" in annotations:
+            trimmed["annotations"] = {
+                k: v
+                for k, v in annotations.items()
+                if k != "kubectl.kubernetes.io/last-applied-configuration"
+            }
+        return {**obj, "metadata": trimmed}
+
+    return transform
+
+
+def owned_fields(
+    observed: Mapping[str, Any], manager: str, subresource: str = ""
+) -> dict[str, Any]:
+    """The ``fieldsV1`` tree ``manager`` owns through apply on the main resource (or
+    ``subresource``); empty when it owns nothing."""
+    for entry in (observed.get("metadata") or {}).get("managedFields") or []:
+        if (
+            entry.get("manager") == manager
+            and entry.get("operation") == "Apply"
+            and (entry.get("subresource") or "") == subresource
+        ):
+            fields: dict[str, Any] = entry.get("fieldsV1") or {}
+            return fields
+    return {}
+
+
+def would_remove_owned_fields(desired: Mapping[str, Any], owned: Mapping[str, Any]) -> bool:
+    """Whether applying ``desired`` would drop a field of the ``owned`` tree."""
+    return _removes(desired, owned)
+
+
+def _removes(desired: Any, owned: Mapping[str, Any]) -> bool:
+    for key, sub in owned.items():
+        if key == ".":
+            continue
+        kind, _, raw = key.partition(":")
+        if kind == "f":
+            if not isinstance(desired, Mapping) or raw not in desired:
+                return True
+            child: Any = desired[raw]
+        elif kind == "k":
+            wanted = json.loads(raw)
+            match = [
+                item
+                for item in (desired if isinstance(desired, list) else [])
+                if isinstance(item, Mapping) and all(item.get(k) == v for k, v in wanted.items())
+            ]
+            if not match:
+                return True
+            child = match[0]
+        elif kind == "v":
+            if not isinstance(desired, list) or json.loads(raw) not in desired:
+                return True
+            continue
+        else:  # "i:" (by index) is not produced for the lists controllers write
+            continue
+        if isinstance(sub, Mapping) and any(k != "." for k in sub) and _removes(child, sub):
+            return True
+    return False

@@ -1,0 +1,528 @@
+"""An async Kubernetes client on raw JSON dicts, built on kubernetes-asyncio's transport.
+
+kubernetes-asyncio loads the configuration (kubeconfig with exec plugins, in-cluster token
+rotation) and owns the TLS session; this module speaks the API itself, so that objects stay plain
+dicts: no generated model is built per object or per watch event (a documented CPU sink of the
+Python clients), and any kind, including custom resources, works the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+from urllib.parse import urlsplit
+
+import aiohttp
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client import ApiClient, Configuration
+from multidict import CIMultiDict
+
+from crewlet_operator import metrics
+from crewlet_operator.diff import needs_apply
+from crewlet_operator.errors import NotFoundError, NotServedError, TransportError, api_error
+from crewlet_operator.fieldset import owned_fields, would_remove_owned_fields
+from crewlet_operator.kube.config import RestConfig
+from crewlet_operator.kube.resources import Resource
+
+DEFAULT_FIELD_MANAGER = "crewlet-operator"
+DEFAULT_TIMEOUT = 30.0
+"""Seconds for one ordinary request; watches have their own (server timeout + inactivity)."""
+
+Object = dict[str, Any]
+QueryValue = str | int | bool | None
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One event of a watch: ``type`` is ADDED, MODIFIED, DELETED or BOOKMARK."""
+
+    type: str
+    object: Object
+
+
+@dataclass(frozen=True)
+class ObjectList:
+    """The items of a list and the collection's resourceVersion (where a watch resumes)."""
+
+    items: list[Object]
+    resource_version: str
+
+
+class Client:
+    """Reads and writes Kubernetes objects as dicts.
+
+    Writes go through server-side apply with one field manager (``crewlet-operator`` unless
+    given) and ``force`` on conflicts, as controller-runtime recommends for controllers: the
+    controller owns the fields it sets, and no resourceVersion is needed, so stale reads cause
+    no 409 storms.
+
+    Create one per process and share it; close it with ``await client.close()`` or ``async with``.
+    """
+
+    def __init__(
+        self,
+        config: RestConfig | Configuration,
+        *,
+        field_manager: str = DEFAULT_FIELD_MANAGER,
+        user_agent: str = "crewlet-operator",
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.field_manager = field_manager
+        self.timeout = timeout
+        self._impersonation: list[tuple[str, str]] = []
+        if isinstance(config, RestConfig):
+            configuration = _configuration_from_rest(config)
+            if config.impersonate_user:
+                self._impersonation.append(("Impersonate-User", config.impersonate_user))
+            self._impersonation += [("Impersonate-Group", g) for g in config.impersonate_groups]
+            self._extra_headers = dict(config.extra_headers)
+        else:
+            configuration = config
+            self._extra_headers = {}
+        self.host = str(configuration.host).rstrip("/")
+        self._host_label = urlsplit(self.host).netloc
+        self._user_agent = user_agent
+        self._api = ApiClient(configuration)
+        self._discovery: dict[str, dict[str, Resource]] = {}
+
+    @classmethod
+    async def from_kubeconfig(
+        cls, path: str | None = None, context: str | None = None, **kwargs: Any
+    ) -> Client:
+        """A client from a kubeconfig file (``$KUBECONFIG`` or ``~/.kube/config`` by default)."""
+        configuration = Configuration()
+        await k8s_config.load_kube_config(
+            config_file=path, context=context, client_configuration=configuration
+        )
+        return cls(configuration, **kwargs)
+
+    @classmethod
+    def in_cluster(cls, **kwargs: Any) -> Client:
+        """A client from the pod's ServiceAccount (token re-read as it rotates)."""
+        configuration = Configuration()
+        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        return cls(configuration, **kwargs)
+
+    @classmethod
+    async def from_environment(cls, kubeconfig: str | None = None, **kwargs: Any) -> Client:
+        """``kubeconfig`` if given, else in-cluster inside a pod, else the default kubeconfig."""
+        if kubeconfig is None:
+            try:
+                return cls.in_cluster(**kwargs)
+            except k8s_config.ConfigException:
+                pass
+        return await cls.from_kubeconfig(kubeconfig, **kwargs)
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self._api.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- the transport -------------------------------------------------------------------------
+    async def _headers(self, content_type: str) -> CIMultiDict[str]:
+        headers: CIMultiDict[str] = CIMultiDict(
+            {
+                "Accept": "application/json",
+                "Content-Type": content_type,
+                "User-Agent": self._user_agent,
+                **self._extra_headers,
+            }
+        )
+        auth: dict[str, str] = {}
+        await self._api.update_params_for_auth(auth, [], ["BearerToken"])
+        headers.update(auth)
+        for key, value in self._impersonation:
+            headers.add(key, value)
+        return headers
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, QueryValue] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = None,
+    ) -> Any:
+        """Send one request and return the decoded JSON answer.
+
+        Raises the most specific :class:`~crewlet_operator.errors.ApiError` for a failure status,
+        and :class:`~crewlet_operator.errors.TransportError` when no answer arrives.
+        """
+        headers = await self._headers(content_type)
+        data = json.dumps(body, separators=(",", ":")) if body is not None else None
+        started = time.monotonic()
+        try:
+            async with self._api.rest_client.pool_manager.request(
+                method,
+                self.host + path,
+                params=_query(query),
+                data=data,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=timeout or self.timeout),
+            ) as response:
+                payload = await response.read()
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            self._observe(method, "<error>", started)
+            raise TransportError(f"{method} {path}: {exc!r}") from exc
+        self._observe(method, str(status), started)
+        decoded = _decode(payload)
+        if status >= 400:
+            raise api_error(
+                status, decoded if isinstance(decoded, dict) else None, method=method, path=path
+            )
+        return decoded
+
+    def _observe(self, method: str, code: str, started: float) -> None:
+        metrics.REST_CLIENT_REQUESTS.labels(code=code, method=method, host=self._host_label).inc()
+        metrics.REST_CLIENT_REQUEST_DURATION.labels(verb=method, host=self._host_label).observe(
+            time.monotonic() - started
+        )
+
+    # -- reads ---------------------------------------------------------------------------------
+    async def get(
+        self,
+        resource: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+    ) -> Object:
+        """One object; :class:`~crewlet_operator.errors.NotFoundError` when it does not exist."""
+        obj: Object = await self.request("GET", resource.path(namespace, name, subresource))
+        return obj
+
+    async def get_or_none(
+        self, resource: Resource, name: str, namespace: str | None = None
+    ) -> Object | None:
+        """One object, or None when it does not exist."""
+        try:
+            return await self.get(resource, name, namespace)
+        except NotFoundError:
+            return None
+
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+        resource_version: str | None = None,
+    ) -> ObjectList:
+        """Every object of a kind (paginated ``page_size`` at a time), with the list's RV.
+
+        Items carry their ``apiVersion`` and ``kind`` (the API server omits them in lists).
+        """
+        items: list[Object] = []
+        token: str | None = None
+        while True:
+            query: dict[str, QueryValue] = {
+                "labelSelector": label_selector,
+                "fieldSelector": field_selector,
+                "limit": page_size,
+                "continue": token,
+                "resourceVersion": resource_version if token is None else None,
+            }
+            page: Object = await self.request("GET", resource.path(namespace), query=query)
+            for item in page.get("items") or []:
+                item.setdefault("apiVersion", resource.api_version)
+                item.setdefault("kind", resource.kind)
+                items.append(item)
+            meta = page.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                return ObjectList(items, meta.get("resourceVersion", ""))
+
+    async def watch(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int | None = 300,
+        inactivity_timeout: float | None = 90.0,
+        allow_bookmarks: bool = True,
+    ) -> AsyncIterator[WatchEvent]:
+        """Stream the changes after ``resource_version``.
+
+        Two clocks end a watch, because each catches what the other cannot: the server closes it
+        after ``timeout_seconds``, and the client gives up when no byte has arrived for
+        ``inactivity_timeout`` seconds (a half-dead connection, a frozen server), raising
+        :class:`~crewlet_operator.errors.TransportError`. With bookmarks on, a healthy idle watch
+        receives a BOOKMARK about every minute, so the 90 s default does not fire on one.
+        An ``ERROR`` event raises its :class:`~crewlet_operator.errors.ApiError` (410 = relist).
+        """
+        query: dict[str, QueryValue] = {
+            "watch": True,
+            "allowWatchBookmarks": allow_bookmarks or None,
+            "resourceVersion": resource_version,
+            "labelSelector": label_selector,
+            "fieldSelector": field_selector,
+            "timeoutSeconds": timeout_seconds,
+        }
+        headers = await self._headers("application/json")
+        path = resource.path(namespace)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=inactivity_timeout)
+        started = time.monotonic()
+        try:
+            async with self._api.rest_client.pool_manager.request(
+                "GET", self.host + path, params=_query(query), headers=headers, timeout=timeout
+            ) as response:
+                self._observe("WATCH", str(response.status), started)
+                if response.status >= 400:
+                    decoded = _decode(await response.read())
+                    raise api_error(
+                        response.status,
+                        decoded if isinstance(decoded, dict) else None,
+                        method="WATCH",
+                        path=path,
+                    )
+                async for line in response.content:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        raise api_error(int(obj.get("code") or 500), obj, method="WATCH", path=path)
+                    yield WatchEvent(event["type"], obj)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise TransportError(f"WATCH {path}: {exc!r}") from exc
+
+    # -- writes --------------------------------------------------------------------------------
+    async def create(self, resource: Resource, obj: Object, *, dry_run: bool = False) -> Object:
+        """Create ``obj`` (``AlreadyExistsError`` when the name is taken)."""
+        body = _with_type(resource, obj)
+        namespace = body["metadata"].get("namespace")
+        created: Object = await self.request(
+            "POST",
+            resource.path(namespace),
+            body=body,
+            query={"fieldManager": self.field_manager, "dryRun": "All" if dry_run else None},
+        )
+        return created
+
+    async def apply(
+        self,
+        resource: Resource,
+        obj: Object,
+        *,
+        field_manager: str | None = None,
+        force: bool = True,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> Object:
+        """Server-side apply ``obj``: a partial object holding exactly the fields we own.
+
+        Fields another manager owns are taken over (``force``) rather than failing, the
+        recommended setting for controllers, which are the authority on what they write.
+        """
+        body = _with_type(resource, obj)
+        meta = body["metadata"]
+        path = resource.path(meta.get("namespace"), meta["name"], subresource)
+        applied: Object = await self.request(
+            "PATCH",
+            path,
+            body=body,
+            content_type="application/apply-patch+yaml",
+            query={
+                "fieldManager": field_manager or self.field_manager,
+                "force": force or None,
+                "dryRun": "All" if dry_run else None,
+            },
+        )
+        return applied
+
+    async def apply_if_changed(
+        self, resource: Resource, desired: Object, observed: Object | None, **kwargs: Any
+    ) -> Object | None:
+        """Apply ``desired`` only when ``observed`` (usually from the cache) lacks some desired
+        field, or holds a field we applied before and no longer want (read from our own
+        ``managedFields`` entry); return the applied object, or None when nothing was written.
+
+        This is what makes a resync of a converged world cost zero writes.
+        """
+        if observed is not None and not needs_apply(desired, observed):
+            owned = owned_fields(observed, kwargs.get("field_manager") or self.field_manager)
+            if not would_remove_owned_fields(desired, owned):
+                return None
+        return await self.apply(resource, desired, **kwargs)
+
+    async def apply_status(self, resource: Resource, obj: Object, **kwargs: Any) -> Object:
+        """Server-side apply to the ``/status`` subresource."""
+        return await self.apply(resource, obj, subresource="status", **kwargs)
+
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        *,
+        patch_type: str = "merge",
+        subresource: str | None = None,
+    ) -> Object:
+        """Patch with a ``merge`` (RFC 7386), ``json`` (RFC 6902) or ``strategic`` patch."""
+        content_types = {
+            "merge": "application/merge-patch+json",
+            "json": "application/json-patch+json",
+            "strategic": "application/strategic-merge-patch+json",
+        }
+        patched: Object = await self.request(
+            "PATCH",
+            resource.path(namespace, name, subresource),
+            body=patch,
+            content_type=content_types[patch_type],
+            query={"fieldManager": self.field_manager},
+        )
+        return patched
+
+    async def replace(
+        self, resource: Resource, obj: Object, *, subresource: str | None = None
+    ) -> Object:
+        """PUT ``obj`` whole; its ``metadata.resourceVersion`` makes it a compare-and-swap."""
+        meta = obj["metadata"]
+        replaced: Object = await self.request(
+            "PUT",
+            resource.path(meta.get("namespace"), meta["name"], subresource),
+            body=_with_type(resource, obj),
+            query={"fieldManager": self.field_manager},
+        )
+        return replaced
+
+    async def delete(
+        self,
+        resource: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        propagation_policy: str | None = "Background",
+        grace_period_seconds: int | None = None,
+        dry_run: bool = False,
+    ) -> Object | None:
+        """Delete one object. ``uid``/``resource_version`` are preconditions: the delete fails
+        with ``ConflictError`` when the object is no longer the one that was meant."""
+        options: Object = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if propagation_policy:
+            options["propagationPolicy"] = propagation_policy
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        preconditions = {
+            k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v
+        }
+        if preconditions:
+            options["preconditions"] = preconditions
+        if dry_run:
+            options["dryRun"] = ["All"]
+        deleted: Object | None = await self.request(
+            "DELETE", resource.path(namespace, name), body=options
+        )
+        return deleted
+
+    # -- discovery -----------------------------------------------------------------------------
+    async def server_version(self) -> Object:
+        """The API server's ``/version`` (``gitVersion``, ``major``, ``minor``, ...)."""
+        version: Object = await self.request("GET", "/version")
+        return version
+
+    async def _group_version(self, api_version: str) -> dict[str, Resource]:
+        cached = self._discovery.get(api_version)
+        if cached is not None:
+            return cached
+        group, _, version = api_version.rpartition("/")
+        path = f"/apis/{api_version}" if group else f"/api/{version}"
+        try:
+            listing: Object = await self.request("GET", path)
+        except NotFoundError:
+            return {}
+        kinds = {
+            r["kind"]: Resource(group, version, r["kind"], r["name"], bool(r.get("namespaced")))
+            for r in listing.get("resources", [])
+            if "/" not in r["name"]
+        }
+        self._discovery[api_version] = kinds
+        return kinds
+
+    async def discover(self, api_version: str, kind: str) -> Resource:
+        """The :class:`Resource` the server serves for ``api_version``/``kind``.
+
+        Raises :class:`~crewlet_operator.errors.NotServedError` when it is not served.
+        """
+        resource = (await self._group_version(api_version)).get(kind)
+        if resource is None:
+            raise NotServedError(f"{kind} in {api_version} is not served by {self.host}")
+        return resource
+
+    async def is_served(self, api_version: str, kind: str | None = None) -> bool:
+        """Whether the group/version (and the kind, if given) is served."""
+        kinds = await self._group_version(api_version)
+        return bool(kinds) and (kind is None or kind in kinds)
+
+    def forget_discovery(self) -> None:
+        """Drop cached discovery (after CRDs are installed or removed)."""
+        self._discovery.clear()
+
+
+def _query(query: Mapping[str, QueryValue] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in (query or {}).items():
+        if value is None or value is False:
+            continue
+        out[key] = "true" if value is True else str(value)
+    return out
+
+
+def _decode(payload: bytes) -> Any:
+    if not payload:
+        return None
+    try:
+        return json.loads(payload)
+    except ValueError:
+        return {"message": payload[:1024].decode(errors="replace")}
+
+
+def _with_type(resource: Resource, obj: Object) -> Object:
+    if obj.get("apiVersion") and obj.get("kind"):
+        return obj
+    return {"apiVersion": resource.api_version, "kind": resource.kind, **obj}
+
+
+def _configuration_from_rest(config: RestConfig) -> Configuration:
+    configuration = Configuration(host=config.host)
+    if config.ca_file is not None:
+        configuration.ssl_ca_cert = str(config.ca_file)
+    if config.cert_file is not None and config.key_file is not None:
+        configuration.cert_file = str(config.cert_file)
+        configuration.key_file = str(config.key_file)
+    configuration.verify_ssl = not config.insecure_skip_tls_verify
+    if config.bearer_token():
+        configuration.api_key_prefix["BearerToken"] = "Bearer"
+        configuration.api_key["BearerToken"] = config.bearer_token()
+
+        def refresh(conf: Configuration) -> None:  # a token file rotates: re-read it
+            conf.api_key["BearerToken"] = config.bearer_token()
+
+        if config.token_file is not None:
+            configuration.refresh_api_key_hook = refresh
+    return configuration

@@ -1,0 +1,187 @@
+"""The manager: runs the cache, the controllers, the leader elector and the servers, and shuts
+them down in order.
+
+Order on a graceful stop (SIGTERM, SIGINT or :meth:`Manager.stop`), as controller-runtime:
+
+1. controllers stop taking work; in-flight reconciles finish (within the grace period);
+2. the lease is released, so another replica takes over at once;
+3. informers stop;
+4. the probe and metrics servers stop.
+
+If the lease is *lost* instead (no renewal within the deadline), nothing is drained: workers are
+cancelled at once, so this replica stops writing before anyone else may lead, and :meth:`run`
+raises :class:`LeadershipLostError` so the process exits and restarts clean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from crewlet_operator.cache import Cache, InformerOptions
+from crewlet_operator.controller import Builder, Controller
+from crewlet_operator.errors import CrewletError
+from crewlet_operator.kube.client import Client
+from crewlet_operator.leader import LeaderElectionConfig, LeaderElector, default_identity
+from crewlet_operator.serving import HealthServer, MetricsServer
+
+log = structlog.get_logger("crewlet_operator.manager")
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+class LeadershipLostError(CrewletError):
+    """The lease could not be renewed: the process should exit."""
+
+
+def default_namespace() -> str:
+    """The pod's namespace in a cluster, else ``default``."""
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+    except OSError:
+        return "default"
+
+
+@dataclass
+class ManagerOptions:
+    """Manager settings; the defaults are controller-runtime's and kubebuilder's."""
+
+    leader_election: bool = True
+    leader_election_id: str = "crewlet-operator-leader"
+    leader_election_namespace: str | None = None
+    identity: str = field(default_factory=default_identity)
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    health_probe_bind_address: str = ":8081"
+    metrics_bind_address: str = ":8443"
+    metrics_secure: bool = True
+    metrics_cert_dir: Path | None = None
+    graceful_shutdown_timeout: float = 30.0
+    cache_sync_timeout: float = 120.0
+    cache_options: InformerOptions | None = None
+
+
+class Manager:
+    """Owns the shared cache and runs everything a controller process needs."""
+
+    def __init__(self, client: Client, options: ManagerOptions | None = None) -> None:
+        self.client = client
+        self.options = options or ManagerOptions()
+        self.cache = Cache(client, self.options.cache_options)
+        self.controllers: list[Controller] = []
+        self.health = HealthServer(self.options.health_probe_bind_address)
+        self.metrics = MetricsServer(
+            client,
+            bind_address=self.options.metrics_bind_address,
+            secure=self.options.metrics_secure,
+            cert_dir=self.options.metrics_cert_dir,
+        )
+        self.elector: LeaderElector | None = None
+        if self.options.leader_election:
+            self.elector = LeaderElector(
+                client,
+                LeaderElectionConfig(
+                    name=self.options.leader_election_id,
+                    namespace=self.options.leader_election_namespace or default_namespace(),
+                    identity=self.options.identity,
+                    lease_duration=self.options.lease_duration,
+                    renew_deadline=self.options.renew_deadline,
+                    retry_period=self.options.retry_period,
+                ),
+            )
+        self._stop = asyncio.Event()
+        self.health.add_readyz_check("informers-synced", lambda: self.cache.synced)
+
+    def controller(self, name: str) -> Builder:
+        """Start building a controller named ``name`` (names label metrics and logs)."""
+        if any(c.name == name for c in self.controllers):
+            raise ValueError(f"a controller named {name!r} already exists")
+        return Builder(self, name)
+
+    def add_controller(self, controller: Controller) -> None:
+        """Run ``controller`` with the manager."""
+        self.controllers.append(controller)
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to shut down gracefully (safe to call from a signal handler)."""
+        self._stop.set()
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this replica runs the leader-only controllers now."""
+        return self.elector is None or self.elector.is_leader
+
+    async def run(self, *, handle_signals: bool = False) -> None:
+        """Run until :meth:`stop` (or SIGTERM/SIGINT with ``handle_signals``).
+
+        Raises :class:`LeadershipLostError` when the lease was lost.
+        """
+        if handle_signals:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+        await self.health.start()
+        await self.metrics.start()
+        # Caches start on every replica, followers too: a follower that takes over has warm
+        # caches and starts reconciling at once.
+        await self.cache.start()
+        lost = False
+        started: list[Controller] = []
+        try:
+            await self._until_stopped(self.cache.wait_for_sync(self.options.cache_sync_timeout))
+            if self._stop.is_set():
+                return
+            for controller in self.controllers:
+                if not controller.need_leader_election:
+                    await controller.start()
+                    started.append(controller)
+            if self.elector is not None:
+                await self._until_stopped(self.elector.acquire())
+                if self._stop.is_set():
+                    return
+            for controller in self.controllers:
+                if controller not in started:
+                    await controller.start()
+                    started.append(controller)
+            log.info("controllers started", controllers=[c.name for c in started])
+            hold = self.elector.hold() if self.elector is not None else asyncio.Event().wait()
+            lost = await self._until_stopped(hold)
+        finally:
+            await self._shut_down(started, lost)
+        if lost:
+            raise LeadershipLostError("leader election lost")
+
+    async def _until_stopped(self, awaitable: Awaitable[object]) -> bool:
+        """Await ``awaitable`` unless a stop is requested first; True when it finished."""
+        task = asyncio.ensure_future(awaitable)
+        stopper = asyncio.create_task(self._stop.wait())
+        done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        for pending in (task, stopper):
+            if pending not in done:
+                pending.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pending
+        if task in done:
+            task.result()  # re-raise a failure
+            return True
+        return False
+
+    async def _shut_down(self, controllers: list[Controller], lost: bool) -> None:
+        grace = self.options.graceful_shutdown_timeout
+        if lost:
+            await asyncio.gather(*(c.abort() for c in controllers))
+        else:
+            await asyncio.gather(*(c.stop(grace) for c in controllers))
+            if self.elector is not None:
+                await self.elector.release()
+        await self.cache.stop()
+        await self.metrics.stop()
+        await self.health.stop()
+        log.info("manager stopped", leadership_lost=lost)

@@ -1,0 +1,314 @@
+"""Prometheus metrics, with controller-runtime's and client-go's names and labels.
+
+Dashboards and alerts written for Go operators (``controller_runtime_reconcile_total``,
+``workqueue_depth`` and friends) work unchanged against an operator built on this library.
+
+All metrics live in :data:`REGISTRY`, a registry of our own rather than prometheus_client's
+global default, so the process that embeds the operator decides whether to expose them
+alongside its own::
+
+    from prometheus_client import generate_latest
+    from crewlet_operator.metrics import REGISTRY
+
+    body = generate_latest(REGISTRY)
+
+prometheus_client appends ``_total`` to counter names by itself, so the counters below are
+declared without it; the exposed names are exactly the ones in the comments.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final, Literal
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = [
+    "ACTIVE_WORKERS",
+    "LEADER_ELECTION_MASTER_STATUS",
+    "MAX_CONCURRENT_RECONCILES",
+    "RECONCILE_ERRORS",
+    "RECONCILE_PANICS",
+    "RECONCILE_RESULTS",
+    "RECONCILE_TIME",
+    "RECONCILE_TIME_BUCKETS",
+    "RECONCILE_TOTAL",
+    "REGISTRY",
+    "REST_CLIENT_REQUESTS",
+    "REST_CLIENT_REQUEST_DURATION",
+    "REST_CLIENT_REQUEST_DURATION_BUCKETS",
+    "TERMINAL_RECONCILE_ERRORS",
+    "WORKQUEUE_ADDS",
+    "WORKQUEUE_DEPTH",
+    "WORKQUEUE_DURATION_BUCKETS",
+    "WORKQUEUE_LONGEST_RUNNING_PROCESSOR",
+    "WORKQUEUE_QUEUE_DURATION",
+    "WORKQUEUE_RETRIES",
+    "WORKQUEUE_UNFINISHED_WORK",
+    "WORKQUEUE_WORK_DURATION",
+    "ReconcileResult",
+    "WorkqueueMetrics",
+    "init_controller_metrics",
+]
+
+REGISTRY: Final = CollectorRegistry()
+"""The registry holding every metric of this library."""
+
+# --- controller-runtime: pkg/internal/controller/metrics -----------------------------------
+
+ReconcileResult = Literal["success", "error", "requeue", "requeue_after"]
+"""Values of the ``result`` label of ``controller_runtime_reconcile_total``."""
+
+RECONCILE_RESULTS: Final[tuple[ReconcileResult, ...]] = (
+    "success",
+    "error",
+    "requeue",
+    "requeue_after",
+)
+
+# controller-runtime's buckets: fine-grained below 1 s where most reconciles land, coarse up
+# to a minute for the slow ones.
+RECONCILE_TIME_BUCKETS: Final[tuple[float, ...]] = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7,
+    0.8, 0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20,
+    25, 30, 40, 50, 60,
+)  # fmt: skip
+
+# controller_runtime_reconcile_total{controller,result}
+RECONCILE_TOTAL: Final = Counter(
+    "controller_runtime_reconcile",
+    "Total number of reconciliations per controller.",
+    ["controller", "result"],
+    registry=REGISTRY,
+)
+# controller_runtime_reconcile_errors_total{controller}
+RECONCILE_ERRORS: Final = Counter(
+    "controller_runtime_reconcile_errors",
+    "Total number of reconciliation errors per controller.",
+    ["controller"],
+    registry=REGISTRY,
+)
+# controller_runtime_terminal_reconcile_errors_total{controller}
+TERMINAL_RECONCILE_ERRORS: Final = Counter(
+    "controller_runtime_terminal_reconcile_errors",
+    "Total number of terminal reconciliation errors per controller.",
+    ["controller"],
+    registry=REGISTRY,
+)
+# controller_runtime_reconcile_panics_total{controller}: a reconciler raising something
+# other than an ordinary error is our equivalent of a Go panic.
+RECONCILE_PANICS: Final = Counter(
+    "controller_runtime_reconcile_panics",
+    "Total number of reconciliation panics per controller.",
+    ["controller"],
+    registry=REGISTRY,
+)
+# controller_runtime_reconcile_time_seconds{controller}
+RECONCILE_TIME: Final = Histogram(
+    "controller_runtime_reconcile_time_seconds",
+    "Length of time per reconciliation per controller.",
+    ["controller"],
+    buckets=RECONCILE_TIME_BUCKETS,
+    registry=REGISTRY,
+)
+# controller_runtime_max_concurrent_reconciles{controller}
+MAX_CONCURRENT_RECONCILES: Final = Gauge(
+    "controller_runtime_max_concurrent_reconciles",
+    "Maximum number of concurrent reconciles per controller.",
+    ["controller"],
+    registry=REGISTRY,
+)
+# controller_runtime_active_workers{controller}
+ACTIVE_WORKERS: Final = Gauge(
+    "controller_runtime_active_workers",
+    "Number of currently used workers per controller.",
+    ["controller"],
+    registry=REGISTRY,
+)
+
+# --- client-go workqueue, as registered by controller-runtime ------------------------------
+
+# client-go's ExponentialBuckets(10e-9, 10, 10): 10 ns .. 10 s, one bucket per decade, because
+# queue and work durations span many orders of magnitude. Written as literals so the ``le``
+# labels are clean (1e-07, not 1.0000000000000001e-07).
+WORKQUEUE_DURATION_BUCKETS: Final[tuple[float, ...]] = tuple(
+    float(f"1e{exp}") for exp in range(-8, 2)
+)
+
+_WQ_LABELS: Final = ["name", "controller"]
+
+# workqueue_depth{name,controller}
+WORKQUEUE_DEPTH: Final = Gauge(
+    "workqueue_depth",
+    "Current depth of workqueue.",
+    _WQ_LABELS,
+    registry=REGISTRY,
+)
+# workqueue_adds_total{name,controller}
+WORKQUEUE_ADDS: Final = Counter(
+    "workqueue_adds",
+    "Total number of adds handled by workqueue.",
+    _WQ_LABELS,
+    registry=REGISTRY,
+)
+# workqueue_queue_duration_seconds{name,controller}
+WORKQUEUE_QUEUE_DURATION: Final = Histogram(
+    "workqueue_queue_duration_seconds",
+    "How long in seconds an item stays in workqueue before being requested.",
+    _WQ_LABELS,
+    buckets=WORKQUEUE_DURATION_BUCKETS,
+    registry=REGISTRY,
+)
+# workqueue_work_duration_seconds{name,controller}
+WORKQUEUE_WORK_DURATION: Final = Histogram(
+    "workqueue_work_duration_seconds",
+    "How long in seconds processing an item from workqueue takes.",
+    _WQ_LABELS,
+    buckets=WORKQUEUE_DURATION_BUCKETS,
+    registry=REGISTRY,
+)
+# workqueue_unfinished_work_seconds{name,controller}
+WORKQUEUE_UNFINISHED_WORK: Final = Gauge(
+    "workqueue_unfinished_work_seconds",
+    "How many seconds of work has been done that is in progress and hasn't been observed by "
+    "work_duration. Large values indicate stuck threads. One can deduce the number of stuck "
+    "threads by observing the rate at which this increases.",
+    _WQ_LABELS,
+    registry=REGISTRY,
+)
+# workqueue_longest_running_processor_seconds{name,controller}
+WORKQUEUE_LONGEST_RUNNING_PROCESSOR: Final = Gauge(
+    "workqueue_longest_running_processor_seconds",
+    "How many seconds has the longest running processor for workqueue been running.",
+    _WQ_LABELS,
+    registry=REGISTRY,
+)
+# workqueue_retries_total{name,controller}
+WORKQUEUE_RETRIES: Final = Counter(
+    "workqueue_retries",
+    "Total number of retries handled by workqueue.",
+    _WQ_LABELS,
+    registry=REGISTRY,
+)
+
+# --- client-go leader election -------------------------------------------------------------
+
+# leader_election_master_status{name}
+LEADER_ELECTION_MASTER_STATUS: Final = Gauge(
+    "leader_election_master_status",
+    "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, "
+    "1 indicates master. 'name' is the string used to identify the lease. Please make sure "
+    "to group by name.",
+    ["name"],
+    registry=REGISTRY,
+)
+
+# --- client-go REST client -----------------------------------------------------------------
+
+# controller-runtime's buckets for API latency: most requests take milliseconds, but watches
+# re-established under load and large lists can take tens of seconds.
+REST_CLIENT_REQUEST_DURATION_BUCKETS: Final[tuple[float, ...]] = (
+    0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
+)  # fmt: skip
+
+# rest_client_requests_total{code,method,host}
+REST_CLIENT_REQUESTS: Final = Counter(
+    "rest_client_requests",
+    "Number of HTTP requests, partitioned by status code, method, and host.",
+    ["code", "method", "host"],
+    registry=REGISTRY,
+)
+# rest_client_request_duration_seconds{verb,host}
+REST_CLIENT_REQUEST_DURATION: Final = Histogram(
+    "rest_client_request_duration_seconds",
+    "Request latency in seconds. Broken down by verb, and host.",
+    ["verb", "host"],
+    buckets=REST_CLIENT_REQUEST_DURATION_BUCKETS,
+    registry=REGISTRY,
+)
+
+
+def init_controller_metrics(controller: str, max_concurrent_reconciles: int) -> None:
+    """Create the per-controller series at zero, as controller-runtime does on start.
+
+    Without this a counter only appears after its first increment, and ``rate()`` or
+    ``absent()`` queries misbehave for a controller that has never failed.
+
+    :param controller: The controller's name (the ``controller`` label).
+    :param max_concurrent_reconciles: The number of workers the controller runs.
+    """
+    ACTIVE_WORKERS.labels(controller=controller).set(0)
+    MAX_CONCURRENT_RECONCILES.labels(controller=controller).set(max_concurrent_reconciles)
+    for result in RECONCILE_RESULTS:
+        RECONCILE_TOTAL.labels(controller=controller, result=result)
+    RECONCILE_ERRORS.labels(controller=controller)
+    TERMINAL_RECONCILE_ERRORS.labels(controller=controller)
+    RECONCILE_PANICS.labels(controller=controller)
+    RECONCILE_TIME.labels(controller=controller)
+
+
+class WorkqueueMetrics:
+    """The workqueue metrics of one queue, with its ``name`` and ``controller`` labels bound.
+
+    A :class:`~crewlet_operator.workqueue.RateLimitingQueue` given an instance reports to it;
+    the queue keeps the timestamps, this class only records numbers. Creating an instance
+    creates the series (at zero), so a queue shows up in ``/metrics`` before its first add.
+
+    :param name: The queue's name (the ``name`` label).
+    :param controller: The owning controller (the ``controller`` label); defaults to
+        ``name``, since controller-runtime names a controller's queue after the controller.
+    """
+
+    def __init__(self, name: str, controller: str | None = None) -> None:
+        self.name = name
+        self.controller = name if controller is None else controller
+        labels = {"name": self.name, "controller": self.controller}
+        self._depth = WORKQUEUE_DEPTH.labels(**labels)
+        self._adds = WORKQUEUE_ADDS.labels(**labels)
+        self._queue_duration = WORKQUEUE_QUEUE_DURATION.labels(**labels)
+        self._work_duration = WORKQUEUE_WORK_DURATION.labels(**labels)
+        self._unfinished = WORKQUEUE_UNFINISHED_WORK.labels(**labels)
+        self._longest = WORKQUEUE_LONGEST_RUNNING_PROCESSOR.labels(**labels)
+        self._retries = WORKQUEUE_RETRIES.labels(**labels)
+
+    def add(self) -> None:
+        """Count one item accepted by the queue (``workqueue_adds_total``)."""
+        self._adds.inc()
+
+    def depth(self, n: int) -> None:
+        """Set ``workqueue_depth``."""
+        self._depth.set(n)
+
+    def queue_duration(self, seconds: float) -> None:
+        """Observe how long an item waited between being added and handed to a worker."""
+        self._queue_duration.observe(seconds)
+
+    def work_duration(self, seconds: float) -> None:
+        """Observe how long a worker held an item, from ``get()`` to ``done()``."""
+        self._work_duration.observe(seconds)
+
+    def retry(self) -> None:
+        """Count one delayed re-add (``workqueue_retries_total``)."""
+        self._retries.inc()
+
+    def update_unfinished_work(self, start_times: Iterable[float], now: float) -> None:
+        """Set the two in-flight gauges from the start times of the items being processed.
+
+        ``workqueue_unfinished_work_seconds`` is the sum of how long each in-flight item has
+        been running and ``workqueue_longest_running_processor_seconds`` the largest of those;
+        both are 0 when nothing is in flight. Like client-go, these are sampled (the queue's
+        owner calls this periodically) rather than updated on every get/done.
+
+        :param start_times: When each in-flight item was handed out, on the clock of ``now``.
+        :param now: The current time on the same clock.
+        """
+        total = 0.0
+        longest = 0.0
+        for start in start_times:
+            running = max(0.0, now - start)
+            total += running
+            longest = max(longest, running)
+        self._unfinished.set(total)
+        self._longest.set(longest)

@@ -1,0 +1,119 @@
+"""Small accessors for Kubernetes objects held as raw JSON dicts.
+
+Objects are never turned into generated models: a Pod, a Deployment or a custom resource is the
+``dict`` the API server sent. These helpers read the fields every controller needs, tolerate a
+missing ``metadata`` (a half-built desired object) and never mutate their argument::
+
+    >>> pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "prod"}}
+    >>> object_key(pod)
+    'prod/web'
+    >>> labels(pod)
+    {}
+"""
+
+# No `from __future__ import annotations`: this module defines a function named annotations().
+from collections.abc import Mapping
+from typing import Any
+
+KubeObject = dict[str, Any]
+"""A Kubernetes object as the API server's JSON: ``apiVersion``, ``kind``, ``metadata``, ..."""
+
+LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
+"""The annotation ``kubectl apply`` (client-side) stores its whole input in."""
+
+
+def metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Return ``obj.metadata``, or an empty mapping when it is missing or null."""
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def name(obj: Mapping[str, Any]) -> str:
+    """Return ``metadata.name``, or ``""`` when it is not set yet (``generateName`` objects)."""
+    return str(metadata(obj).get("name") or "")
+
+
+def namespace(obj: Mapping[str, Any]) -> str | None:
+    """Return ``metadata.namespace``, or ``None`` for a cluster-scoped (or unset) namespace."""
+    # The API server omits an empty namespace, but hand-built objects may carry "".
+    return metadata(obj).get("namespace") or None
+
+
+def uid(obj: Mapping[str, Any]) -> str | None:
+    """Return ``metadata.uid``, or ``None`` for an object the server has not created yet."""
+    return metadata(obj).get("uid") or None
+
+
+def resource_version(obj: Mapping[str, Any]) -> str | None:
+    """Return ``metadata.resourceVersion`` (an opaque string), or ``None``."""
+    return metadata(obj).get("resourceVersion") or None
+
+
+def generation(obj: Mapping[str, Any]) -> int | None:
+    """Return ``metadata.generation``, or ``None`` for kinds without one (ConfigMap, Secret)."""
+    value = metadata(obj).get("generation")
+    return value if isinstance(value, int) else None
+
+
+def labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    """Return a copy of ``metadata.labels`` (an empty dict when there are none)."""
+    return dict(metadata(obj).get("labels") or {})
+
+
+def annotations(obj: Mapping[str, Any]) -> dict[str, str]:
+    """Return a copy of ``metadata.annotations`` (an empty dict when there are none)."""
+    return dict(metadata(obj).get("annotations") or {})
+
+
+def finalizers(obj: Mapping[str, Any]) -> list[str]:
+    """Return a copy of ``metadata.finalizers`` (an empty list when there are none)."""
+    return list(metadata(obj).get("finalizers") or [])
+
+
+def owner_references(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Return a copy of the list ``metadata.ownerReferences`` (the references are shared)."""
+    return list(metadata(obj).get("ownerReferences") or [])
+
+
+def is_being_deleted(obj: Mapping[str, Any]) -> bool:
+    """Whether ``metadata.deletionTimestamp`` is set: the object waits on its finalizers."""
+    return bool(metadata(obj).get("deletionTimestamp"))
+
+
+def api_group(api_version: str) -> str:
+    """Return the group of an ``apiVersion``: ``"apps"`` for ``"apps/v1"``, ``""`` for ``"v1"``."""
+    group, _, _ = api_version.rpartition("/")
+    return group
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    """Return ``"namespace/name"``, or ``"name"`` for a cluster-scoped object.
+
+    This is the key the cache indexes by and the form ``kubectl`` and the logs use.
+    """
+    ns = namespace(obj)
+    return f"{ns}/{name(obj)}" if ns else name(obj)
+
+
+def strip_managed_fields(obj: Mapping[str, Any]) -> KubeObject:
+    """Return ``obj`` without ``metadata.managedFields`` and the last-applied annotation.
+
+    The default cache transform: both fields are bookkeeping for appliers, often larger than the
+    rest of the object, and no reconciler reads them. The input is not mutated; the result is a
+    new top-level dict with a new ``metadata`` and shares every other value with ``obj``.
+    """
+    result = dict(obj)
+    if "metadata" not in obj:
+        return result
+    meta = dict(metadata(obj))
+    meta.pop("managedFields", None)
+    notes = meta.get("annotations")
+    if isinstance(notes, Mapping) and LAST_APPLIED_ANNOTATION in notes:
+        kept = {k: v for k, v in notes.items() if k != LAST_APPLIED_ANNOTATION}
+        # The API server omits an empty annotations map; do the same.
+        if kept:
+            meta["annotations"] = kept
+        else:
+            del meta["annotations"]
+    result["metadata"] = meta
+    return result

@@ -1,0 +1,423 @@
+"""The local control plane is a real Kubernetes 1.37 control plane (issue: Foundation)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crewlet_operator.envtest import KUBERNETES_VERSION, KWOK_NODE, ControlPlane
+from crewlet_operator.envtest.wait import eventually
+from crewlet_operator.errors import ForbiddenError, InvalidError, NotFoundError
+from crewlet_operator.kube import resources as r
+from crewlet_operator.kube.client import Client
+from crewlet_operator.kube.resources import Resource
+
+ALL_BINARIES = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
+ALL_BINARIES = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
+WIDGET = Resource("example.crewlet.ai", "v1", "Widget", "widgets")
+
+
+def widget_crd() -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.crewlet.ai"},
+        "spec": {
+            "group": "example.crewlet.ai",
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {
+                                    "type": "object",
+                                    "properties": {"size": {"type": "integer", "minimum": 1}},
+                                }
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+async def test_api_server_reports_v1_37_2(kube_client: Client) -> None:
+    version = await kube_client.server_version()
+    assert version["gitVersion"] == KUBERNETES_VERSION == "v1.37.2"
+    assert (version["major"], version["minor"]) == ("1", "37")
+
+
+async def test_crd_established_and_objects_created_listed_watched_deleted(
+    kube_client: Client, namespace: str
+) -> None:
+    await kube_client.apply(r.CUSTOM_RESOURCE_DEFINITION, widget_crd())
+
+    async def established() -> bool:
+        crd = await kube_client.get(r.CUSTOM_RESOURCE_DEFINITION, "widgets.example.crewlet.ai")
+        conditions = crd.get("status", {}).get("conditions", [])
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    await eventually(established, message="CRD Established")
+    kube_client.forget_discovery()
+    assert await kube_client.is_served("example.crewlet.ai/v1", "Widget")
+
+    listed = await kube_client.list(WIDGET, namespace)
+    events: list[tuple[str, str]] = []
+
+    async def watch() -> None:
+        async for event in kube_client.watch(
+            WIDGET, namespace, resource_version=listed.resource_version, timeout_seconds=30
+        ):
+            if event.type != "BOOKMARK":
+                events.append((event.type, event.object["metadata"]["name"]))
+            if event.type == "DELETED":
+                return
+
+    watcher = asyncio.create_task(watch())
+    created = await kube_client.create(
+        WIDGET, {"metadata": {"name": "w1", "namespace": namespace}, "spec": {"size": 3}}
+    )
+    assert created["spec"]["size"] == 3
+    with pytest.raises(InvalidError, match="size"):
+        await kube_client.create(
+            WIDGET, {"metadata": {"name": "w2", "namespace": namespace}, "spec": {"size": 0}}
+        )
+    names = [o["metadata"]["name"] for o in (await kube_client.list(WIDGET, namespace)).items]
+    assert names == ["w1"]
+    await kube_client.delete(WIDGET, "w1", namespace)
+    await asyncio.wait_for(watcher, 30)
+    assert events == [("ADDED", "w1"), ("DELETED", "w1")]
+    with pytest.raises(NotFoundError):
+        await kube_client.get(WIDGET, "w1", namespace)
+
+
+async def test_validating_admission_policy_denies_one_service_account_admits_another(
+    kube_client: Client, namespace: str, control_plane: ControlPlane, client_for: Any
+) -> None:
+    policy_name = f"deny-{namespace}"
+    await kube_client.apply(
+        r.VALIDATING_ADMISSION_POLICY,
+        {
+            "metadata": {"name": policy_name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE", "UPDATE"],
+                            "resources": ["configmaps"],
+                        }
+                    ]
+                },
+                "validations": [
+                    {
+                        "expression": "!request.userInfo.username.endsWith(':blocked')",
+                        "message": "the blocked ServiceAccount may not write ConfigMaps",
+                    }
+                ],
+            },
+        },
+    )
+    await kube_client.apply(
+        r.VALIDATING_ADMISSION_POLICY_BINDING,
+        {
+            "metadata": {"name": policy_name},
+            "spec": {
+                "policyName": policy_name,
+                "validationActions": ["Deny"],
+                "matchResources": {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+                },
+            },
+        },
+    )
+    await kube_client.apply(
+        r.ROLE_BINDING,
+        {
+            "metadata": {"name": "edit", "namespace": namespace},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+            "subjects": [{"kind": "Group", "name": f"system:serviceaccounts:{namespace}"}],
+        },
+    )
+    blocked = client_for(control_plane.service_account_config(namespace, "blocked"))
+    allowed = client_for(control_plane.service_account_config(namespace, "allowed"))
+
+    def config_map(name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": namespace}, "data": {"k": "v"}}
+
+    # Policies compile asynchronously: wait until a dry run is denied before asserting.
+    async def denied() -> bool:
+        try:
+            await blocked.create(r.CONFIG_MAP, config_map("probe"), dry_run=True)
+        except InvalidError:
+            return True
+        return False
+
+    await eventually(denied, message="policy enforced")
+    with pytest.raises(InvalidError, match="blocked ServiceAccount may not write"):
+        await blocked.create(r.CONFIG_MAP, config_map("a"))
+    created = await allowed.create(r.CONFIG_MAP, config_map("a"))
+    assert created["metadata"]["name"] == "a"
+    await kube_client.delete(r.VALIDATING_ADMISSION_POLICY_BINDING, policy_name)
+    await kube_client.delete(r.VALIDATING_ADMISSION_POLICY, policy_name)
+
+
+async def test_token_request_authenticates_as_its_service_account_under_rbac(
+    kube_client: Client, namespace: str, control_plane: ControlPlane, client_for: Any
+) -> None:
+    await kube_client.create(
+        r.SERVICE_ACCOUNT, {"metadata": {"name": "reader", "namespace": namespace}}
+    )
+    token = control_plane.request_token(namespace, "reader")
+    reader = client_for(control_plane.token_config(token))
+
+    review = await reader.request(
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+    )
+    assert review["status"]["userInfo"]["username"] == f"system:serviceaccount:{namespace}:reader"
+
+    with pytest.raises(ForbiddenError):
+        await reader.list(r.CONFIG_MAP, namespace)
+    await kube_client.apply(
+        r.ROLE,
+        {
+            "metadata": {"name": "cm-reader", "namespace": namespace},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}],
+        },
+    )
+    await kube_client.apply(
+        r.ROLE_BINDING,
+        {
+            "metadata": {"name": "cm-reader", "namespace": namespace},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "cm-reader",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
+        },
+    )
+    await eventually(lambda: reader.list(r.CONFIG_MAP, namespace), message="RBAC grant")
+    with pytest.raises(ForbiddenError):  # the Role grants reads only
+        await reader.create(r.CONFIG_MAP, {"metadata": {"name": "x", "namespace": namespace}})
+    with pytest.raises(ForbiddenError):  # and only in its namespace
+        await reader.list(r.CONFIG_MAP, "default")
+
+
+async def test_client_certificate_user_is_subject_to_rbac(
+    kube_client: Client, namespace: str, control_plane: ControlPlane, client_for: Any
+) -> None:
+    alice = client_for(control_plane.user_config("alice", ("team-a",)))
+    with pytest.raises(ForbiddenError):
+        await alice.list(r.SECRET, namespace)
+    await kube_client.apply(
+        r.ROLE_BINDING,
+        {
+            "metadata": {"name": "team-a-view", "namespace": namespace},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "admin",
+            },
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "team-a"}
+            ],
+        },
+    )
+    await eventually(lambda: alice.list(r.SECRET, namespace), message="group grant")
+
+
+async def test_statefulset_pod_runs_ready_on_the_kwok_node(
+    kube_client: Client, namespace: str
+) -> None:
+    labels = {"app": "web"}
+    await kube_client.apply(
+        r.STATEFUL_SET,
+        {
+            "metadata": {"name": "web", "namespace": namespace},
+            "spec": {
+                "replicas": 1,
+                "serviceName": "web",
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": "web", "image": "registry.example/web:1"}]},
+                },
+            },
+        },
+    )
+
+    async def pod_ready() -> dict[str, Any] | None:
+        pod = await kube_client.get_or_none(r.POD, "web-0", namespace)
+        conditions = (pod or {}).get("status", {}).get("conditions", [])
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        return pod if ready else None
+
+    pod = await eventually(pod_ready, timeout=60, message="web-0 Ready")
+    assert pod["spec"]["nodeName"] == KWOK_NODE
+    assert pod["status"]["phase"] == "Running"
+
+    async def sts_ready() -> bool:
+        sts = await kube_client.get(r.STATEFUL_SET, "web", namespace)
+        return bool(sts.get("status", {}).get("readyReplicas") == 1)
+
+    await eventually(sts_ready, timeout=60, message="StatefulSet readyReplicas=1")
+
+
+async def test_deleting_an_owner_garbage_collects_its_dependent(
+    kube_client: Client, namespace: str
+) -> None:
+    owner = await kube_client.create(
+        r.CONFIG_MAP, {"metadata": {"name": "owner", "namespace": namespace}}
+    )
+    await kube_client.create(
+        r.CONFIG_MAP,
+        {
+            "metadata": {
+                "name": "dependent",
+                "namespace": namespace,
+                "ownerReferences": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "name": "owner",
+                        "uid": owner["metadata"]["uid"],
+                    }
+                ],
+            }
+        },
+    )
+    await kube_client.delete(r.CONFIG_MAP, "owner", namespace)
+
+    async def collected() -> bool:
+        return await kube_client.get_or_none(r.CONFIG_MAP, "dependent", namespace) is None
+
+    await eventually(collected, timeout=60, message="dependent garbage-collected")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead but not yet reaped by its parent.
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
+
+
+def _all_gone(pids: list[int], timeout: float = 30) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while (alive := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return alive
+
+
+def test_stopping_a_control_plane_leaves_no_process(tmp_path: Path) -> None:
+    plane = ControlPlane(tmp_path / "cp", workloads=True).start()
+    pids = plane.pids()
+    assert set(pids) == ALL_BINARIES
+    plane.stop()
+    assert _all_gone(list(pids.values())) == []
+
+
+def _start_up(directory: Path) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "crewlet_operator.envtest",
+            "up",
+            "--dir",
+            str(directory),
+            "--workloads",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("{"):
+            return proc, json.loads(line)
+    raise AssertionError(f"`envtest up` exited with {proc.wait()} before it was up")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+def test_envtest_up_leaves_no_process_when_interrupted(tmp_path: Path, sig: signal.Signals) -> None:
+    proc, info = _start_up(tmp_path / "up")
+    assert Path(info["kubeconfig"]).is_file()
+    pids = list(info["pids"].values())
+    assert len(pids) == 5 and all(_alive(p) for p in pids)
+    proc.send_signal(sig)
+    proc.wait(60)
+    # Even SIGKILL of the parent takes its children down (the parent-death signal).
+    assert _all_gone(pids) == []
+
+
+def test_session_fixture_stops_every_process_it_started(tmp_path: Path) -> None:
+    """A platform team's own suite, using the plugin, leaves nothing running when it ends."""
+    pid_file = tmp_path / "pids.json"
+    (tmp_path / "test_inner.py").write_text(
+        "import json\n"
+        "from crewlet_operator.kube.resources import NAMESPACE\n\n"
+        "async def test_inner(control_plane, kube_client, namespace):\n"
+        "    got = await kube_client.get(NAMESPACE, namespace)\n"
+        "    assert got['metadata']['name'] == namespace\n"
+        f"    open({str(pid_file)!r}, 'w').write(json.dumps(control_plane.pids()))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "CREWLET_ENVTEST_WORKLOADS"}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "crewlet_operator.envtest.pytest_plugin",
+            "--envtest-workloads",
+            "-o",
+            "asyncio_mode=auto",
+            "-o",
+            "asyncio_default_fixture_loop_scope=session",
+            "-o",
+            "asyncio_default_test_loop_scope=session",
+            "--rootdir",
+            str(tmp_path),
+            "-c",
+            os.devnull,
+            str(tmp_path / "test_inner.py"),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    pids = json.loads(pid_file.read_text())
+    assert set(pids) == ALL_BINARIES
+    assert _all_gone(list(pids.values())) == []

@@ -1,0 +1,480 @@
+"""The reconciler library against the real control plane (issue: The reconciler library)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import yaml
+
+from crewlet_operator import (
+    CONFIG_MAP,
+    CUSTOM_RESOURCE_DEFINITION,
+    LEASE,
+    Client,
+    Informer,
+    InformerOptions,
+    LeadershipLostError,
+    Manager,
+    ManagerOptions,
+    NoInformerError,
+    Request,
+    metrics,
+)
+from crewlet_operator.envtest import ControlPlane
+from crewlet_operator.envtest.controlplane import free_port
+from crewlet_operator.envtest.wait import eventually
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+sys.path.insert(0, str(EXAMPLES))
+
+from widgets import WIDGET, setup  # noqa: E402
+
+MUTATING = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
+
+
+async def install_widget_crd(client: Client) -> None:
+    crd = yaml.safe_load((EXAMPLES / "widget-crd.yaml").read_text())
+    await client.apply(CUSTOM_RESOURCE_DEFINITION, crd)
+
+    async def served() -> bool:
+        client.forget_discovery()
+        return await client.is_served(WIDGET.api_version, WIDGET.kind)
+
+    await eventually(served, message="Widget CRD served")
+
+
+def test_options(**overrides: Any) -> ManagerOptions:
+    base: dict[str, Any] = {
+        "leader_election": False,
+        "health_probe_bind_address": "127.0.0.1:0",
+        "metrics_bind_address": "127.0.0.1:0",
+        "metrics_secure": False,
+        "graceful_shutdown_timeout": 5.0,
+    }
+    return ManagerOptions(**{**base, **overrides})
+
+
+@contextlib.asynccontextmanager
+async def running(manager: Manager) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(manager.run())
+    try:
+        await eventually(lambda: manager.cache.synced or task.done(), message="manager started")
+        yield task
+    finally:
+        manager.stop()
+        await asyncio.wait_for(task, 30)
+
+
+async def test_example_controller_for_owns_watches(kube_client: Client, namespace: str) -> None:
+    await install_widget_crd(kube_client)
+    manager = Manager(kube_client, test_options())
+    setup(manager)
+    async with running(manager):
+        await kube_client.create(
+            CONFIG_MAP,
+            {
+                "metadata": {
+                    "name": "defaults",
+                    "namespace": namespace,
+                    "labels": {"example.crewlet.ai/defaults": "true"},
+                },
+                "data": {"colour": "blue", "size": "s"},
+            },
+        )
+        await kube_client.create(
+            WIDGET,
+            {"metadata": {"name": "w", "namespace": namespace}, "spec": {"data": {"size": "xl"}}},
+        )
+
+        async def rendered(expected: dict[str, str]) -> bool:
+            cm = await kube_client.get_or_none(CONFIG_MAP, "w-rendered", namespace)
+            return cm is not None and cm.get("data") == expected
+
+        # for_: the Widget is rendered over the defaults.
+        await eventually(lambda: rendered({"colour": "blue", "size": "xl"}), message="rendered")
+        widget = await kube_client.get(WIDGET, "w", namespace)
+        ready = widget["status"]["conditions"][0]
+        assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "True", "Rendered")
+        assert ready["observedGeneration"] == widget["metadata"]["generation"]
+        # watches: a change to the defaults reaches the Widget.
+        await kube_client.patch(CONFIG_MAP, "defaults", {"data": {"colour": "red"}}, namespace)
+        await eventually(lambda: rendered({"colour": "red", "size": "xl"}), message="re-rendered")
+        # owns: someone else's edit of the child is put right.
+        await kube_client.patch(CONFIG_MAP, "w-rendered", {"data": {"size": "tampered"}}, namespace)
+        await eventually(lambda: rendered({"colour": "red", "size": "xl"}), message="restored")
+        # Deleting the owner garbage-collects the child (controller-manager's GC).
+        await kube_client.delete(WIDGET, "w", namespace)
+
+        async def collected() -> bool:
+            return await kube_client.get_or_none(CONFIG_MAP, "w-rendered", namespace) is None
+
+        await eventually(collected, timeout=60, message="child collected")
+
+
+async def test_cached_read_of_an_undeclared_kind_is_an_error(kube_client: Client) -> None:
+    manager = Manager(kube_client, test_options())
+    with pytest.raises(NoInformerError, match="no informer for Lease"):
+        manager.cache.get(LEASE, "x", "default")
+
+
+async def test_failing_reconcile_is_retried_without_killing_the_worker(
+    kube_client: Client, namespace: str
+) -> None:
+    manager = Manager(kube_client, test_options())
+    attempts: dict[str, int] = {}
+
+    async def reconcile(request: Request) -> None:
+        attempts[request.name] = attempts.get(request.name, 0) + 1
+        if request.name == "flaky" and attempts[request.name] < 3:
+            raise KeyError("a bug that goes away")
+
+    manager.controller(f"flaky-{namespace}").for_(
+        CONFIG_MAP, options=InformerOptions(namespace=namespace)
+    ).complete(reconcile)
+    async with running(manager):
+        await kube_client.create(
+            CONFIG_MAP, {"metadata": {"name": "flaky", "namespace": namespace}}
+        )
+        await kube_client.create(CONFIG_MAP, {"metadata": {"name": "fine", "namespace": namespace}})
+        await eventually(lambda: attempts.get("flaky") == 3 and attempts.get("fine"), timeout=10)
+
+
+async def read_mutations(control_plane: ControlPlane, resources: set[str]) -> int:
+    """Mutating requests the API server itself counted for ``resources``."""
+    cfg = control_plane.admin_config()
+    async with Client(cfg) as client:
+        headers = await client._headers("text/plain")
+        async with client._api.rest_client.pool_manager.get(
+            client.host + "/metrics", headers=headers
+        ) as response:
+            text = await response.text()
+    total = 0
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(
+            part.split("=", 1) for part in line[line.index("{") + 1 : line.index("}")].split(",")
+        )
+        verb = labels["verb"].strip('"')
+        if verb in MUTATING and labels.get("resource", "").strip('"') in resources:
+            total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+async def test_resync_of_converged_objects_makes_zero_mutating_requests(
+    kube_client: Client, namespace: str, control_plane: ControlPlane
+) -> None:
+    await install_widget_crd(kube_client)
+    first = Manager(kube_client, test_options())
+    setup(first)
+    async with running(first):
+        await asyncio.gather(
+            *(
+                kube_client.create(
+                    WIDGET,
+                    {
+                        "metadata": {"name": f"w{i}", "namespace": namespace},
+                        "spec": {"data": {"i": str(i)}},
+                    },
+                )
+                for i in range(100)
+            )
+        )
+
+        async def converged() -> bool:
+            cms = await kube_client.list(
+                CONFIG_MAP, namespace, label_selector="example.crewlet.ai/widget"
+            )
+            widgets = await kube_client.list(WIDGET, namespace)
+            return len(cms.items) == 100 and all(w.get("status") for w in widgets.items)
+
+        await eventually(converged, timeout=120, message="100 widgets converged")
+    before = await read_mutations(control_plane, {"configmaps", "widgets"})
+    # A fresh manager lists everything and reconciles all 100 again.
+    second = Manager(kube_client, test_options())
+    setup(second)
+
+    def reconciled() -> float:
+        return (
+            metrics.REGISTRY.get_sample_value(
+                "controller_runtime_reconcile_total", {"controller": "widget", "result": "success"}
+            )
+            or 0.0
+        )
+
+    start = reconciled()
+    async with running(second):
+        await eventually(lambda: reconciled() - start >= 100, timeout=60, message="resync")
+    after = await read_mutations(control_plane, {"configmaps", "widgets"})
+    assert after - before == 0
+
+
+# -- faults, on a control plane of their own ------------------------------------------------
+@pytest.fixture(scope="module")
+def fault_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    # No watch cache for ConfigMaps: a watch from a compacted resourceVersion then gets 410 Gone
+    # from etcd itself, as it would after a long disconnection on a busy cluster.
+    plane = ControlPlane(
+        tmp_path_factory.mktemp("faults"), apiserver_args=("--watch-cache-sizes=configmaps#0",)
+    )
+    with plane:
+        yield plane
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def fault_client(fault_plane: ControlPlane) -> AsyncIterator[Client]:
+    async with Client(fault_plane.admin_config()) as client:
+        yield client
+
+
+def names_in(informer: Informer) -> set[str]:
+    return {o["metadata"]["name"] for o in informer.store.list()}
+
+
+async def server_names(client: Client, namespace: str) -> set[str]:
+    return {o["metadata"]["name"] for o in (await client.list(CONFIG_MAP, namespace)).items}
+
+
+def cm(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "default", "labels": {"fault": "yes"}}}
+
+
+async def run_informer(informer: Informer) -> asyncio.Task[None]:
+    task = asyncio.create_task(informer.run())
+    await informer.wait_for_sync(30)
+    return task
+
+
+async def stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def test_informer_resumes_after_api_server_restart(
+    fault_plane: ControlPlane, fault_client: Client
+) -> None:
+    informer = Informer(
+        fault_client,
+        CONFIG_MAP,
+        InformerOptions(namespace="default", label_selector="fault=yes", inactivity_timeout=5),
+    )
+    for name in ("r-a", "r-b"):
+        await fault_client.create(CONFIG_MAP, cm(name))
+    task = await run_informer(informer)
+    await eventually(lambda: {"r-a", "r-b"} <= names_in(informer))
+    fault_plane.kill_apiserver()
+    await asyncio.sleep(1)
+    fault_plane.start_apiserver()
+    await fault_client.delete(CONFIG_MAP, "r-a", "default")
+    await fault_client.create(CONFIG_MAP, cm("r-c"))
+    expected = await server_names(fault_client, "default")
+    await eventually(lambda: names_in(informer) == expected, message="cache equals server")
+    assert informer.watch_failures >= 1
+    await stop(task)
+
+
+async def test_informer_relists_after_410_gone_without_losing_a_delete(
+    fault_plane: ControlPlane, fault_client: Client
+) -> None:
+    informer = Informer(
+        fault_client, CONFIG_MAP, InformerOptions(namespace="default", label_selector="fault=yes")
+    )
+    deleted: list[str] = []
+
+    class Recorder:
+        def on_add(self, obj: dict[str, Any]) -> None: ...
+        def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None: ...
+        def on_delete(self, obj: dict[str, Any]) -> None:
+            deleted.append(obj["metadata"]["name"])
+
+    informer.add_handler(Recorder())
+    for name in ("g-a", "g-b"):
+        await fault_client.create(CONFIG_MAP, cm(name))
+    task = await run_informer(informer)
+    await eventually(lambda: {"g-a", "g-b"} <= names_in(informer))
+    await stop(task)  # disconnected: it keeps its store and resourceVersion
+    relists = informer.relists
+    await fault_client.delete(CONFIG_MAP, "g-a", "default")
+    await fault_client.create(CONFIG_MAP, cm("g-c"))
+    # Compact etcd past the informer's resourceVersion.
+    revision = fault_plane.etcd_compact()
+    assert revision > 0
+    task = asyncio.create_task(informer.run())
+    expected = await server_names(fault_client, "default")
+    await eventually(lambda: names_in(informer) == expected, message="cache equals server")
+    assert informer.relists == relists + 1
+    assert "g-a" in deleted
+    await stop(task)
+
+
+async def test_silent_watch_is_detected_and_replaced(
+    fault_plane: ControlPlane, fault_client: Client
+) -> None:
+    informer = Informer(
+        fault_client,
+        CONFIG_MAP,
+        InformerOptions(namespace="default", label_selector="fault=yes", inactivity_timeout=3),
+    )
+    task = await run_informer(informer)
+    failures = informer.watch_failures
+    fault_plane.pause_apiserver()
+    try:
+        # While the server is frozen, the watchdog notices the silence.
+        await eventually(
+            lambda: informer.watch_failures > failures, timeout=20, message="silent watch detected"
+        )
+    finally:
+        fault_plane.resume_apiserver()
+    await fault_client.create(CONFIG_MAP, cm("s-a"))
+    await eventually(
+        lambda: "s-a" in names_in(informer), timeout=30, message="watch re-established"
+    )
+    await stop(task)
+
+
+async def test_leader_cut_off_from_the_api_server_stops_before_its_lease_expires(
+    fault_plane: ControlPlane, fault_client: Client
+) -> None:
+    reconciled: list[float] = []
+
+    async def reconcile(request: Request) -> None:
+        reconciled.append(time.monotonic())
+
+    manager = Manager(
+        fault_client,
+        test_options(
+            leader_election=True,
+            leader_election_id="cutoff",
+            leader_election_namespace="default",
+            lease_duration=6.0,
+            renew_deadline=4.0,
+            retry_period=1.0,
+        ),
+    )
+    manager.controller("cutoff").for_(
+        CONFIG_MAP, options=InformerOptions(namespace="default")
+    ).complete(reconcile)
+    task = asyncio.create_task(manager.run())
+    await eventually(lambda: manager.is_leader and manager.elector is not None, timeout=30)
+    assert manager.elector is not None
+    lease = await fault_client.get(LEASE, "cutoff", "default")
+    assert lease["spec"]["holderIdentity"] == manager.options.identity
+    cut_at = time.monotonic()
+    fault_plane.pause_apiserver()
+    try:
+        with pytest.raises(LeadershipLostError):
+            await asyncio.wait_for(task, 30)
+        stopped_at = time.monotonic()
+    finally:
+        fault_plane.resume_apiserver()
+    # It stepped down within its renew deadline of the last renewal, before the lease
+    # (renewed at most retry_period before the cut) could expire for anyone else.
+    assert stopped_at - cut_at < 6.0
+    assert not manager.is_leader
+    assert all(t < stopped_at for t in reconciled)
+
+
+# -- two manager processes -----------------------------------------------------------------
+def scrape(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            samples[key] = float(value)
+    return samples
+
+
+def leading(port: int) -> bool:
+    return scrape(port).get('leader_election_master_status{name="widgets"}') == 1.0
+
+
+class Replica:
+    def __init__(self, kubeconfig: Path, identity: str, namespace: str) -> None:
+        self.identity = identity
+        self.metrics_port = free_port()
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(EXAMPLES / "run_widgets.py"),
+                "--kubeconfig",
+                str(kubeconfig),
+                "--identity",
+                identity,
+                "--lease-namespace",
+                namespace,
+                "--metrics-bind-address",
+                f"127.0.0.1:{self.metrics_port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def up(self) -> bool:
+        with contextlib.suppress(OSError):
+            scrape(self.metrics_port)
+            return True
+        return False
+
+
+async def holder(client: Client, namespace: str) -> str:
+    lease = await client.get_or_none(LEASE, "widgets", namespace)
+    return str((lease or {}).get("spec", {}).get("holderIdentity") or "")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+async def test_two_managers_exactly_one_leads_and_the_other_takes_over(
+    kube_client: Client, namespace: str, control_plane: ControlPlane, sig: signal.Signals
+) -> None:
+    await install_widget_crd(kube_client)
+    replicas = [Replica(control_plane.kubeconfig, f"replica-{i}", namespace) for i in range(2)]
+    try:
+        await eventually(lambda: all(r.up() for r in replicas), timeout=30, message="replicas up")
+        await eventually(lambda: holder(kube_client, namespace), timeout=30, message="a leader")
+        first = next(r for r in replicas if r.identity == await holder(kube_client, namespace))
+        other = next(r for r in replicas if r is not first)
+        await eventually(lambda: leading(first.metrics_port), timeout=10)
+        assert not leading(other.metrics_port)
+        await kube_client.create(WIDGET, {"metadata": {"name": "w", "namespace": namespace}})
+        await eventually(lambda: kube_client.get_or_none(CONFIG_MAP, "w-rendered", namespace))
+        done = 'controller_runtime_reconcile_total{controller="widget",result="success"}'
+        assert scrape(other.metrics_port).get(done, 0.0) == 0.0  # the follower reconciled nothing
+
+        signalled = time.monotonic()
+        first.proc.send_signal(sig)
+        await eventually(
+            lambda: leading(other.metrics_port),
+            timeout=40,
+            interval=0.05,
+            message="the other replica leads",
+        )
+        took = time.monotonic() - signalled
+        print(f"\nhandover after {sig.name}: {took:.2f}s")
+        if sig == signal.SIGTERM:
+            assert first.proc.wait(10) == 0
+            # Released, not expired: far quicker than the 15 s lease.
+            assert took < 15.0
+        else:
+            # Taken over once the lease expired: lease duration + retry period (+ jitter).
+            assert took >= 10.0
+        assert await holder(kube_client, namespace) == other.identity
+        await kube_client.create(WIDGET, {"metadata": {"name": "w2", "namespace": namespace}})
+        await eventually(lambda: kube_client.get_or_none(CONFIG_MAP, "w2-rendered", namespace))
+    finally:
+        for replica in replicas:
+            if replica.proc.poll() is None:
+                replica.proc.send_signal(signal.SIGTERM)
+                replica.proc.wait(20)

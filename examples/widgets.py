@@ -1,0 +1,83 @@
+"""Example controller: each Widget gets a ConfigMap with its ``spec.data`` over its namespace's
+defaults (ConfigMaps labelled ``example.crewlet.ai/defaults=true``). Public API only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crewlet_operator import (
+    CONFIG_MAP,
+    Manager,
+    Request,
+    Resource,
+    condition,
+    controller_reference,
+    name,
+    namespace,
+    set_condition,
+)
+
+WIDGET = Resource("example.crewlet.ai", "v1", "Widget", "widgets")
+DEFAULTS = {"matchLabels": {"example.crewlet.ai/defaults": "true"}}
+
+
+def setup(manager: Manager) -> None:
+    """Register the widget controller with ``manager``."""
+    client, cache = manager.client, manager.cache
+
+    def widgets_of_namespace(config_map: dict[str, Any]) -> list[Request]:
+        labels = config_map["metadata"].get("labels") or {}
+        if labels.get("example.crewlet.ai/defaults") != "true":
+            return []
+        ns = namespace(config_map)
+        return [Request(ns, name(w)) for w in cache.list(WIDGET, ns)]
+
+    async def reconcile(request: Request) -> None:
+        widget = cache.get(WIDGET, request.name, request.namespace)
+        if widget is None:
+            return  # deleted: garbage collection removes its ConfigMap
+        data: dict[str, str] = {}
+        for defaults in cache.list(CONFIG_MAP, request.namespace, labels=DEFAULTS):
+            data.update(defaults.get("data") or {})
+        data.update(widget.get("spec", {}).get("data") or {})
+        desired = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": f"{request.name}-rendered",
+                "namespace": request.namespace,
+                "labels": {"example.crewlet.ai/widget": request.name},
+                "ownerReferences": [controller_reference(widget)],
+            },
+            "data": data,
+        }
+        observed = cache.get(CONFIG_MAP, f"{request.name}-rendered", request.namespace)
+        await client.apply_if_changed(CONFIG_MAP, desired, observed)
+
+        status = widget.get("status") or {}
+        ready = condition(
+            "Ready",
+            True,
+            "Rendered",
+            f"{len(data)} keys rendered",
+            observed_generation=widget["metadata"]["generation"],
+        )
+        conditions = set_condition(status.get("conditions") or [], ready)
+        if conditions != status.get("conditions"):
+            await client.apply_status(
+                WIDGET,
+                {
+                    "apiVersion": WIDGET.api_version,
+                    "kind": WIDGET.kind,
+                    "metadata": {"name": request.name, "namespace": request.namespace},
+                    "status": {"conditions": conditions},
+                },
+            )
+
+    (
+        manager.controller("widget")
+        .for_(WIDGET)
+        .owns(CONFIG_MAP)
+        .watches(CONFIG_MAP, widgets_of_namespace)
+        .complete(reconcile)
+    )

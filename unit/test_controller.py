@@ -1,0 +1,119 @@
+"""What a controller does with each reconcile outcome (no API server: the queue is observed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from crewlet_operator import metrics
+from crewlet_operator.cache import Cache
+from crewlet_operator.controller import Controller
+from crewlet_operator.errors import NotFoundError, TerminalError
+from crewlet_operator.handler import EnqueueHandler, request_for_object, requests_for_owner
+from crewlet_operator.leader import LeaderElectionConfig
+from crewlet_operator.predicate import GenerationChanged
+from crewlet_operator.reconcile import Request, Result
+from crewlet_operator.workqueue import RateLimitingQueue
+
+REQ = Request("ns", "obj")
+
+
+def make(outcome: Any, name: str) -> Controller:
+    async def reconcile(request: Request) -> Result | None:
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome  # type: ignore[no-any-return]
+
+    return Controller(name, reconcile, Cache(client=None))  # type: ignore[arg-type]
+
+
+def total(controller: str, result: str) -> float:
+    value = metrics.REGISTRY.get_sample_value(
+        "controller_runtime_reconcile_total", {"controller": controller, "result": result}
+    )
+    return value or 0.0
+
+
+async def test_success_forgets_backoff() -> None:
+    c = make(None, "unit-success")
+    c.queue.add_rate_limited(REQ)
+    assert c.queue.num_requeues(REQ) == 1
+    await c.reconcile_once(REQ)
+    assert c.queue.num_requeues(REQ) == 0
+    assert total("unit-success", "success") == 1
+
+
+async def test_error_requeues_with_backoff_and_counts() -> None:
+    c = make(NotFoundError(404), "unit-error")
+    await c.reconcile_once(REQ)
+    await c.reconcile_once(REQ)
+    assert c.queue.num_requeues(REQ) == 2
+    assert total("unit-error", "error") == 2
+    panics = metrics.REGISTRY.get_sample_value(
+        "controller_runtime_reconcile_panics_total", {"controller": "unit-error"}
+    )
+    assert panics == 0  # an API error is an ordinary failure, not a bug
+
+
+async def test_unexpected_exception_counts_as_a_panic_and_is_retried() -> None:
+    c = make(KeyError("bug"), "unit-panic")
+    await c.reconcile_once(REQ)
+    assert c.queue.num_requeues(REQ) == 1
+    panics = metrics.REGISTRY.get_sample_value(
+        "controller_runtime_reconcile_panics_total", {"controller": "unit-panic"}
+    )
+    assert panics == 1
+
+
+async def test_terminal_error_is_not_retried() -> None:
+    c = make(TerminalError("hopeless"), "unit-terminal")
+    c.queue.add_rate_limited(REQ)
+    await c.reconcile_once(REQ)
+    assert c.queue.num_requeues(REQ) == 0
+    terminal = metrics.REGISTRY.get_sample_value(
+        "controller_runtime_terminal_reconcile_errors_total", {"controller": "unit-terminal"}
+    )
+    assert terminal == 1
+
+
+async def test_requeue_after_schedules_a_delayed_add() -> None:
+    c = make(Result(requeue_after=0.01), "unit-requeue")
+    await c.reconcile_once(REQ)
+    assert total("unit-requeue", "requeue_after") == 1
+    assert len(c.queue) == 0
+    assert await c.queue.get() == REQ  # arrives after the delay
+
+
+def test_handlers_map_objects_and_owners_and_respect_predicates() -> None:
+    queue: RateLimitingQueue[Request] = RateLimitingQueue("unit-handlers")
+    child = {
+        "metadata": {
+            "name": "c",
+            "namespace": "ns",
+            "ownerReferences": [
+                {
+                    "apiVersion": "example.crewlet.ai/v1",
+                    "kind": "Widget",
+                    "name": "w",
+                    "controller": True,
+                },
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "not-controller"},
+            ],
+        }
+    }
+    assert request_for_object(child) == [Request("ns", "c")]
+    assert requests_for_owner("example.crewlet.ai", "Widget")(child) == [Request("ns", "w")]
+    assert requests_for_owner("", "ConfigMap")(child) == []  # not the controller reference
+    handler = EnqueueHandler(queue, request_for_object, [GenerationChanged()])
+    old = {"metadata": {"name": "c", "namespace": "ns", "generation": 1}}
+    handler.on_update(old, {"metadata": {**old["metadata"], "labels": {"a": "b"}}})
+    assert len(queue) == 0  # filtered: generation did not change
+    handler.on_update(old, {"metadata": {**old["metadata"], "generation": 2}})
+    assert len(queue) == 1  # old and new map to the same request: deduplicated
+
+
+@pytest.mark.parametrize(("lease", "renew", "retry"), [(15, 15, 2), (15, 10, 9), (10, 15, 2)])
+def test_leader_election_timings_are_validated(lease: float, renew: float, retry: float) -> None:
+    with pytest.raises(ValueError, match="lease_duration > renew_deadline"):
+        LeaderElectionConfig("l", "ns", "me", lease, renew, retry)

@@ -1,0 +1,765 @@
+"""The work queue's guarantees: dedup, FIFO, one worker per key, delays, shutdown, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client import generate_latest
+
+from crewlet_operator.metrics import REGISTRY, WorkqueueMetrics
+from crewlet_operator.ratelimit import ItemExponentialFailureRateLimiter
+from crewlet_operator.workqueue import QueueShutDown, RateLimitingQueue
+
+_names = itertools.count()
+
+
+def unique(prefix: str) -> str:
+    """A queue name no other test uses, so metric series never mix between tests."""
+    return f"{prefix}-{next(_names)}"
+
+
+class FakeClock:
+    """A monotonic clock that only moves when told to."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class RecordingLimiter:
+    """A limiter with a fixed delay that records what it was asked."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.whens: list[Hashable] = []
+        self.forgotten: list[Hashable] = []
+
+    def when(self, item: Hashable) -> float:
+        self.whens.append(item)
+        return self.delay
+
+    def forget(self, item: Hashable) -> None:
+        self.forgotten.append(item)
+
+    def num_requeues(self, item: Hashable) -> int:
+        return len(self.whens)
+
+
+async def get_soon(queue: RateLimitingQueue[str], timeout: float = 1.0) -> str:
+    return await asyncio.wait_for(queue.get(), timeout)
+
+
+async def assert_nothing_to_get(queue: RateLimitingQueue[str]) -> None:
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(queue.get(), 0.01)
+
+
+async def settle(rounds: int = 5) -> None:
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+def check_invariants(queue: RateLimitingQueue[int] | RateLimitingQueue[str]) -> None:
+    """The four invariants documented in workqueue.py, read off the internals."""
+    queued = list(queue._queue)
+    assert len(queued) == len(set(queued)), f"duplicate in queue: {queued}"  # (1)
+    assert set(queued) <= queue._dirty  # (1), (4)
+    assert not set(queued) & queue._processing  # (2)
+    assert queue._dirty - set(queued) <= queue._processing  # (3), (4)
+
+
+def sample(metric: str, name: str, **labels: str) -> float | None:
+    return REGISTRY.get_sample_value(metric, {"name": name, "controller": "ctl", **labels})
+
+
+# --- basic queue ------------------------------------------------------------------------------
+
+
+async def test_add_deduplicates_queued_items() -> None:
+    queue = RateLimitingQueue[str]("dedup")
+    for item in ["a", "a", "b", "a", "b"]:
+        queue.add(item)
+    assert len(queue) == 2
+    check_invariants(queue)
+    assert await get_soon(queue) == "a"
+    assert await get_soon(queue) == "b"
+    assert len(queue) == 0
+    await assert_nothing_to_get(queue)
+
+
+async def test_items_come_out_in_fifo_order() -> None:
+    queue = RateLimitingQueue[str]("fifo")
+    items = [f"k{i}" for i in range(20)]
+    for item in items:
+        queue.add(item)
+    assert [await get_soon(queue) for _ in items] == items
+
+
+async def test_get_waits_for_an_add() -> None:
+    queue = RateLimitingQueue[str]("wait")
+    getter = asyncio.create_task(queue.get())
+    await settle()
+    assert not getter.done()
+    queue.add("a")
+    assert await asyncio.wait_for(getter, 1.0) == "a"
+
+
+async def test_readd_while_processing_runs_again_after_done_exactly_once() -> None:
+    queue = RateLimitingQueue[str]("readd")
+    queue.add("a")
+    assert await get_soon(queue) == "a"
+    for _ in range(3):
+        queue.add("a")
+    # Not handed out while a worker holds it, however many times it was added.
+    assert len(queue) == 0
+    check_invariants(queue)
+    await assert_nothing_to_get(queue)
+
+    queue.done("a")
+    assert len(queue) == 1
+    assert await get_soon(queue) == "a"
+    queue.done("a")
+    assert len(queue) == 0
+    await assert_nothing_to_get(queue)
+
+
+async def test_done_without_readd_does_not_requeue() -> None:
+    queue = RateLimitingQueue[str]("done-plain")
+    queue.add("a")
+    await get_soon(queue)
+    queue.done("a")
+    assert len(queue) == 0
+    queue.add("a")  # accepted again once done
+    assert await get_soon(queue) == "a"
+
+
+async def test_done_for_an_item_not_processing_is_a_noop() -> None:
+    queue = RateLimitingQueue[str]("done-noop")
+    queue.add("a")
+    queue.done("a")  # queued, not processing: must not queue a duplicate
+    queue.done("zzz")
+    assert len(queue) == 1
+    check_invariants(queue)
+
+
+async def test_never_two_workers_on_one_key() -> None:
+    queue = RateLimitingQueue[str]("workers")
+    active: set[str] = set()
+    overlaps: list[str] = []
+    runs: list[str] = []
+
+    async def worker() -> None:
+        while True:
+            try:
+                key = await queue.get()
+            except QueueShutDown:
+                return
+            if key in active:
+                overlaps.append(key)
+            active.add(key)
+            runs.append(key)
+            await asyncio.sleep(0)
+            if len(runs) < 200:
+                queue.add(key)  # re-add itself while processing
+                queue.add(f"k{len(runs) % 3}")
+            await asyncio.sleep(0)
+            active.discard(key)
+            queue.done(key)
+
+    workers = [asyncio.create_task(worker()) for _ in range(8)]
+    for i in range(3):
+        queue.add(f"k{i}")
+    for _ in range(2000):
+        await asyncio.sleep(0)
+        if len(runs) >= 200 and not active and len(queue) == 0:
+            break
+    queue.shut_down()
+    await asyncio.wait_for(asyncio.gather(*workers), 1.0)
+    assert overlaps == []
+    assert len(runs) >= 200
+    assert set(runs) == {"k0", "k1", "k2"}
+
+
+async def test_cancelled_getter_passes_its_wakeup_on() -> None:
+    queue = RateLimitingQueue[str]("cancel")
+    first = asyncio.create_task(queue.get())
+    second = asyncio.create_task(queue.get())
+    await settle()
+    queue.add("a")  # wakes `first`...
+    first.cancel()  # ...which is cancelled before it can take the item
+    assert await asyncio.wait_for(second, 1.0) == "a"
+    with pytest.raises(asyncio.CancelledError):
+        await first
+
+
+# --- delayed adds -----------------------------------------------------------------------------
+
+
+async def test_add_after_releases_in_ready_time_order_with_real_timers() -> None:
+    queue = RateLimitingQueue[str]("after-real")
+    queue.add_after("slow", 0.03)
+    queue.add_after("fast", 0.01)
+    queue.add_after("mid", 0.02)
+    assert len(queue) == 0
+    assert [await get_soon(queue) for _ in range(3)] == ["fast", "mid", "slow"]
+
+
+async def test_add_after_with_fake_clock() -> None:
+    clock = FakeClock()
+    queue = RateLimitingQueue[str]("after-fake", clock=clock)
+    queue.add_after("a", 10.0)
+    queue.add_after("b", 5.0)
+    queue._release_ready()
+    assert len(queue) == 0
+    clock.advance(4.999)
+    queue._release_ready()
+    assert len(queue) == 0
+    clock.advance(0.001)
+    queue._release_ready()
+    assert len(queue) == 1
+    assert await get_soon(queue) == "b"
+    clock.advance(5.0)
+    queue._release_ready()
+    assert await get_soon(queue) == "a"
+    queue.shut_down()
+
+
+async def test_add_after_keeps_the_earlier_ready_time() -> None:
+    clock = FakeClock()
+    queue = RateLimitingQueue[str]("after-min", clock=clock)
+    queue.add_after("later-first", 10.0)
+    queue.add_after("later-first", 3.0)  # earlier: replaces
+    queue.add_after("earlier-first", 3.0)
+    queue.add_after("earlier-first", 10.0)  # later: ignored
+    clock.advance(3.0)
+    queue._release_ready()
+    assert sorted([await get_soon(queue), await get_soon(queue)]) == [
+        "earlier-first",
+        "later-first",
+    ]
+    queue.done("earlier-first")
+    queue.done("later-first")
+    clock.advance(7.0)
+    queue._release_ready()
+    assert len(queue) == 0  # neither comes back at t=10
+    assert queue._waiting == {}
+    queue.shut_down()
+
+
+async def test_add_after_with_no_delay_adds_now() -> None:
+    queue = RateLimitingQueue[str]("after-zero", clock=FakeClock())
+    queue.add_after("zero", 0.0)
+    queue.add_after("negative", -1.0)
+    assert len(queue) == 2
+    assert queue._waiting == {}
+
+
+async def test_many_delayed_items_share_one_timer() -> None:
+    clock = FakeClock()
+    queue = RateLimitingQueue[str]("after-many", clock=clock)
+    for i in range(10_000):
+        queue.add_after(f"k{i}", 1.0 + (i % 100) / 10)
+    timer = queue._timer
+    assert timer is not None
+    assert len(queue._waiting) == 10_000
+    clock.advance(100.0)
+    queue._release_ready()
+    assert len(queue) == 10_000
+    assert queue._timer is None
+    assert timer.cancelled()  # re-aimed at nothing once the heap was empty
+    queue.shut_down()
+
+
+async def test_superseded_heap_entries_are_compacted() -> None:
+    queue = RateLimitingQueue[str]("after-compact", clock=FakeClock())
+    for i in range(1000):
+        queue.add_after("a", 1000.0 - i)  # each call moves the same item earlier
+    assert len(queue._waiting) == 1
+    assert len(queue._heap) <= 65
+    queue.shut_down()
+
+
+async def test_the_timer_fires_for_the_new_head_when_an_earlier_item_arrives() -> None:
+    queue = RateLimitingQueue[str]("after-rearm")
+    queue.add_after("late", 30.0)
+    queue.add_after("early", 0.01)
+    assert await get_soon(queue) == "early"
+    assert len(queue._waiting) == 1
+    queue.shut_down()
+
+
+# --- rate limiting ----------------------------------------------------------------------------
+
+
+async def test_add_rate_limited_waits_for_the_limiter() -> None:
+    clock = FakeClock()
+    limiter = RecordingLimiter(7.0)
+    queue = RateLimitingQueue[str]("limited", rate_limiter=limiter, clock=clock)
+    queue.add_rate_limited("a")
+    assert limiter.whens == ["a"]
+    clock.advance(6.9)
+    queue._release_ready()
+    assert len(queue) == 0
+    clock.advance(0.1)
+    queue._release_ready()
+    assert await get_soon(queue) == "a"
+    assert queue.num_requeues("a") == 1
+    queue.forget("a")
+    assert limiter.forgotten == ["a"]
+    queue.shut_down()
+
+
+async def test_forget_resets_the_backoff() -> None:
+    clock = FakeClock()
+    limiter = ItemExponentialFailureRateLimiter[str](base_delay=1.0, max_delay=100.0)
+    queue = RateLimitingQueue[str]("forget", rate_limiter=limiter, clock=clock)
+    for _ in range(3):
+        queue.add_rate_limited("a")  # delays 1, 2, 4: the earliest (1 s) stays
+    assert queue.num_requeues("a") == 3
+    queue.forget("a")
+    assert queue.num_requeues("a") == 0
+    clock.advance(1.0)
+    queue._release_ready()
+    assert await get_soon(queue) == "a"
+    queue.done("a")
+
+    queue.add_rate_limited("a")  # back to the base delay, not 8 s
+    clock.advance(0.999)
+    queue._release_ready()
+    assert len(queue) == 0
+    clock.advance(0.001)
+    queue._release_ready()
+    assert len(queue) == 1
+    queue.shut_down()
+
+
+async def test_default_rate_limiter_backs_off_exponentially() -> None:
+    clock = FakeClock()
+    queue = RateLimitingQueue[str]("default-limiter", clock=clock)
+    queue.add_rate_limited("a")
+    queue._release_ready()
+    assert len(queue) == 0
+    clock.advance(0.005)
+    queue._release_ready()
+    assert len(queue) == 1
+    assert queue.num_requeues("a") == 1
+    queue.shut_down()
+
+
+# --- shutdown ---------------------------------------------------------------------------------
+
+
+async def test_shut_down_wakes_every_getter() -> None:
+    queue = RateLimitingQueue[str]("shutdown-wake")
+    getters = [asyncio.create_task(queue.get()) for _ in range(3)]
+    await settle()
+    assert not any(getter.done() for getter in getters)
+    queue.shut_down()
+    results = await asyncio.wait_for(asyncio.gather(*getters, return_exceptions=True), 1.0)
+    assert all(isinstance(result, QueueShutDown) for result in results)
+    assert queue.shutting_down
+
+
+async def test_getters_drain_queued_items_after_shut_down() -> None:
+    queue = RateLimitingQueue[str]("shutdown-drain-queue")
+    queue.add("a")
+    queue.add("b")
+    queue.shut_down()
+    assert await get_soon(queue) == "a"
+    assert await get_soon(queue) == "b"
+    with pytest.raises(QueueShutDown):
+        await get_soon(queue)
+
+
+async def test_adds_after_shut_down_are_ignored() -> None:
+    limiter = RecordingLimiter(1.0)
+    queue = RateLimitingQueue[str]("shutdown-adds", rate_limiter=limiter)
+    queue.shut_down()
+    queue.add("a")
+    queue.add_after("b", 0.0)
+    queue.add_after("c", 0.01)
+    queue.add_rate_limited("d")
+    assert len(queue) == 0
+    assert queue._waiting == {}
+    assert limiter.whens == []
+    with pytest.raises(QueueShutDown):
+        await get_soon(queue)
+
+
+async def test_shut_down_drops_delayed_items() -> None:
+    queue = RateLimitingQueue[str]("shutdown-delayed")
+    queue.add_after("a", 0.01)
+    queue.shut_down()
+    assert queue._timer is None
+    await asyncio.sleep(0.03)
+    assert len(queue) == 0
+    with pytest.raises(QueueShutDown):
+        await get_soon(queue)
+
+
+async def test_item_readded_before_shutdown_is_still_handed_out() -> None:
+    queue = RateLimitingQueue[str]("shutdown-dirty")
+    queue.add("a")
+    await get_soon(queue)
+    queue.add("a")
+    queue.shut_down()
+    queue.done("a")
+    assert await get_soon(queue) == "a"
+
+
+async def test_shut_down_with_drain_waits_for_in_flight_work() -> None:
+    queue = RateLimitingQueue[str]("drain")
+    queue.add("a")
+    queue.add("b")
+    assert await get_soon(queue) == "a"
+    assert await get_soon(queue) == "b"
+    draining = asyncio.create_task(queue.shut_down_with_drain())
+    await settle()
+    assert queue.shutting_down
+    assert not draining.done()
+    queue.done("a")
+    await settle()
+    assert not draining.done()  # "b" is still in flight
+    queue.done("b")
+    await asyncio.wait_for(draining, 1.0)
+
+
+async def test_drain_returns_at_once_when_idle() -> None:
+    queue = RateLimitingQueue[str]("drain-idle")
+    queue.add("queued-but-not-started")
+    await asyncio.wait_for(queue.drain(), 1.0)
+    await asyncio.wait_for(queue.shut_down_with_drain(), 1.0)
+
+
+async def test_shut_down_abandons_a_drain() -> None:
+    queue = RateLimitingQueue[str]("drain-abandon")
+    queue.add("stuck")
+    await get_soon(queue)
+    draining = asyncio.create_task(queue.shut_down_with_drain())
+    await settle()
+    assert not draining.done()
+    queue.shut_down()
+    await asyncio.wait_for(draining, 1.0)
+
+
+async def test_drain_on_a_live_queue_waits_for_processing_to_empty() -> None:
+    queue = RateLimitingQueue[str]("drain-live")
+    queue.add("a")
+    await get_soon(queue)
+    draining = asyncio.create_task(queue.drain())
+    await settle()
+    assert not draining.done()
+    assert not queue.shutting_down
+    queue.done("a")
+    await asyncio.wait_for(draining, 1.0)
+
+
+# --- metrics ----------------------------------------------------------------------------------
+
+
+async def test_metrics_follow_the_queue() -> None:
+    name = unique("metrics")
+    clock = FakeClock()
+    queue = RateLimitingQueue[str](
+        name,
+        rate_limiter=RecordingLimiter(2.0),
+        metrics=WorkqueueMetrics(name, "ctl"),
+        clock=clock,
+    )
+    # Series exist (at zero) before the first add.
+    assert sample("workqueue_adds_total", name) == 0.0
+    assert sample("workqueue_depth", name) == 0.0
+
+    queue.add("a")
+    queue.add("b")
+    queue.add("a")  # deduplicated: not an add
+    assert sample("workqueue_adds_total", name) == 2.0
+    assert sample("workqueue_depth", name) == 2.0
+
+    clock.advance(1.5)
+    assert await get_soon(queue) == "a"
+    assert sample("workqueue_depth", name) == 1.0
+    assert sample("workqueue_queue_duration_seconds_count", name) == 1.0
+    assert sample("workqueue_queue_duration_seconds_sum", name) == pytest.approx(1.5)
+    assert sample("workqueue_queue_duration_seconds_bucket", name, le="1.0") == 0.0
+    assert sample("workqueue_queue_duration_seconds_bucket", name, le="10.0") == 1.0
+
+    clock.advance(2.0)
+    queue.update_unfinished_work()
+    assert sample("workqueue_unfinished_work_seconds", name) == pytest.approx(2.0)
+    assert sample("workqueue_longest_running_processor_seconds", name) == pytest.approx(2.0)
+
+    assert await get_soon(queue) == "b"  # t = 3.5; "a" started at 1.5
+    clock.advance(1.0)
+    queue.update_unfinished_work()
+    assert sample("workqueue_unfinished_work_seconds", name) == pytest.approx(3.0 + 1.0)
+    assert sample("workqueue_longest_running_processor_seconds", name) == pytest.approx(3.0)
+
+    # Re-added while processing: counted in depth (client-go), not yet in len().
+    queue.add("a")
+    assert sample("workqueue_adds_total", name) == 3.0
+    assert sample("workqueue_depth", name) == 1.0
+    assert len(queue) == 0
+
+    queue.done("a")
+    assert sample("workqueue_work_duration_seconds_count", name) == 1.0
+    assert sample("workqueue_work_duration_seconds_sum", name) == pytest.approx(3.0)
+    queue.done("b")
+    assert sample("workqueue_work_duration_seconds_count", name) == 2.0
+    queue.update_unfinished_work()
+    assert sample("workqueue_unfinished_work_seconds", name) == 0.0
+    assert sample("workqueue_longest_running_processor_seconds", name) == 0.0
+
+    assert sample("workqueue_retries_total", name) == 0.0
+    queue.add_rate_limited("c")
+    queue.add_after("d", 5.0)
+    assert sample("workqueue_retries_total", name) == 2.0
+    queue.shut_down()
+
+
+async def test_queue_latency_of_a_readd_includes_the_wait_for_done() -> None:
+    name = unique("metrics-readd")
+    clock = FakeClock()
+    queue = RateLimitingQueue[str](name, metrics=WorkqueueMetrics(name, "ctl"), clock=clock)
+    queue.add("a")
+    await get_soon(queue)
+    queue.add("a")  # t = 0, while processing
+    clock.advance(4.0)
+    queue.done("a")
+    await get_soon(queue)
+    assert sample("workqueue_queue_duration_seconds_sum", name) == pytest.approx(4.0)
+
+
+async def test_unfinished_work_loop_samples_until_shutdown() -> None:
+    name = unique("metrics-loop")
+    clock = FakeClock()
+    queue = RateLimitingQueue[str](name, metrics=WorkqueueMetrics(name, "ctl"), clock=clock)
+    queue.add("a")
+    await get_soon(queue)
+    loop_task = asyncio.create_task(queue.unfinished_work_loop(period=0.001))
+    clock.advance(5.0)
+    await asyncio.sleep(0.01)
+    assert sample("workqueue_unfinished_work_seconds", name) == pytest.approx(5.0)
+    queue.shut_down()
+    await asyncio.wait_for(loop_task, 1.0)
+
+
+async def test_metric_names_are_exposed_verbatim() -> None:
+    WorkqueueMetrics(unique("exposed"), "ctl")
+    text = generate_latest(REGISTRY).decode()
+    for metric in [
+        "workqueue_depth",
+        "workqueue_adds_total",
+        "workqueue_queue_duration_seconds_bucket",
+        "workqueue_work_duration_seconds_bucket",
+        "workqueue_unfinished_work_seconds",
+        "workqueue_longest_running_processor_seconds",
+        "workqueue_retries_total",
+    ]:
+        assert f"\n{metric}{{" in text, metric
+    assert "_total_total" not in text
+    for help_line in [
+        "# TYPE controller_runtime_reconcile_total counter",
+        "# TYPE controller_runtime_reconcile_errors_total counter",
+        "# TYPE controller_runtime_terminal_reconcile_errors_total counter",
+        "# TYPE controller_runtime_reconcile_panics_total counter",
+        "# TYPE controller_runtime_reconcile_time_seconds histogram",
+        "# TYPE controller_runtime_max_concurrent_reconciles gauge",
+        "# TYPE controller_runtime_active_workers gauge",
+        "# TYPE leader_election_master_status gauge",
+        "# TYPE rest_client_requests_total counter",
+        "# TYPE rest_client_request_duration_seconds histogram",
+    ]:
+        assert help_line in text, help_line
+    buckets = 'le="1e-08"', 'le="1e-07"', 'le="0.1"', 'le="10.0"', 'le="+Inf"'
+    for bucket in buckets:
+        assert f'workqueue_work_duration_seconds_bucket{{controller="ctl",{bucket}' in text
+
+
+# --- properties -------------------------------------------------------------------------------
+
+
+@dataclass
+class Op:
+    kind: str
+    key: int = 0
+    n: int = 0
+
+
+KEYS = st.integers(min_value=0, max_value=5)
+OPS = st.one_of(
+    st.builds(Op, kind=st.just("add"), key=KEYS),
+    st.builds(Op, kind=st.just("get")),
+    st.builds(Op, kind=st.just("done"), n=st.integers(min_value=0, max_value=10)),
+    st.builds(Op, kind=st.just("add_after"), key=KEYS, n=st.integers(min_value=-1, max_value=5)),
+    st.builds(Op, kind=st.just("tick"), n=st.integers(min_value=0, max_value=3)),
+)
+
+
+@dataclass
+class Model:
+    """The queue's specification, written as plainly as possible."""
+
+    queue: list[int] = field(default_factory=list)
+    dirty: set[int] = field(default_factory=set)
+    processing: set[int] = field(default_factory=set)
+    waiting: dict[int, tuple[float, int]] = field(default_factory=dict)
+    seq: int = 0
+    now: float = 0.0
+    owed: set[int] = field(default_factory=set)  # added and not handed out since
+
+    def add(self, key: int) -> None:
+        self.owed.add(key)
+        if key in self.dirty:
+            return
+        self.dirty.add(key)
+        if key not in self.processing:
+            self.queue.append(key)
+
+    def get(self) -> int:
+        key = self.queue.pop(0)
+        self.dirty.discard(key)
+        self.processing.add(key)
+        self.owed.discard(key)
+        return key
+
+    def done(self, key: int) -> None:
+        self.processing.remove(key)
+        if key in self.dirty:
+            self.queue.append(key)
+
+    def add_after(self, key: int, delay: float) -> None:
+        if delay <= 0:
+            self.add(key)
+            return
+        at = self.now + delay
+        if key in self.waiting and self.waiting[key][0] <= at:
+            return
+        self.waiting[key] = (at, self.seq)
+        self.seq += 1
+
+    def tick(self, seconds: float) -> None:
+        self.now += seconds
+        for _, key in sorted((e, k) for k, e in self.waiting.items() if e[0] <= self.now):
+            del self.waiting[key]
+            self.add(key)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(OPS, max_size=60))
+async def test_property_queue_matches_model_and_delivers_everything(ops: list[Op]) -> None:
+    clock = FakeClock(0.0)
+    queue = RateLimitingQueue[int]("property-model", clock=clock)
+    model = Model()
+    try:
+        for op in ops:
+            if op.kind == "add":
+                queue.add(op.key)
+                model.add(op.key)
+            elif op.kind == "get" and model.queue:
+                assert await asyncio.wait_for(queue.get(), 1.0) == model.get()
+            elif op.kind == "done" and model.processing:
+                key = sorted(model.processing)[op.n % len(model.processing)]
+                queue.done(key)
+                model.done(key)
+            elif op.kind == "add_after":
+                queue.add_after(op.key, op.n)
+                model.add_after(op.key, op.n)
+            elif op.kind == "tick":
+                clock.advance(op.n)
+                queue._release_ready()
+                model.tick(op.n)
+            check_invariants(queue)
+            assert len(queue) == len(model.queue)
+            assert queue._dirty == model.dirty
+            assert queue._processing == model.processing
+
+        # Let everything finish: every key added must come out after its last add.
+        for key in sorted(model.processing):
+            queue.done(key)
+            model.done(key)
+        clock.advance(10.0)
+        queue._release_ready()
+        model.tick(10.0)
+        delivered = 0
+        while model.queue:
+            expected = model.get()
+            assert await asyncio.wait_for(queue.get(), 1.0) == expected
+            queue.done(expected)
+            model.done(expected)
+            delivered += 1
+            assert delivered <= 6, "a key came back without being re-added"
+        assert len(queue) == 0
+        assert model.owed == set()
+    finally:
+        queue.shut_down()
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    data=st.data(),
+    n_workers=st.integers(min_value=1, max_value=6),
+    adds=st.lists(st.tuples(KEYS, st.integers(min_value=0, max_value=3)), min_size=1, max_size=40),
+)
+async def test_property_never_two_workers_on_one_key(
+    data: st.DataObject, n_workers: int, adds: list[tuple[int, int]]
+) -> None:
+    queue = RateLimitingQueue[int]("property-workers")
+    active: set[int] = set()
+    overlaps: list[int] = []
+    owed: set[int] = set()  # added and not picked up by a worker since
+    readd_budget = [30]
+
+    async def worker() -> None:
+        while True:
+            try:
+                key = await queue.get()
+            except QueueShutDown:
+                return
+            if key in active:
+                overlaps.append(key)
+            active.add(key)
+            owed.discard(key)
+            try:
+                for _ in range(data.draw(st.integers(min_value=0, max_value=3))):
+                    await asyncio.sleep(0)
+                if readd_budget[0] > 0 and data.draw(st.booleans()):
+                    readd_budget[0] -= 1
+                    again = data.draw(KEYS)  # often the key being processed
+                    owed.add(again)
+                    queue.add(again)
+                    for _ in range(data.draw(st.integers(min_value=0, max_value=2))):
+                        await asyncio.sleep(0)
+            finally:
+                active.discard(key)
+                queue.done(key)
+
+    workers = [asyncio.create_task(worker()) for _ in range(n_workers)]
+    try:
+        for key, pause in adds:
+            owed.add(key)
+            queue.add(key)
+            for _ in range(pause):
+                await asyncio.sleep(0)
+        for _ in range(100_000):
+            await asyncio.sleep(0)
+            if not active and len(queue) == 0:
+                break
+        else:
+            pytest.fail("the workers never went idle")
+    finally:
+        queue.shut_down()
+        await asyncio.wait_for(asyncio.gather(*workers), 5.0)
+    assert overlaps == []
+    assert owed == set()
