@@ -183,7 +183,7 @@ class Controller:
 class Builder:
     """Wires a controller into a manager, the way controller-runtime's builder does::
 
-        manager.controller("configmap-copier") \\
+        manager.controller("widget") \\
             .for_(WIDGET) \\
             .owns(CONFIG_MAP) \\
             .watches(SECRET, lambda s: [Request("ns", "w")]) \\
@@ -257,7 +257,11 @@ class Builder:
         """Create the controller, register its watches and add it to the manager."""
         if self._for is None:
             raise ValueError("a controller needs a primary kind: call for_ first")
-        controller = Controller(self._name, reconciler, self._manager.cache, **self._options)
+        settings = {
+            "max_concurrent_reconciles": self._manager.options.max_concurrent_reconciles,
+            **self._options,
+        }
+        controller = Controller(self._name, reconciler, self._manager.cache, **settings)
         primary, predicates, options = self._for
         controller.watch(primary, request_for_object, predicates, options)
         for resource, child_predicates, child_options in self._owns:

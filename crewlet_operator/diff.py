@@ -56,9 +56,9 @@ The rules of :func:`semantic_subset`:
   same length and each desired item is a subset of the observed item at the same position.
 
 Known limits: the comparison cannot see a field (or a merged list item) the controller stopped
-setting, since the observed object keeps it until the next apply. Controllers that remove fields
-should also compare :func:`hash_of` of the desired object with the hash of the last one applied
-(kept in an annotation, say). A zero value the API server omits (``hostNetwork: false`` on a
+setting, since the observed object keeps it until the next apply; :mod:`.fieldset` reads the
+manager's own ``managedFields`` entry for that, and :meth:`Client.apply_if_changed` uses both.
+A zero value the API server omits (``hostNetwork: false`` on a
 non-pointer field) never shows up in ``observed``; leave such values out of ``desired``. Pass whole
 objects: ``apiVersion`` and ``kind`` at the top level, and the server-owned ``metadata`` fields
 (``resourceVersion``, ``uid``, ``generation``, ``creationTimestamp``, ``managedFields``,

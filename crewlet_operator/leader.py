@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import math
 import random
 import socket
 import time
@@ -191,7 +192,7 @@ class LeaderElector:
     def _spec(self, acquired: str, renewed: str, transitions: int) -> dict[str, Any]:
         return {
             "holderIdentity": self.config.identity,
-            "leaseDurationSeconds": int(self.config.lease_duration),
+            "leaseDurationSeconds": math.ceil(self.config.lease_duration),
             "acquireTime": acquired,
             "renewTime": renewed,
             "leaseTransitions": transitions,

@@ -64,6 +64,8 @@ class ManagerOptions:
     metrics_secure: bool = True
     metrics_cert_dir: Path | None = None
     graceful_shutdown_timeout: float = 30.0
+    max_concurrent_reconciles: int = 1
+    """Workers per controller unless its builder says otherwise (controller-runtime: 1)."""
     cache_sync_timeout: float = 120.0
     cache_options: InformerOptions | None = None
 

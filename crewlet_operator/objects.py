@@ -18,9 +18,6 @@ from typing import Any
 KubeObject = dict[str, Any]
 """A Kubernetes object as the API server's JSON: ``apiVersion``, ``kind``, ``metadata``, ..."""
 
-LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
-"""The annotation ``kubectl apply`` (client-side) stores its whole input in."""
-
 
 def metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """Return ``obj.metadata``, or an empty mapping when it is missing or null."""
@@ -93,27 +90,3 @@ def object_key(obj: Mapping[str, Any]) -> str:
     """
     ns = namespace(obj)
     return f"{ns}/{name(obj)}" if ns else name(obj)
-
-
-def strip_managed_fields(obj: Mapping[str, Any]) -> KubeObject:
-    """Return ``obj`` without ``metadata.managedFields`` and the last-applied annotation.
-
-    The default cache transform: both fields are bookkeeping for appliers, often larger than the
-    rest of the object, and no reconciler reads them. The input is not mutated; the result is a
-    new top-level dict with a new ``metadata`` and shares every other value with ``obj``.
-    """
-    result = dict(obj)
-    if "metadata" not in obj:
-        return result
-    meta = dict(metadata(obj))
-    meta.pop("managedFields", None)
-    notes = meta.get("annotations")
-    if isinstance(notes, Mapping) and LAST_APPLIED_ANNOTATION in notes:
-        kept = {k: v for k, v in notes.items() if k != LAST_APPLIED_ANNOTATION}
-        # The API server omits an empty annotations map; do the same.
-        if kept:
-            meta["annotations"] = kept
-        else:
-            del meta["annotations"]
-    result["metadata"] = meta
-    return result

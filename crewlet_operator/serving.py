@@ -568,6 +568,7 @@ class MetricsServer(_Server):
     :param allow_ttl: Seconds an allowed SubjectAccessReview is cached.
     :param deny_ttl: Seconds a denied SubjectAccessReview is cached.
     :param clock: Monotonic seconds for the caches; injectable for tests.
+    :param cert_poll_interval: Seconds between checks of ``cert_dir`` for a renewed pair.
     """
 
     def __init__(
@@ -583,9 +584,11 @@ class MetricsServer(_Server):
         allow_ttl: float = 300.0,
         deny_ttl: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        cert_poll_interval: float = CERT_POLL_INTERVAL,
     ) -> None:
         super().__init__(bind_address)
         self.secure = secure
+        self.cert_poll_interval = cert_poll_interval
         self.cert_dir = Path(cert_dir) if cert_dir is not None else None
         self.registry = registry
         self.auth: DelegatingAuth | None = None
@@ -640,7 +643,7 @@ class MetricsServer(_Server):
 
     async def _watch_certificate(self, rotating: _RotatingCertificate) -> None:
         while True:
-            await asyncio.sleep(CERT_POLL_INTERVAL)
+            await asyncio.sleep(self.cert_poll_interval)
             rotating.reload_if_changed()
 
     async def stop(self) -> None:

@@ -444,7 +444,8 @@ async def test_two_managers_exactly_one_leads_and_the_other_takes_over(
     try:
         await eventually(lambda: all(r.up() for r in replicas), timeout=30, message="replicas up")
         await eventually(lambda: holder(kube_client, namespace), timeout=30, message="a leader")
-        first = next(r for r in replicas if r.identity == await holder(kube_client, namespace))
+        leader = await holder(kube_client, namespace)
+        first = next(r for r in replicas if r.identity == leader)
         other = next(r for r in replicas if r is not first)
         await eventually(lambda: leading(first.metrics_port), timeout=10)
         assert not leading(other.metrics_port)

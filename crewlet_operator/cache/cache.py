@@ -39,7 +39,7 @@ class Cache:
         """The informer for ``resource``, created on first use (started if the cache runs)."""
         existing = self._informers.get(resource)
         if existing is not None:
-            if options is not None and options is not existing.options:
+            if options is not None and options != existing.options:
                 raise ValueError(
                     f"{resource.group_kind} already has an informer with other options"
                 )

@@ -6,9 +6,24 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TypeVar, overload
 
 T = TypeVar("T")
+
+
+@overload
+async def eventually(
+    probe: Callable[[], Awaitable[T]],
+    timeout: float = ...,
+    interval: float = ...,
+    message: str = ...,
+) -> T: ...
+
+
+@overload
+async def eventually(
+    probe: Callable[[], T], timeout: float = ..., interval: float = ..., message: str = ...
+) -> T: ...
 
 
 async def eventually(

@@ -362,7 +362,11 @@ class Client:
         This is what makes a resync of a converged world cost zero writes.
         """
         if observed is not None and not needs_apply(desired, observed):
-            owned = owned_fields(observed, kwargs.get("field_manager") or self.field_manager)
+            owned = owned_fields(
+                observed,
+                kwargs.get("field_manager") or self.field_manager,
+                kwargs.get("subresource") or "",
+            )
             if not would_remove_owned_fields(desired, owned):
                 return None
         return await self.apply(resource, desired, **kwargs)

@@ -1,0 +1,115 @@
+"""``crewlet-operator``: the daemon. Flags are spelt as controller-runtime/kubebuilder spell
+them, so a manifest written for a Go operator's manager reads the same here."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import structlog
+
+from crewlet_operator.kube.client import Client
+from crewlet_operator.logging import configure_logging
+from crewlet_operator.manager import LeadershipLostError, Manager, ManagerOptions
+
+SUPPORTED_MINOR = "37"
+"""The Kubernetes minor the operator is tested against (the install page supports one)."""
+
+log = structlog.get_logger("crewlet_operator.cli")
+
+
+def _bool(value: str) -> bool:
+    lowered = value.lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The daemon's flags, with their defaults."""
+    p = argparse.ArgumentParser(prog="crewlet-operator", description=__doc__)
+    p.add_argument("--kubeconfig", help="kubeconfig path; in-cluster config when unset")
+    p.add_argument(
+        "--leader-elect",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        help="elect a leader with a Lease so that one replica acts (default true)",
+    )
+    p.add_argument(
+        "--leader-election-namespace",
+        help="namespace of the Lease (default: the pod's own namespace)",
+    )
+    p.add_argument(
+        "--leader-election-id", default="crewlet-operator-leader", help="name of the Lease"
+    )
+    p.add_argument(
+        "--metrics-bind-address", default=":8443", help='metrics endpoint address; "0" turns it off'
+    )
+    p.add_argument(
+        "--metrics-secure",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        help="serve metrics over HTTPS with authentication and authorisation",
+    )
+    p.add_argument("--metrics-cert-dir", help="directory with tls.crt and tls.key for metrics")
+    p.add_argument(
+        "--health-probe-bind-address", default=":8081", help="address of /healthz and /readyz"
+    )
+    p.add_argument(
+        "--max-concurrent-reconciles", type=int, default=4, help="workers per controller"
+    )
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-format", default="json", choices=["json", "console", "auto"])
+    return p.parse_args(argv)
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Connect, check the server, run the manager until SIGTERM; return the exit code."""
+    client = await Client.from_environment(args.kubeconfig)
+    try:
+        version = await client.server_version()
+        log.info("connected", server=client.host, kubernetes=version.get("gitVersion"))
+        if str(version.get("minor", "")).rstrip("+") != SUPPORTED_MINOR:
+            log.warning(
+                "unsupported Kubernetes minor; the operator is tested on 1.37 only",
+                kubernetes=version.get("gitVersion"),
+            )
+        manager = Manager(
+            client,
+            ManagerOptions(
+                leader_election=args.leader_elect,
+                leader_election_id=args.leader_election_id,
+                leader_election_namespace=args.leader_election_namespace,
+                metrics_bind_address=args.metrics_bind_address,
+                metrics_secure=args.metrics_secure,
+                metrics_cert_dir=Path(args.metrics_cert_dir) if args.metrics_cert_dir else None,
+                health_probe_bind_address=args.health_probe_bind_address,
+            ),
+        )
+        await manager.run(handle_signals=True)
+    except LeadershipLostError:
+        log.error("leader election lost; exiting")
+        return 1
+    finally:
+        await client.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console-script entry point."""
+    args = parse_args(argv)
+    configure_logging(args.log_level, args.log_format)
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
