@@ -31,9 +31,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("crewlet_operator.controller")
 
-UNFINISHED_WORK_PERIOD = 0.5
-"""How often the in-flight gauges are sampled (client-go samples every 500 ms)."""
-
 
 class Controller:
     """Runs ``max_concurrent_reconciles`` workers over one deduplicating queue.
@@ -86,7 +83,9 @@ class Controller:
             asyncio.create_task(self._worker(), name=f"{self.name} worker {i}")
             for i in range(self.max_concurrent_reconciles)
         ]
-        self._sampler = asyncio.create_task(self._sample(), name=f"{self.name} sampler")
+        self._sampler = asyncio.create_task(
+            self.queue.unfinished_work_loop(), name=f"{self.name} unfinished work"
+        )
 
     async def stop(self, timeout: float | None = None) -> None:
         """Stop taking work, let in-flight reconciles finish (up to ``timeout``), then return.
@@ -110,11 +109,6 @@ class Controller:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-    async def _sample(self) -> None:
-        while True:
-            await asyncio.sleep(UNFINISHED_WORK_PERIOD)
-            self.queue.update_unfinished_work()
 
     async def _worker(self) -> None:
         while not self._stopping:

@@ -235,19 +235,27 @@ async def test_client_certificate_user_is_subject_to_rbac(
     with pytest.raises(ForbiddenError):
         await alice.list(r.SECRET, namespace)
     await kube_client.apply(
+        r.ROLE,
+        {
+            "metadata": {"name": "secret-reader", "namespace": namespace},
+            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}],
+        },
+    )
+    await kube_client.apply(
         r.ROLE_BINDING,
         {
-            "metadata": {"name": "team-a-view", "namespace": namespace},
+            "metadata": {"name": "team-a-secrets", "namespace": namespace},
             "roleRef": {
                 "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "admin",
+                "kind": "Role",
+                "name": "secret-reader",
             },
             "subjects": [
                 {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "team-a"}
             ],
         },
     )
+    # The certificate's organisation is the user's group: the group's grant applies to alice.
     await eventually(lambda: alice.list(r.SECRET, namespace), message="group grant")
 
 

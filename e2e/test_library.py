@@ -54,7 +54,7 @@ async def install_widget_crd(client: Client) -> None:
     await eventually(served, message="Widget CRD served")
 
 
-def test_options(**overrides: Any) -> ManagerOptions:
+def manager_options(**overrides: Any) -> ManagerOptions:
     base: dict[str, Any] = {
         "leader_election": False,
         "health_probe_bind_address": "127.0.0.1:0",
@@ -78,7 +78,7 @@ async def running(manager: Manager) -> AsyncIterator[asyncio.Task[None]]:
 
 async def test_example_controller_for_owns_watches(kube_client: Client, namespace: str) -> None:
     await install_widget_crd(kube_client)
-    manager = Manager(kube_client, test_options())
+    manager = Manager(kube_client, manager_options())
     setup(manager)
     async with running(manager):
         await kube_client.create(
@@ -123,7 +123,7 @@ async def test_example_controller_for_owns_watches(kube_client: Client, namespac
 
 
 async def test_cached_read_of_an_undeclared_kind_is_an_error(kube_client: Client) -> None:
-    manager = Manager(kube_client, test_options())
+    manager = Manager(kube_client, manager_options())
     with pytest.raises(NoInformerError, match="no informer for Lease"):
         manager.cache.get(LEASE, "x", "default")
 
@@ -131,7 +131,7 @@ async def test_cached_read_of_an_undeclared_kind_is_an_error(kube_client: Client
 async def test_failing_reconcile_is_retried_without_killing_the_worker(
     kube_client: Client, namespace: str
 ) -> None:
-    manager = Manager(kube_client, test_options())
+    manager = Manager(kube_client, manager_options())
     attempts: dict[str, int] = {}
 
     async def reconcile(request: Request) -> None:
@@ -176,7 +176,7 @@ async def test_resync_of_converged_objects_makes_zero_mutating_requests(
     kube_client: Client, namespace: str, control_plane: ControlPlane
 ) -> None:
     await install_widget_crd(kube_client)
-    first = Manager(kube_client, test_options())
+    first = Manager(kube_client, manager_options())
     setup(first)
     async with running(first):
         await asyncio.gather(
@@ -202,7 +202,7 @@ async def test_resync_of_converged_objects_makes_zero_mutating_requests(
         await eventually(converged, timeout=120, message="100 widgets converged")
     before = await read_mutations(control_plane, {"configmaps", "widgets"})
     # A fresh manager lists everything and reconciles all 100 again.
-    second = Manager(kube_client, test_options())
+    second = Manager(kube_client, manager_options())
     setup(second)
 
     def reconciled() -> float:
@@ -354,7 +354,7 @@ async def test_leader_cut_off_from_the_api_server_stops_before_its_lease_expires
 
     manager = Manager(
         fault_client,
-        test_options(
+        manager_options(
             leader_election=True,
             leader_election_id="cutoff",
             leader_election_namespace="default",

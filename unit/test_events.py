@@ -7,6 +7,7 @@ import re
 import socket
 from typing import Any
 
+from fakes import FakeClock
 from structlog.testing import capture_logs
 
 from crewlet_operator.errors import ForbiddenError, NotFoundError
@@ -42,22 +43,6 @@ NODE = {
     "metadata": {"name": "node-1", "uid": "node-uid", "resourceVersion": "7"},
 }
 NAME = re.compile(r"^(?P<stem>[a-z0-9.-]+)\.(?P<suffix>[0-9a-f]{16})$")
-
-
-class FakeClock:
-    """Epoch seconds that only move when told to."""
-
-    def __init__(self, now: float = JAN_1_2026) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-# -- pure functions ----------------------------------------------------------------------------
 
 
 def test_event_about_a_namespaced_object() -> None:
@@ -192,7 +177,7 @@ def test_object_reference_leaves_out_what_the_object_lacks() -> None:
 
 
 def test_a_repeat_within_five_minutes_of_the_last_joins_the_series() -> None:
-    clock = FakeClock()
+    clock = FakeClock(JAN_1_2026)
     tracker = SeriesTracker(clock=clock)
     key = ("uid", "Failed", "boom")
     first = tracker.observe(key, "obj")
@@ -211,7 +196,7 @@ def test_a_repeat_within_five_minutes_of_the_last_joins_the_series() -> None:
 
 
 def test_a_repeat_five_minutes_after_the_last_starts_a_new_event() -> None:
-    clock = FakeClock()
+    clock = FakeClock(JAN_1_2026)
     tracker = SeriesTracker(clock=clock)
     key = ("uid", "Failed", "boom")
     first_name = tracker.observe(key, "obj").name
@@ -223,14 +208,14 @@ def test_a_repeat_five_minutes_after_the_last_starts_a_new_event() -> None:
 
 
 def test_different_reason_note_or_object_are_different_series() -> None:
-    tracker = SeriesTracker(clock=FakeClock())
+    tracker = SeriesTracker(clock=FakeClock(JAN_1_2026))
     keys = [("a", "R", "n"), ("a", "R", "other note"), ("a", "Other", "n"), ("b", "R", "n")]
     assert [tracker.observe(k, "obj").count for k in keys] == [1, 1, 1, 1]
     assert len(tracker) == 4
 
 
 def test_expired_and_excess_series_are_forgotten() -> None:
-    clock = FakeClock()
+    clock = FakeClock(JAN_1_2026)
     tracker = SeriesTracker(clock=clock, max_entries=2)
     tracker.observe(("a", "R", "n"), "a")
     tracker.observe(("b", "R", "n"), "b")
@@ -282,7 +267,7 @@ class FakeEvents:
 
 
 def recorder() -> tuple[EventRecorder, FakeEvents, FakeClock]:
-    client, clock = FakeEvents(), FakeClock()
+    client, clock = FakeEvents(), FakeClock(JAN_1_2026)
     return EventRecorder(client, "crewlet-operator", clock=clock), client, clock
 
 

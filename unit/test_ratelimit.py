@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 import pytest
+from fakes import FakeClock, RecordingLimiter
 
 from crewlet_operator.ratelimit import (
     BucketRateLimiter,
@@ -13,42 +14,6 @@ from crewlet_operator.ratelimit import (
     RateLimiter,
     default_controller_rate_limiter,
 )
-
-
-class FakeClock:
-    """A monotonic clock that only moves when told to."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-class RecordingLimiter:
-    """A limiter with a fixed answer that records what it was asked."""
-
-    def __init__(self, delay: float, requeues: int = 0) -> None:
-        self.delay = delay
-        self.requeues = requeues
-        self.whens: list[Hashable] = []
-        self.forgotten: list[Hashable] = []
-
-    def when(self, item: Hashable) -> float:
-        self.whens.append(item)
-        return self.delay
-
-    def forget(self, item: Hashable) -> None:
-        self.forgotten.append(item)
-
-    def num_requeues(self, item: Hashable) -> int:
-        return self.requeues
-
-
-# --- ItemExponentialFailureRateLimiter --------------------------------------------------------
 
 
 def test_exponential_doubles_from_base_until_the_cap() -> None:

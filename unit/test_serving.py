@@ -17,6 +17,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from fakes import FakeClock
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter
 from structlog.testing import capture_logs
 
@@ -35,19 +36,6 @@ from crewlet_operator.serving import (
 
 GOOD_TOKEN = "good-token-0123456789"
 DENIED_TOKEN = "denied-token-0123456789"
-
-
-class FakeClock:
-    """Monotonic seconds that only move when told to."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class FakeReviews:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 import pytest
+from fakes import FakeClock, RecordingLimiter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import generate_latest
@@ -22,38 +22,6 @@ _names = itertools.count()
 def unique(prefix: str) -> str:
     """A queue name no other test uses, so metric series never mix between tests."""
     return f"{prefix}-{next(_names)}"
-
-
-class FakeClock:
-    """A monotonic clock that only moves when told to."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-class RecordingLimiter:
-    """A limiter with a fixed delay that records what it was asked."""
-
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
-        self.whens: list[Hashable] = []
-        self.forgotten: list[Hashable] = []
-
-    def when(self, item: Hashable) -> float:
-        self.whens.append(item)
-        return self.delay
-
-    def forget(self, item: Hashable) -> None:
-        self.forgotten.append(item)
-
-    def num_requeues(self, item: Hashable) -> int:
-        return len(self.whens)
 
 
 async def get_soon(queue: RateLimitingQueue[str], timeout: float = 1.0) -> str:
@@ -602,7 +570,13 @@ OPS = st.one_of(
     st.builds(Op, kind=st.just("add"), key=KEYS),
     st.builds(Op, kind=st.just("get")),
     st.builds(Op, kind=st.just("done"), n=st.integers(min_value=0, max_value=10)),
-    st.builds(Op, kind=st.just("add_after"), key=KEYS, n=st.integers(min_value=-1, max_value=5)),
+    # Few keys for delayed adds, so the same key is often scheduled twice.
+    st.builds(
+        Op,
+        kind=st.just("add_after"),
+        key=st.integers(min_value=0, max_value=2),
+        n=st.integers(min_value=-1, max_value=5),
+    ),
     st.builds(Op, kind=st.just("tick"), n=st.integers(min_value=0, max_value=3)),
 )
 
@@ -684,6 +658,9 @@ async def test_property_queue_matches_model_and_delivers_everything(ops: list[Op
             assert len(queue) == len(model.queue)
             assert queue._dirty == model.dirty
             assert queue._processing == model.processing
+            assert {k: at for k, (at, _) in queue._waiting.items()} == {
+                k: at for k, (at, _) in model.waiting.items()
+            }
 
         # Let everything finish: every key added must come out after its last add.
         for key in sorted(model.processing):
@@ -752,9 +729,10 @@ async def test_property_never_two_workers_on_one_key(
             queue.add(key)
             for _ in range(pause):
                 await asyncio.sleep(0)
-        for _ in range(100_000):
+        # Bounded: at most 40 adds and 30 re-adds, each held for a few yields.
+        for _ in range(10_000):
             await asyncio.sleep(0)
-            if not active and len(queue) == 0:
+            if overlaps or (not active and len(queue) == 0):
                 break
         else:
             pytest.fail("the workers never went idle")

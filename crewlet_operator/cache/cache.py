@@ -83,9 +83,12 @@ class Cache:
 
     async def wait_for_sync(self, timeout: float | None = None) -> None:
         """Wait until every informer has stored its first list."""
-        await asyncio.wait_for(
-            asyncio.gather(*(i.wait_for_sync() for i in self._informers.values())), timeout
-        )
+
+        async def every_informer() -> None:
+            for informer in list(self._informers.values()):
+                await informer.wait_for_sync()
+
+        await asyncio.wait_for(every_informer(), timeout)
 
     @property
     def synced(self) -> bool:
