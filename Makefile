@@ -43,8 +43,12 @@ e2e: venv bins ## Tests against a real local control plane
 test: lint unit e2e ## Everything CI runs: lint, type-check, unit, e2e
 
 .PHONY: run
-run: venv bins ## A local control plane with workloads; Ctrl-C stops it
-	$(BIN)/python -m crewlet_operator.envtest up --dir $(RUN_DIR) --workloads
+run: venv bins ## Control plane + CRDs + the operator + a sample company (Ready); Ctrl-C stops it
+	RUN_DIR=$(RUN_DIR) $(BIN)/python hack/demo.py
+
+.PHONY: manifests
+manifests: venv ## Regenerate the CRDs in manifests/crds from the pydantic models
+	$(BIN)/python -m crewlet_operator.api manifests/crds
 
 .PHONY: fmt
 fmt: venv ## Format and fix what ruff can

@@ -12,8 +12,16 @@ from pathlib import Path
 import structlog
 
 from crewlet_operator.kube.client import Client
+from crewlet_operator.kube.resources import HTTP_ROUTE
 from crewlet_operator.logging import configure_logging
-from crewlet_operator.manager import LeadershipLostError, Manager, ManagerOptions
+from crewlet_operator.manager import (
+    LeadershipLostError,
+    Manager,
+    ManagerOptions,
+    default_namespace,
+)
+from reconcilers.controller import CrewletControllers
+from reconcilers.plan import ClusterFacts
 
 SUPPORTED_MINOR = "37"
 """The Kubernetes minor the operator is tested against (the install page supports one)."""
@@ -95,6 +103,14 @@ async def run(args: argparse.Namespace) -> int:
                 health_probe_bind_address=args.health_probe_bind_address,
             ),
         )
+        # The route kind is chosen once, at start-up, as the install page says.
+        gateway_api = await client.is_served(HTTP_ROUTE.api_version, HTTP_ROUTE.kind)
+        log.info("webhook routes", kind="HTTPRoute" if gateway_api else "Ingress")
+        facts = ClusterFacts(
+            gateway_api=gateway_api,
+            operator_namespace=args.leader_election_namespace or default_namespace(),
+        )
+        CrewletControllers(manager, facts)
         await manager.run(handle_signals=True)
     except LeadershipLostError:
         log.error("leader election lost; exiting")

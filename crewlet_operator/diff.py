@@ -58,11 +58,11 @@ The rules of :func:`semantic_subset`:
 Known limits: the comparison cannot see a field (or a merged list item) the controller stopped
 setting, since the observed object keeps it until the next apply; :mod:`.fieldset` reads the
 manager's own ``managedFields`` entry for that, and :meth:`Client.apply_if_changed` uses both.
-A zero value the API server omits (``hostNetwork: false`` on a
-non-pointer field) never shows up in ``observed``; leave such values out of ``desired``. Pass whole
-objects: ``apiVersion`` and ``kind`` at the top level, and the server-owned ``metadata`` fields
-(``resourceVersion``, ``uid``, ``generation``, ``creationTimestamp``, ``managedFields``,
-``selfLink``) are not compared. Desired ``status`` is compared like any other field, so keep it
+A zero value the API server omits (``hostNetwork: false`` on a non-pointer field) never shows
+up in ``observed``, so a desired ``false``, ``0`` or ``""`` counts as met by an absent field.
+Pass whole objects: ``apiVersion`` and ``kind`` at the top level, and the server-owned
+``metadata`` fields (``resourceVersion``, ``uid``, ``generation``, ``creationTimestamp``,
+``managedFields``, ``selfLink``) are not compared. Desired ``status`` is compared like any other field, so keep it
 out of objects sent to the main resource.
 """
 
@@ -249,7 +249,9 @@ def _mismatch(desired: Any, observed: Any, keys: tuple[str, ...], where: str) ->
                 continue
             at = f"{where}.{key}" if where else key
             if key not in observed:
-                if value is None:
+                # The API server omits zero values of built-in kinds (``omitempty``), so a
+                # desired false, 0 or "" is already met by an absent field.
+                if value is None or (value in (False, 0, "") and not isinstance(value, float)):
                     continue
                 return at
             found = _mismatch(value, observed[key], (*keys, key), at)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from crewlet_operator.envtest import KUBERNETES_VERSION, KWOK_NODE, ControlPlane
+from crewlet_operator.envtest.controlplane import KWOK_STORAGE_CLASS
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import ForbiddenError, InvalidError, NotFoundError
 from crewlet_operator.kube import resources as r
@@ -259,7 +260,7 @@ async def test_client_certificate_user_is_subject_to_rbac(
     await eventually(lambda: alice.list(r.SECRET, namespace), message="group grant")
 
 
-async def test_statefulset_pod_runs_ready_on_the_kwok_node(
+async def test_statefulset_pod_with_a_volume_claim_runs_ready_on_the_kwok_node(
     kube_client: Client, namespace: str
 ) -> None:
     labels = {"app": "web"}
@@ -275,6 +276,15 @@ async def test_statefulset_pod_runs_ready_on_the_kwok_node(
                     "metadata": {"labels": labels},
                     "spec": {"containers": [{"name": "web", "image": "registry.example/web:1"}]},
                 },
+                "volumeClaimTemplates": [
+                    {
+                        "metadata": {"name": "data"},
+                        "spec": {
+                            "accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": "1Gi"}},
+                        },
+                    }
+                ],
             },
         },
     )
@@ -294,6 +304,10 @@ async def test_statefulset_pod_runs_ready_on_the_kwok_node(
         return bool(sts.get("status", {}).get("readyReplicas") == 1)
 
     await eventually(sts_ready, timeout=60, message="StatefulSet readyReplicas=1")
+    # The default StorageClass (kwok's) provisioned and bound the claim.
+    claim = await kube_client.get(r.PERSISTENT_VOLUME_CLAIM, "data-web-0", namespace)
+    assert claim["spec"]["storageClassName"] == KWOK_STORAGE_CLASS
+    assert claim["status"]["phase"] == "Bound"
 
 
 async def test_deleting_an_owner_garbage_collects_its_dependent(

@@ -69,18 +69,34 @@ if ! has_version kwok "${KWOK_VERSION#v}" --version; then
   built+=(kwok)
 fi
 
-# kwok needs Stage objects; assemble them from the module cache (never copied into the repo).
+# kwok needs Stage objects; assemble them from the module cache (never copied into the repo):
+# nodes and pods become Ready, and claims of the `kwok-volume` class are provisioned and bound.
 stages="$OUT/kwok-stages.yaml"
-if [ ! -s "$stages" ]; then
-  src="$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage"
-  [ -d "$src" ] || GOFLAGS=-mod=mod go mod download "sigs.k8s.io/kwok@$KWOK_VERSION"
-  : > "$stages.tmp"
-  for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
-           pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
-    [ -f "$src/$f" ] || { echo "bins: kwok stage $src/$f is missing" >&2; exit 1; }
-    printf -- '---\n' >> "$stages.tmp"; cat "$src/$f" >> "$stages.tmp"; printf '\n' >> "$stages.tmp"
+src="$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage"
+[ -d "$src" ] || GOFLAGS=-mod=mod go mod download "sigs.k8s.io/kwok@$KWOK_VERSION"
+: > "$stages.tmp"
+for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+         pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml \
+         volume/fast/pvc-provision.yaml volume/fast/pv-bind.yaml volume/fast/pvc-delete.yaml \
+         volume/fast/pv-delete.yaml; do
+  [ -f "$src/$f" ] || { echo "bins: kwok stage $src/$f is missing" >&2; exit 1; }
+  printf -- '---\n' >> "$stages.tmp"; cat "$src/$f" >> "$stages.tmp"; printf '\n' >> "$stages.tmp"
+done
+if cmp -s "$stages.tmp" "$stages"; then rm "$stages.tmp"; else mv "$stages.tmp" "$stages"; built+=(kwok-stages.yaml); fi
+
+# Gateway API CRDs (standard channel), for the e2e tests of webhook routes: from the module
+# cache, like kwok's stages.
+GATEWAY_API_VERSION=${GATEWAY_API_VERSION:-v1.6.3}
+gateway_crds="$OUT/gateway-api-crds.yaml"
+if [ ! -s "$gateway_crds" ]; then
+  dir=$(GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/gateway-api@$GATEWAY_API_VERSION" \
+        | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])')
+  : > "$gateway_crds.tmp"
+  for kind in gatewayclasses gateways httproutes referencegrants; do
+    printf -- '---\n' >> "$gateway_crds.tmp"
+    cat "$dir/config/crd/standard/gateway.networking.k8s.io_$kind.yaml" >> "$gateway_crds.tmp"
   done
-  mv "$stages.tmp" "$stages"; built+=(kwok-stages.yaml)
+  mv "$gateway_crds.tmp" "$gateway_crds"; built+=(gateway-api-crds.yaml)
 fi
 
 if ! has_version kubectl "v1.37" version --client || ! has_version helm "v4" version; then

@@ -631,3 +631,15 @@ def test_named_lists_ignore_order(names: list[str], rnd: Any) -> None:
     assert not semantic_subset(
         {"containers": desired}, {"containers": [o for o in observed if o["name"] != names[0]]}
     )
+
+
+@pytest.mark.parametrize("zero", [False, 0, ""])
+def test_a_desired_zero_value_is_met_by_the_field_the_server_omitted(zero: object) -> None:
+    desired = {"spec": {"publishNotReadyAddresses": zero, "clusterIP": "None"}}
+    assert not needs_apply(desired, {"spec": {"clusterIP": "None"}})
+    assert needs_apply(desired, {"spec": {"clusterIP": "None", "publishNotReadyAddresses": True}})
+
+
+def test_a_desired_non_zero_value_is_not_met_by_an_absent_field() -> None:
+    assert needs_apply({"spec": {"replicas": 1}}, {"spec": {}})
+    assert needs_apply({"spec": {"ratio": 0.0}}, {"spec": {}})

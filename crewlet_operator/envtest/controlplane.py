@@ -32,6 +32,8 @@ SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 # kwok's default pod CIDR (10.0.0.0/24) overlaps the service range above.
 POD_CIDR = "10.244.0.0/16"
 KWOK_NODE = "kwok-node-0"
+KWOK_STORAGE_CLASS = "kwok-volume"
+MUTATING_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
 
 
 def free_port() -> int:
@@ -199,8 +201,29 @@ class ControlPlane:
         """A client that authenticates with ``token`` only (no client certificate)."""
         return self.admin_config().with_token(token)
 
-    def admin_request(self, method: str, path: str, body: Any = None) -> Any:
-        """A synchronous admin request (for set-up code that has no event loop)."""
+    def mutating_requests(self, resources: set[str]) -> dict[str, int]:
+        """Create/update/patch/delete requests the API server itself has counted
+        (``apiserver_request_total``) for the named resources (plurals, e.g. ``secrets``), by
+        ``"VERB resource[/subresource]"``; compare two readings to count the writes between."""
+        counts: dict[str, int] = {}
+        for line in self.admin_request("GET", "/metrics", raw=True).splitlines():
+            if not line.startswith("apiserver_request_total{"):
+                continue
+            labels = dict(
+                pair.split("=", 1)
+                for pair in line[line.index("{") + 1 : line.rindex("}")].split(",")
+            )
+            verb = labels.get("verb", "").strip('"')
+            resource = labels.get("resource", "").strip('"')
+            if verb in MUTATING_VERBS and resource in resources:
+                sub = labels.get("subresource", "").strip('"')
+                key = f"{verb} {resource}" + (f"/{sub}" if sub else "")
+                counts[key] = counts.get(key, 0) + int(float(line.rsplit(" ", 1)[1]))
+        return counts
+
+    def admin_request(self, method: str, path: str, body: Any = None, *, raw: bool = False) -> Any:
+        """A synchronous admin request (for set-up code that has no event loop); the decoded
+        JSON answer, or the text with ``raw``."""
         cfg = self.admin_config()
         context = ssl.create_default_context(cafile=str(cfg.ca_file))
         assert cfg.cert_file is not None and cfg.key_file is not None
@@ -213,7 +236,8 @@ class ControlPlane:
             headers={"Content-Type": "application/json", "Accept": "application/json"},
         )
         with urllib.request.urlopen(request, context=context, timeout=10) as response:
-            return json.loads(response.read() or b"null")
+            payload = response.read()
+        return payload.decode() if raw else json.loads(payload or b"null")
 
     def _client_cert_config(self, user: str, groups: tuple[str, ...], stem: str) -> RestConfig:
         cert, key = self.pki_dir / f"{stem}.crt", self.pki_dir / f"{stem}.key"
@@ -408,6 +432,7 @@ class ControlPlane:
             self.start_timeout,
         )
         self._create_node()
+        self._create_storage_class()
         kwok.wait_ready(self._node_ready, self.start_timeout)
         # The ServiceAccount controller creates `default` in each namespace; waiting for the first
         # one means the controller-manager's informers are synced.
@@ -440,6 +465,22 @@ class ControlPlane:
         }
         with contextlib.suppress(urllib.error.HTTPError):  # already there after a restart
             self.admin_request("POST", "/api/v1/nodes", node)
+
+    def _create_storage_class(self) -> None:
+        # The default class; kwok's volume stages provision and bind its claims.
+        storage_class = {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {
+                "name": KWOK_STORAGE_CLASS,
+                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+            },
+            "provisioner": "kwok.x-k8s.io/volume",
+            "reclaimPolicy": "Delete",
+            "volumeBindingMode": "Immediate",
+        }
+        with contextlib.suppress(urllib.error.HTTPError):  # already there after a restart
+            self.admin_request("POST", "/apis/storage.k8s.io/v1/storageclasses", storage_class)
 
     def _node_ready(self) -> bool:
         node = self.admin_request("GET", f"/api/v1/nodes/{KWOK_NODE}")

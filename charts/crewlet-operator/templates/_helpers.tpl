@@ -1,0 +1,127 @@
+{{/*
+The chart's name, or nameOverride.
+*/}}
+{{- define "crewlet-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The release's full name (the standard helper): fullnameOverride, else the release's name when it
+holds the chart's name, else <release>-<chart>. Every object name starts with it.
+*/}}
+{{- define "crewlet-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "crewlet-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels of every object.
+*/}}
+{{- define "crewlet-operator.labels" -}}
+helm.sh/chart: {{ include "crewlet-operator.chart" . }}
+{{ include "crewlet-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+What selects the manager's pods.
+*/}}
+{{- define "crewlet-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "crewlet-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controller-manager
+{{- end }}
+
+{{/*
+The manager's ServiceAccount and Deployment: crewlet-operator-controller-manager.
+*/}}
+{{- define "crewlet-operator.managerName" -}}
+{{- printf "%s-controller-manager" (include "crewlet-operator.fullname" .) }}
+{{- end }}
+
+{{/*
+The end of the manager ServiceAccount's name that the admission policy matches. It is fixed, not
+derived from the release: a nameOverride or fullnameOverride that changes it leaves the manager
+unchecked (the install page says so, and NOTES.txt warns).
+*/}}
+{{- define "crewlet-operator.managerNameSuffix" -}}
+crewlet-operator-controller-manager
+{{- end }}
+
+{{/*
+The metrics Service: a DNS label, so at most 63 characters (a long release name is cut).
+*/}}
+{{- define "crewlet-operator.metricsServiceName" -}}
+{{- printf "%s-controller-manager-metrics-service" (include "crewlet-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "crewlet-operator.metricsCertSecret" -}}
+{{- default (printf "%s-metrics-server-cert" (include "crewlet-operator.fullname" .)) .Values.certManager.secretName }}
+{{- end }}
+
+{{- define "crewlet-operator.tenantAccessName" -}}
+{{- printf "%s-tenant-access" (include "crewlet-operator.fullname" .) }}
+{{- end }}
+
+{{- define "crewlet-operator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+A CEL string literal of a value (JSON's string syntax is CEL's).
+*/}}
+{{- define "crewlet-operator.celString" -}}
+{{- toJson (toString .) }}
+{{- end }}
+
+{{/*
+Refusals, at render time, with a message that says why. Included by every template that depends
+on them (deployment.yaml and the RBAC), and by validate.yaml.
+*/}}
+{{- define "crewlet-operator.validate" -}}
+{{- if .Values.rbac.namespaced }}
+{{- fail "rbac.namespaced is not supported: the operator is cluster-scoped: it reads the cluster-scoped EngineClasses and runs companies in every namespace, so it cannot run with a namespaced Role. Remove rbac.namespaced; to keep tenants apart, give each its own namespace and isolate the engines with the class's network policy." }}
+{{- end }}
+{{- if and .Values.tenantProvisioner.enabled (not .Values.tenantProvisioner.subjects) }}
+{{- fail "tenantProvisioner.enabled needs tenantProvisioner.subjects: the tenant provisioner's ClusterRole is bound to them and its admission policy matches by them, so set at least one subject (kind ServiceAccount with name and namespace, User or Group with name)." }}
+{{- end }}
+{{- range .Values.tenantProvisioner.subjects }}
+{{- if and (eq .kind "ServiceAccount") (not .namespace) }}
+{{- fail (printf "tenantProvisioner.subjects: the ServiceAccount %q needs a namespace." .name) }}
+{{- end }}
+{{- end }}
+{{- if and .Values.prometheus.enabled (not .Values.metrics.enabled) }}
+{{- fail "prometheus.enabled needs metrics.enabled: the ServiceMonitor scrapes the manager's metrics Service." }}
+{{- end }}
+{{- $args := .Values.manager.args | default list }}
+{{- $leaderElectOff := false }}
+{{- range $i, $arg := $args }}
+{{- if regexMatch "(?i)^--leader-elect=(false|0|no)$" (toString $arg) }}
+{{- $leaderElectOff = true }}
+{{- else if and (eq (toString $arg) "--leader-elect") (lt (add1 $i) (len $args)) }}
+{{- if regexMatch "(?i)^(false|0|no)$" (toString (index $args (add1 $i))) }}
+{{- $leaderElectOff = true }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and $leaderElectOff (gt (int .Values.manager.replicas) 1) }}
+{{- fail (printf "manager.args turns leader election off (--leader-elect=false) with manager.replicas %d: every replica would reconcile at once and fight over the same objects. Keep leader election on (the default), or run one replica." (int .Values.manager.replicas)) }}
+{{- end }}
+{{- end }}

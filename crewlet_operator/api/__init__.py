@@ -1,0 +1,1 @@
+"""The crewlet.ai API: pydantic models (the source of truth) and CRD generation."""

@@ -1,0 +1,486 @@
+"""The operator daemon against the real control plane, with workloads (issue: The operator).
+
+The daemon runs as users run it: the ``crewlet-operator`` process, with its own flags.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import yaml
+
+from crewlet_operator import (
+    CUSTOM_RESOURCE_DEFINITION,
+    HTTP_ROUTE,
+    INGRESS,
+    NAMESPACE,
+    NETWORK_POLICY,
+    PERSISTENT_VOLUME_CLAIM,
+    POD,
+    POD_DISRUPTION_BUDGET,
+    SECRET,
+    SERVICE,
+    SERVICE_ACCOUNT,
+    STATEFUL_SET,
+    Client,
+    find_condition,
+)
+from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator.envtest import KWOK_NODE, ControlPlane, binaries
+from crewlet_operator.envtest.controlplane import free_port
+from crewlet_operator.envtest.wait import eventually
+from reconcilers.versions import CLAIM_ANNOTATION
+
+ROOT = Path(__file__).parent.parent
+IMAGE = "ghcr.io/crewlet/crewlet-operator/engine:v0.2.0"
+PLATFORM = "crewlet-platform"
+MANAGED = {
+    "app.kubernetes.io/managed-by": "crewlet-operator",
+    "app.kubernetes.io/name": "crewlet",
+}
+
+
+class Operator:
+    """The daemon as a subprocess, with plain-HTTP metrics on a free port."""
+
+    def __init__(self, kubeconfig: Path, log: Path) -> None:
+        self.metrics_port, self.health_port = free_port(), free_port()
+        self.log = log
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "crewlet_operator.cli",
+                    "--kubeconfig",
+                    str(kubeconfig),
+                    "--leader-elect=false",
+                    "--leader-election-namespace",
+                    PLATFORM,
+                    f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+                    "--metrics-secure=false",
+                    f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"operator exited: {self.log.read_text()[-3000:]}")
+        with contextlib.suppress(OSError):
+            url = f"http://127.0.0.1:{self.health_port}/readyz"
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return bool(response.status == 200)
+        return False
+
+    def metric(self, sample: str) -> float:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith(sample + " "):
+                    return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(30)
+
+
+async def install(client: Client, documents: list[dict[str, Any]]) -> None:
+    for crd in documents:
+        await client.apply(CUSTOM_RESOURCE_DEFINITION, crd)
+    for crd in documents:
+
+        async def established(name: str = crd["metadata"]["name"]) -> bool:
+            got = await client.get(CUSTOM_RESOURCE_DEFINITION, name)
+            return any(
+                c["type"] == "Established" and c["status"] == "True"
+                for c in got.get("status", {}).get("conditions", [])
+            )
+
+        await eventually(established, message=f"{crd['metadata']['name']} Established")
+    client.forget_discovery()
+
+
+def crewlet_crds() -> list[dict[str, Any]]:
+    return [yaml.safe_load(p.read_text()) for p in sorted((ROOT / "manifests/crds").glob("*.yaml"))]
+
+
+@contextlib.asynccontextmanager
+async def operator(control_plane: ControlPlane, tmp: Path) -> AsyncIterator[Operator]:
+    daemon = Operator(control_plane.kubeconfig, tmp / "operator.log")
+    try:
+        await eventually(daemon.ready, timeout=60, message="operator ready")
+        yield daemon
+    finally:
+        daemon.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def crds(kube_client: Client) -> None:
+    await install(kube_client, crewlet_crds())
+    with contextlib.suppress(Exception):
+        await kube_client.create(NAMESPACE, {"metadata": {"name": PLATFORM}})
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def running(
+    crds: None, control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Operator]:
+    """A fresh operator process for each test (some tests stop and restart it)."""
+    async with operator(control_plane, tmp_path_factory.mktemp("operator")) as daemon:
+        yield daemon
+
+
+def secret(ns: str, name: str, **data: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": ns},
+        "type": "Opaque",
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+    }
+
+
+def engine_class(name: str, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"engine": {"image": IMAGE}, **spec}}
+
+
+def company(ns: str, name: str, class_name: str, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": ns}, "spec": {"className": class_name, **spec}}
+
+
+async def condition_of(client: Client, ns: str, name: str, kind: str) -> dict[str, Any] | None:
+    got = await client.get(COMPANY, name, ns)
+    return find_condition(got.get("status", {}).get("conditions"), kind)
+
+
+async def wait_condition(
+    client: Client,
+    ns: str,
+    name: str,
+    kind: str,
+    status: str,
+    *,
+    reason: str | None = None,
+    timeout: float = 90,
+) -> dict[str, Any]:
+    async def matches() -> dict[str, Any] | None:
+        cond = await condition_of(client, ns, name, kind)
+        if cond and cond["status"] == status and (reason is None or cond["reason"] == reason):
+            return cond
+        return None
+
+    found: dict[str, Any] | None = await eventually(
+        matches, timeout=timeout, message=f"{kind}={status} {reason or ''}"
+    )
+    assert found is not None
+    return found
+
+
+async def test_company_runs_every_child_and_becomes_ready(
+    running: Operator, kube_client: Client, namespace: str
+) -> None:
+    await kube_client.create(SECRET, secret(PLATFORM, f"keys-{namespace}", anthropic="sk-test"))
+    await kube_client.create(
+        ENGINE_CLASS,
+        engine_class(
+            f"std-{namespace}",
+            modelKeys=[
+                {
+                    "name": "ANTHROPIC_API_KEY",
+                    "secretRef": {
+                        "namespace": PLATFORM,
+                        "name": f"keys-{namespace}",
+                        "key": "anthropic",
+                    },
+                }
+            ],
+            serviceAccount={"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/x"}},
+        ),
+    )
+    await kube_client.create(COMPANY, company(namespace, "acme", f"std-{namespace}"))
+    ready = await wait_condition(kube_client, namespace, "acme", "Ready", "True", timeout=120)
+    got = await kube_client.get(COMPANY, "acme", namespace)
+    assert ready["observedGeneration"] == got["metadata"]["generation"]
+    accepted = find_condition(got["status"]["conditions"], "Accepted")
+    assert accepted is not None
+    assert accepted["status"] == "True"
+    assert got["status"]["engineImage"] == IMAGE
+    assert got["status"]["highestEngineVersion"] in ("0.2.0", "v0.2.0")
+
+    expected = {
+        SERVICE_ACCOUNT: ["acme-engine"],
+        STATEFUL_SET: ["acme-data", "acme-seats"],
+        SERVICE: ["acme-api", "acme-data", "acme-seats"],
+        POD_DISRUPTION_BUDGET: ["acme-data", "acme-seats"],
+        NETWORK_POLICY: ["acme-data", "acme-seats"],
+        INGRESS: [],
+    }
+    uid = got["metadata"]["uid"]
+    for resource, names in expected.items():
+        for child_name in names:
+            child = await kube_client.get(resource, child_name, namespace)
+            meta = child["metadata"]
+            assert {**meta["labels"], **MANAGED} == meta["labels"], (resource.kind, child_name)
+            assert meta["labels"]["crewlet.ai/company"] == "acme"
+            owner = meta["ownerReferences"][0]
+            assert (owner["kind"], owner["uid"], owner["controller"]) == ("Company", uid, True)
+    sa = await kube_client.get(SERVICE_ACCOUNT, "acme-engine", namespace)
+    assert sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == "arn:aws:iam::1:role/x"
+    secrets = (
+        await kube_client.list(SECRET, namespace, label_selector="crewlet.ai/company=acme")
+    ).items
+    assert secrets and all(s["type"] == "Opaque" for s in secrets)
+    copied = [s for s in secrets if "ANTHROPIC_API_KEY" in (s.get("data") or {})]
+    assert base64.b64decode(copied[0]["data"]["ANTHROPIC_API_KEY"]).decode() == "sk-test"
+
+    data = await kube_client.get(STATEFUL_SET, "acme-data", namespace)
+    pod_spec = data["spec"]["template"]["spec"]
+    assert pod_spec["serviceAccountName"] == "acme-engine"
+    assert pod_spec["securityContext"]["runAsUser"] == 10001
+    assert data["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
+    template = data["spec"]["volumeClaimTemplates"][0]
+    assert template["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert template["spec"]["resources"]["requests"]["storage"] == "12Gi"
+    pod = await kube_client.get(POD, "acme-data-0", namespace)
+    assert pod["spec"]["nodeName"] == KWOK_NODE
+    claim = await kube_client.get(PERSISTENT_VOLUME_CLAIM, "data-acme-data-0", namespace)
+    assert claim["metadata"]["annotations"][CLAIM_ANNOTATION] in ("0.2.0", "v0.2.0")
+    for pdb_name in ("acme-data", "acme-seats"):
+        pdb = await kube_client.get(POD_DISRUPTION_BUDGET, pdb_name, namespace)
+        assert pdb["spec"]["selector"]["matchLabels"] == {
+            "app.kubernetes.io/name": "crewlet",
+            "crewlet.ai/company": "acme",
+            "app.kubernetes.io/component": pdb_name.removeprefix("acme-"),
+        }
+
+    # Rotating the referenced Secret reaches the copy.
+    await kube_client.replace(
+        SECRET,
+        {
+            **(await kube_client.get(SECRET, f"keys-{namespace}", PLATFORM)),
+            "data": {"anthropic": base64.b64encode(b"sk-rotated").decode()},
+        },
+    )
+
+    async def rotated() -> bool:
+        copy = await kube_client.get(SECRET, copied[0]["metadata"]["name"], namespace)
+        return base64.b64decode(copy["data"]["ANTHROPIC_API_KEY"]) == b"sk-rotated"
+
+    await eventually(rotated, timeout=30, message="Secret copy rotated")
+
+
+async def test_class_not_allowed_in_an_unlabelled_namespace(
+    running: Operator, kube_client: Client, namespace: str
+) -> None:
+    await kube_client.create(
+        ENGINE_CLASS,
+        engine_class(
+            f"tenants-{namespace}", allowedNamespaces={"matchLabels": {"crewlet.ai/tenant": "yes"}}
+        ),
+    )
+    await kube_client.create(COMPANY, company(namespace, "acme", f"tenants-{namespace}"))
+    refused = await wait_condition(
+        kube_client, namespace, "acme", "Accepted", "False", reason="ClassNotAllowed"
+    )
+    assert "allowedNamespaces" in refused["message"]
+    assert await kube_client.get_or_none(STATEFUL_SET, "acme-data", namespace) is None
+    # Labelling the namespace admits it.
+    await kube_client.patch(
+        NAMESPACE, namespace, {"metadata": {"labels": {"crewlet.ai/tenant": "yes"}}}
+    )
+    await wait_condition(kube_client, namespace, "acme", "Accepted", "True")
+
+
+async def test_missing_class_and_missing_secret_are_reported(
+    running: Operator, kube_client: Client, namespace: str
+) -> None:
+    await kube_client.create(COMPANY, company(namespace, "acme", f"nope-{namespace}"))
+    await wait_condition(
+        kube_client, namespace, "acme", "Accepted", "False", reason="ClassNotFound"
+    )
+    await kube_client.create(
+        ENGINE_CLASS,
+        engine_class(
+            f"nope-{namespace}",
+            modelKeys=[
+                {
+                    "name": "OPENAI_API_KEY",
+                    "secretRef": {"namespace": PLATFORM, "name": f"absent-{namespace}", "key": "k"},
+                }
+            ],
+        ),
+    )
+    await wait_condition(
+        kube_client, namespace, "acme", "Accepted", "False", reason="SecretNotFound"
+    )
+    await kube_client.create(SECRET, secret(PLATFORM, f"absent-{namespace}", k="v"))
+    await wait_condition(kube_client, namespace, "acme", "Accepted", "True")
+
+
+async def test_downgrade_is_refused_and_the_statefulset_left_alone(
+    running: Operator, kube_client: Client, namespace: str
+) -> None:
+    class_name = f"ver-{namespace}"
+    await kube_client.create(ENGINE_CLASS, engine_class(class_name))
+    await kube_client.create(COMPANY, company(namespace, "acme", class_name))
+    await wait_condition(kube_client, namespace, "acme", "Ready", "True", timeout=120)
+    await kube_client.patch(
+        ENGINE_CLASS,
+        class_name,
+        {"spec": {"engine": {"image": "ghcr.io/crewlet/crewlet-operator/engine:v0.1.0"}}},
+    )
+    refused = await wait_condition(
+        kube_client, namespace, "acme", "Accepted", "False", reason="DowngradeRefused"
+    )
+    assert "0.2.0" in refused["message"]
+    data = await kube_client.get(STATEFUL_SET, "acme-data", namespace)
+    assert data["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
+    # Moving forward is accepted again.
+    newer = "ghcr.io/crewlet/crewlet-operator/engine:v0.3.0"
+    await kube_client.patch(ENGINE_CLASS, class_name, {"spec": {"engine": {"image": newer}}})
+    await wait_condition(kube_client, namespace, "acme", "Accepted", "True")
+
+    async def rolled() -> bool:
+        sts = await kube_client.get(STATEFUL_SET, "acme-data", namespace)
+        return bool(sts["spec"]["template"]["spec"]["containers"][0]["image"] == newer)
+
+    await eventually(rolled, message="StatefulSet on the newer engine")
+
+
+async def test_suspend_resume_and_delete_keep_the_claim(
+    running: Operator, kube_client: Client, namespace: str
+) -> None:
+    class_name = f"susp-{namespace}"
+    await kube_client.create(ENGINE_CLASS, engine_class(class_name))
+    await kube_client.create(COMPANY, company(namespace, "acme", class_name))
+    await wait_condition(kube_client, namespace, "acme", "Ready", "True", timeout=120)
+    claim = await kube_client.get(PERSISTENT_VOLUME_CLAIM, "data-acme-data-0", namespace)
+
+    await kube_client.patch(COMPANY, "acme", {"spec": {"suspend": True}}, namespace)
+    await wait_condition(kube_client, namespace, "acme", "Suspended", "True")
+    for sts_name in ("acme-data", "acme-seats"):
+        sts = await kube_client.get(STATEFUL_SET, sts_name, namespace)
+        assert sts["spec"]["replicas"] == 0
+    await kube_client.patch(COMPANY, "acme", {"spec": {"suspend": False}}, namespace)
+    await wait_condition(kube_client, namespace, "acme", "Ready", "True", timeout=120)
+    same = await kube_client.get(PERSISTENT_VOLUME_CLAIM, "data-acme-data-0", namespace)
+    assert same["metadata"]["uid"] == claim["metadata"]["uid"]
+
+    await kube_client.delete(COMPANY, "acme", namespace)
+
+    async def children_gone() -> bool:
+        left = await kube_client.list(STATEFUL_SET, namespace)
+        return not left.items
+
+    await eventually(children_gone, timeout=60, message="children garbage-collected")
+    kept = await kube_client.get(PERSISTENT_VOLUME_CLAIM, "data-acme-data-0", namespace)
+    assert kept["metadata"]["uid"] == claim["metadata"]["uid"]
+    assert kept["metadata"].get("deletionTimestamp") is None
+
+
+CHILD_KINDS = {
+    "companies",
+    "engineclasses",
+    "secrets",
+    "serviceaccounts",
+    "statefulsets",
+    "services",
+    "poddisruptionbudgets",
+    "networkpolicies",
+    "ingresses",
+    "persistentvolumeclaims",
+}
+
+
+async def test_resync_after_convergence_makes_zero_mutating_requests(
+    running: Operator,
+    kube_client: Client,
+    namespace: str,
+    control_plane: ControlPlane,
+    tmp_path: Path,
+) -> None:
+    async def no_namespace_terminating() -> bool:
+        listed = await kube_client.list(NAMESPACE)
+        return all(n.get("status", {}).get("phase") != "Terminating" for n in listed.items)
+
+    # Earlier tests' namespaces being torn down cause writes of their own: let them finish.
+    await eventually(no_namespace_terminating, timeout=120, message="namespaces deleted")
+    class_name = f"sync-{namespace}"
+    await kube_client.create(ENGINE_CLASS, engine_class(class_name))
+    for i in range(3):
+        await kube_client.create(COMPANY, company(namespace, f"c{i}", class_name))
+    for i in range(3):
+        await wait_condition(kube_client, namespace, f"c{i}", "Ready", "True", timeout=120)
+    running.stop()  # a restart: the new process lists everything and reconciles it all again
+    before = control_plane.mutating_requests(CHILD_KINDS)
+    async with operator(control_plane, tmp_path) as again:
+
+        def reconciled() -> float:
+            return again.metric(
+                'controller_runtime_reconcile_total{controller="company",result="success"}'
+            )
+
+        await eventually(lambda: reconciled() >= 3, timeout=60, message="resync")
+    after = control_plane.mutating_requests(CHILD_KINDS)
+    assert after == before, "a converged resync wrote to the API server"
+
+
+async def test_webhook_route_is_an_ingress_without_the_gateway_api_and_an_httproute_with_it(
+    running: Operator,
+    kube_client: Client,
+    namespace: str,
+    control_plane: ControlPlane,
+    tmp_path: Path,
+) -> None:
+    class_name = f"route-{namespace}"
+    await kube_client.create(
+        ENGINE_CLASS,
+        engine_class(
+            class_name,
+            exposure={
+                "gateway": {"parentRefs": [{"name": "public", "namespace": PLATFORM}]},
+                "ingress": {"className": "nginx"},
+            },
+        ),
+    )
+    await kube_client.create(
+        COMPANY, company(namespace, "acme", class_name, webhookHostname="acme.example.com")
+    )
+
+    async def ingress() -> dict[str, Any] | None:
+        return await kube_client.get_or_none(INGRESS, "acme-webhooks", namespace)
+
+    found = await eventually(ingress, timeout=60, message="Ingress written")
+    rule = found["spec"]["rules"][0]
+    assert rule["host"] == "acme.example.com"
+    assert rule["http"]["paths"][0]["path"] == "/webhooks"
+
+    # The Gateway API is detected at start-up: install it, then start the operator again.
+    running.stop()
+    gateway_crds = list(yaml.safe_load_all(binaries.find("gateway-api-crds.yaml").read_text()))
+    await install(kube_client, [d for d in gateway_crds if d])
+    async with operator(control_plane, tmp_path):
+
+        async def route() -> dict[str, Any] | None:
+            return await kube_client.get_or_none(HTTP_ROUTE, "acme-webhooks", namespace)
+
+        written = await eventually(route, timeout=60, message="HTTPRoute written")
+        assert written["spec"]["hostnames"] == ["acme.example.com"]
+        assert written["spec"]["parentRefs"][0]["name"] == "public"
+        await eventually(lambda: _none(ingress()), timeout=30, message="Ingress removed")
+
+
+async def _none(awaitable: Any) -> bool:
+    return await awaitable is None

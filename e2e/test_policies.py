@@ -1,0 +1,1261 @@
+"""The chart's ValidatingAdmissionPolicies on the real API server (issue: Helm chart, RBAC,
+admission policies).
+
+The policies are rendered from the chart with the real helm and applied as they are. The
+identities under test are bound to cluster-admin, so RBAC allows every write and only the policy
+decides. Writes are dry runs where they can be: policies are enforced on dry runs.
+
+The install page is the contract:
+
+    "every object it writes, changes or deletes carries app.kubernetes.io/managed-by:
+    crewlet-operator (a Secret it adopts may gain the label, with its data unchanged), every
+    Secret it writes is Opaque, and every StatefulSet runs its pods as a ServiceAccount named
+    *-engine, without the node's network, PID or IPC namespaces, host paths or privileged
+    containers, and every PodDisruptionBudget and NetworkPolicy selects a company's engine pods
+    (by app.kubernetes.io/name: crewlet, a component of data or seats, and crewlet.ai/company)
+    and nothing else."
+
+    "The policy matches the manager's ServiceAccount by the end of its name,
+    crewlet-operator-controller-manager; a nameOverride or fullnameOverride that changes it
+    leaves the manager unchecked."
+
+and, for the tenant provisioner, "a ValidatingAdmissionPolicy that holds the subjects, and no
+one else, to this: ..." (quoted at each test below).
+
+Every rule has at least one admitted and one denied write; the last test checks that and prints
+the count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import pytest_asyncio
+import yaml
+
+from crewlet_operator.envtest import ControlPlane, binaries
+from crewlet_operator.envtest.wait import eventually
+from crewlet_operator.errors import InvalidError, NotFoundError
+from crewlet_operator.kube import resources as r
+from crewlet_operator.kube.client import Client
+from crewlet_operator.kube.config import RestConfig
+from crewlet_operator.kube.resources import Resource
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "charts" / "crewlet-operator"
+RELEASE = "crewlet-operator"
+RELEASE_NS = "crewlet-policies-system"
+MANAGER = "crewlet-operator-controller-manager"
+MANAGER_POLICY = "crewlet-operator-manager-writes"
+TENANT_POLICY = "crewlet-operator-tenant-provisioner"
+TENANT_ACCESS = "crewlet-operator-tenant-access"
+PLATFORM_NS = "crewlet-policies-platform"
+TENANT = "crewlet.ai/tenant"
+ENFORCE = "pod-security.kubernetes.io/enforce"
+MANAGED = {"app.kubernetes.io/managed-by": "crewlet-operator"}
+ENGINE = {
+    "app.kubernetes.io/name": "crewlet",
+    "app.kubernetes.io/component": "data",
+    "crewlet.ai/company": "acme",
+}
+
+Doc = dict[str, Any]
+ClientFor = Callable[[RestConfig], Client]
+T = TypeVar("T")
+
+# -- the tally: every rule, admitted and denied ---------------------------------------------------
+
+MANAGER_RULES = {
+    "label-on-write": "every object it writes carries app.kubernetes.io/managed-by",
+    "label-to-change-or-delete": "it changes or deletes only objects that carry the label",
+    "secret-adoption": "a Secret it adopts may gain the label, with its data unchanged",
+    "secret-opaque": "every Secret it writes is Opaque",
+    "sts-engine-service-account": "StatefulSet pods run as a ServiceAccount named *-engine",
+    "sts-host-namespaces": "no hostNetwork, hostPID or hostIPC",
+    "sts-host-path": "no hostPath volumes",
+    "sts-privileged": "no privileged containers (containers, initContainers)",
+    "pdb-selector": "a PodDisruptionBudget selects one company's engine pods",
+    "netpol-selector": "a NetworkPolicy selects one company's engine pods",
+    "manager-only": "the same writes by another ServiceAccount are unaffected",
+    "release-prefix": "a release's name prefix keeps the manager checked",
+    "fullname-override": "a fullnameOverride that renames the ServiceAccount leaves it unchecked",
+}
+TENANT_RULES = {
+    "ns-create-tenant-label": "a namespace is created with the tenant label",
+    "ns-create-protected-exact": "... and exactly the required labels under protected prefixes",
+    "ns-change-only-tenant": "only tenants' namespaces are changed or deleted",
+    "ns-tenant-label-kept": "the tenant label is never removed",
+    "ns-protected-unchanged": "protected labels are never set, changed or removed",
+    "rb-tenant-namespace": "RoleBindings only in tenants' namespaces",
+    "rb-tenant-access-only": "RoleBindings only to the tenant-access ClusterRole",
+    "secret-tenant-namespace": "Secrets only in tenants' namespaces",
+    "secret-no-sa-token": "never a kubernetes.io/service-account-token Secret",
+    "subject-kinds": "ServiceAccount, User and Group subjects are all held",
+    "subjects-only": "no one but the subjects is held",
+}
+TALLY: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+
+
+def _record(rule: str, outcome: str) -> None:
+    assert rule in MANAGER_RULES or rule in TENANT_RULES, rule
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").split("::")[-1].split(" ")[0]
+    TALLY[rule][outcome].append(test)
+
+
+async def admitted(rule: str, write: Awaitable[T]) -> T:
+    """The write is admitted (recorded for ``rule``)."""
+    result = await write
+    _record(rule, "admitted")
+    return result
+
+
+async def denied(rule: str, write: Awaitable[Any], policy: str, message: str) -> str:
+    """The write is refused by ``policy`` with ``message`` in its answer (recorded)."""
+    with pytest.raises(InvalidError) as info:
+        await write
+    text = info.value.message
+    assert f"ValidatingAdmissionPolicy '{policy}'" in text, text
+    assert message in text, text
+    _record(rule, "denied")
+    return text
+
+
+# -- helm, the policies and the identities ---------------------------------------------------------
+
+
+async def helm_template(values: dict[str, Any], release: str = RELEASE) -> list[Doc]:
+    proc = await asyncio.create_subprocess_exec(
+        str(binaries.find("helm")),
+        "template",
+        release,
+        str(CHART),
+        "-n",
+        RELEASE_NS,
+        "--values",
+        "-",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": "/nonexistent",
+            "KUBECONFIG": "/nonexistent",
+        },
+    )
+    out, err = await proc.communicate(json.dumps(values).encode())
+    assert proc.returncode == 0, err.decode()
+    return [d for d in yaml.safe_load_all(out.decode()) if d]
+
+
+POLICY_KINDS = {
+    "ValidatingAdmissionPolicy": r.VALIDATING_ADMISSION_POLICY,
+    "ValidatingAdmissionPolicyBinding": r.VALIDATING_ADMISSION_POLICY_BINDING,
+}
+
+
+async def apply_policies(client: Client, docs: list[Doc], name: str) -> None:
+    """Apply the chart's policy ``name`` and its binding, as rendered."""
+    found = [d for d in docs if d["kind"] in POLICY_KINDS and d["metadata"]["name"] == name]
+    assert [d["kind"] for d in found] == list(POLICY_KINDS), [d["kind"] for d in found]
+    for doc in found:
+        await client.apply(POLICY_KINDS[doc["kind"]], doc)
+
+
+async def delete_policies(client: Client, name: str) -> None:
+    for resource in (r.VALIDATING_ADMISSION_POLICY_BINDING, r.VALIDATING_ADMISSION_POLICY):
+        with contextlib.suppress(NotFoundError):
+            await client.delete(resource, name)
+
+
+async def enforced(probe: Callable[[], Coroutine[Any, Any, Any]], policy: str) -> None:
+    """Wait until ``probe`` (a violating dry run) is refused by ``policy``: policies compile
+    asynchronously."""
+
+    async def refused() -> bool:
+        try:
+            await probe()
+        except InvalidError as exc:
+            return f"'{policy}'" in exc.message
+        return False
+
+    await eventually(refused, timeout=60, interval=0.2, message=f"{policy} enforced")
+
+
+async def cluster_admin(client: Client, name: str, subjects: list[Doc]) -> None:
+    """Bind cluster-admin: RBAC allows everything, so only the policy decides."""
+    await client.apply(
+        r.CLUSTER_ROLE_BINDING,
+        {
+            "metadata": {"name": name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+            "subjects": subjects,
+        },
+    )
+
+
+def sa_subject(namespace: str, name: str) -> Doc:
+    return {"kind": "ServiceAccount", "name": name, "namespace": namespace}
+
+
+def user_subject(kind: str, name: str) -> Doc:
+    return {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}
+
+
+async def ensure_namespace(client: Client, name: str) -> None:
+    if await client.get_or_none(r.NAMESPACE, name) is None:
+        await client.create(r.NAMESPACE, {"metadata": {"name": name}})
+
+
+# -- objects --------------------------------------------------------------------------------------
+
+
+def meta(namespace: str, name: str, labelled: bool = True) -> Doc:
+    out: Doc = {"name": name, "namespace": namespace}
+    if labelled:
+        out["labels"] = dict(MANAGED)
+    return out
+
+
+def secret(namespace: str, name: str, labelled: bool = True, type_: str | None = "Opaque") -> Doc:
+    obj: Doc = {"metadata": meta(namespace, name, labelled), "data": {"k": "dg=="}}
+    if type_:
+        obj["type"] = type_
+    return obj
+
+
+def service_account(namespace: str, name: str, labelled: bool = True) -> Doc:
+    return {"metadata": meta(namespace, name, labelled)}
+
+
+def service(namespace: str, name: str, labelled: bool = True) -> Doc:
+    return {
+        "metadata": meta(namespace, name, labelled),
+        "spec": {"ports": [{"name": "api", "port": 8080}], "selector": ENGINE},
+    }
+
+
+def claim(namespace: str, name: str, labelled: bool = True) -> Doc:
+    return {
+        "metadata": meta(namespace, name, labelled),
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+
+
+def statefulset(namespace: str, name: str, labelled: bool = True, **pod: Any) -> Doc:
+    spec: Doc = {
+        "serviceAccountName": "acme-engine",
+        "containers": [{"name": "engine", "image": "ghcr.io/crewlet/crewlet:main"}],
+    }
+    spec.update(pod)
+    spec = {k: v for k, v in spec.items() if v is not None}
+    return {
+        "metadata": meta(namespace, name, labelled),
+        "spec": {
+            "serviceName": name,
+            "selector": {"matchLabels": ENGINE},
+            "template": {"metadata": {"labels": ENGINE}, "spec": spec},
+        },
+    }
+
+
+def pdb(namespace: str, name: str, selector: Doc | None = None, labelled: bool = True) -> Doc:
+    selector = {"matchLabels": ENGINE} if selector is None else selector
+    return {
+        "metadata": meta(namespace, name, labelled),
+        "spec": {"maxUnavailable": 1, "selector": selector},
+    }
+
+
+def network_policy(
+    namespace: str, name: str, selector: Doc | None = None, labelled: bool = True
+) -> Doc:
+    selector = {"matchLabels": ENGINE} if selector is None else selector
+    return {
+        "metadata": meta(namespace, name, labelled),
+        "spec": {"podSelector": selector, "policyTypes": ["Ingress"]},
+    }
+
+
+def ingress(namespace: str, name: str, labelled: bool = True) -> Doc:
+    backend = {"service": {"name": "acme-api", "port": {"number": 8080}}}
+    path = {"path": "/webhooks", "pathType": "Prefix", "backend": backend}
+    return {
+        "metadata": meta(namespace, name, labelled),
+        "spec": {"rules": [{"host": "acme.example.com", "http": {"paths": [path]}}]},
+    }
+
+
+def http_route(namespace: str, name: str, labelled: bool = True) -> Doc:
+    return {
+        "metadata": meta(namespace, name, labelled),
+        "spec": {"parentRefs": [{"name": "public"}], "hostnames": ["acme.example.com"]},
+    }
+
+
+Builder = Callable[..., Doc]
+KINDS: list[tuple[Resource, Builder]] = [
+    (r.SECRET, secret),
+    (r.SERVICE_ACCOUNT, service_account),
+    (r.SERVICE, service),
+    (r.PERSISTENT_VOLUME_CLAIM, claim),
+    (r.STATEFUL_SET, statefulset),
+    (r.POD_DISRUPTION_BUDGET, pdb),
+    (r.NETWORK_POLICY, network_policy),
+    (r.INGRESS, ingress),
+    (r.HTTP_ROUTE, http_route),
+]
+
+
+def violations(ns: str) -> list[tuple[str, str, Resource, Doc]]:
+    """One write the policy refuses the manager for each rule: (rule, id, resource, object)."""
+    return [
+        ("label-on-write", "unlabelled-secret", r.SECRET, secret(ns, "v1", labelled=False)),
+        ("secret-opaque", "sa-token", r.SECRET, sa_token_secret(ns, "v2")),
+        (
+            "sts-engine-service-account",
+            "default-sa",
+            r.STATEFUL_SET,
+            statefulset(ns, "v3", serviceAccountName=None),
+        ),
+        (
+            "sts-host-namespaces",
+            "host-network",
+            r.STATEFUL_SET,
+            statefulset(ns, "v4", hostNetwork=True),
+        ),
+        (
+            "sts-host-path",
+            "host-path",
+            r.STATEFUL_SET,
+            statefulset(ns, "v5", volumes=[{"name": "root", "hostPath": {"path": "/"}}]),
+        ),
+        (
+            "sts-privileged",
+            "privileged",
+            r.STATEFUL_SET,
+            statefulset(
+                ns,
+                "v6",
+                containers=[{"name": "c", "image": "x", "securityContext": {"privileged": True}}],
+            ),
+        ),
+        (
+            "pdb-selector",
+            "dns-budget",
+            r.POD_DISRUPTION_BUDGET,
+            pdb(ns, "v7", {"matchLabels": {"k8s-app": "kube-dns"}}),
+        ),
+        ("netpol-selector", "every-pod", r.NETWORK_POLICY, network_policy(ns, "v8", {})),
+    ]
+
+
+def sa_token_secret(namespace: str, name: str, labelled: bool = True) -> Doc:
+    obj = secret(namespace, name, labelled, type_="kubernetes.io/service-account-token")
+    obj["metadata"]["annotations"] = {"kubernetes.io/service-account.name": "default"}
+    obj.pop("data")
+    return obj
+
+
+async def merge_patch(
+    client: Client, resource: Resource, name: str, namespace: str | None, patch: Doc
+) -> Doc:
+    """A dry-run merge patch (an UPDATE in admission)."""
+    answer: Doc = await client.request(
+        "PATCH",
+        resource.path(namespace, name),
+        body=patch,
+        content_type="application/merge-patch+json",
+        query={"dryRun": "All", "fieldManager": "policy-test"},
+    )
+    return answer
+
+
+# -- fixtures -------------------------------------------------------------------------------------
+
+GATEWAY_CRDS = "gateway-api-crds.yaml"
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def gateway_api(kube_client: Client) -> AsyncIterator[None]:
+    """HTTPRoutes are served (installed here, and removed after, unless already installed)."""
+    crds = [d for d in yaml.safe_load_all(binaries.find(GATEWAY_CRDS).read_text()) if d]
+    route_crd = "httproutes.gateway.networking.k8s.io"
+    installed = await kube_client.get_or_none(r.CUSTOM_RESOURCE_DEFINITION, route_crd) is None
+    if installed:
+        for crd in crds:
+            await kube_client.apply(r.CUSTOM_RESOURCE_DEFINITION, crd)
+
+        async def served() -> bool:
+            kube_client.forget_discovery()
+            return await kube_client.is_served(r.HTTP_ROUTE.api_version, r.HTTP_ROUTE.kind)
+
+        await eventually(served, timeout=60, message="HTTPRoute served")
+    yield
+    if installed:
+        for crd in crds:
+            with contextlib.suppress(NotFoundError):
+                await kube_client.delete(r.CUSTOM_RESOURCE_DEFINITION, crd["metadata"]["name"])
+        kube_client.forget_discovery()
+
+
+def manager_identity(control_plane: ControlPlane, name: str = MANAGER) -> RestConfig:
+    return control_plane.service_account_config(RELEASE_NS, name)
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def manager_policy(
+    kube_client: Client, control_plane: ControlPlane, gateway_api: None
+) -> AsyncIterator[list[Doc]]:
+    """crewlet-operator-manager-writes as the chart renders it for a release named
+    crewlet-operator; the manager, another ServiceAccount and renamed managers bound to
+    cluster-admin."""
+    docs = await helm_template({})
+    await ensure_namespace(kube_client, RELEASE_NS)
+    accounts = [
+        MANAGER,
+        "other",
+        "platform-ops-controller-manager",
+        "prod-crewlet-operator-controller-manager",
+    ]
+    binding = "crewlet-policies-manager-admin"
+    await cluster_admin(kube_client, binding, [sa_subject(RELEASE_NS, a) for a in accounts])
+    await apply_policies(kube_client, docs, MANAGER_POLICY)
+    async with Client(manager_identity(control_plane)) as manager:
+        await wait_manager_policy(manager, MANAGER_POLICY)
+    yield docs
+    await delete_policies(kube_client, MANAGER_POLICY)
+    with contextlib.suppress(NotFoundError):
+        await kube_client.delete(r.CLUSTER_ROLE_BINDING, binding)
+
+
+async def wait_manager_policy(manager: Client, policy: str) -> None:
+    await enforced(
+        lambda: manager.create(r.SECRET, secret("default", "probe", labelled=False), dry_run=True),
+        policy,
+    )
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def manager(
+    control_plane: ControlPlane, client_for: ClientFor, manager_policy: list[Doc]
+) -> Client:
+    return client_for(manager_identity(control_plane))
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def other(
+    control_plane: ControlPlane, client_for: ClientFor, manager_policy: list[Doc]
+) -> Client:
+    return client_for(control_plane.service_account_config(RELEASE_NS, "other"))
+
+
+def refused_by_manager_policy(
+    rule: str, write: Awaitable[Any], message: str = "the operator's manager may"
+) -> Awaitable[str]:
+    return denied(rule, write, MANAGER_POLICY, message)
+
+
+# -- the manager's policy -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("resource", "build"), KINDS, ids=[k.plural for k, _ in KINDS])
+async def test_every_kind_is_written_only_with_the_managed_by_label(
+    manager: Client, namespace: str, resource: Resource, build: Builder
+) -> None:
+    created = await admitted(
+        "label-on-write", manager.create(resource, build(namespace, "acme"), dry_run=True)
+    )
+    assert created["metadata"]["labels"] == MANAGED
+    await refused_by_manager_policy(
+        "label-on-write",
+        manager.create(resource, build(namespace, "acme", labelled=False), dry_run=True),
+        f"may write {resource.kind} {namespace}/acme only with the label "
+        "app.kubernetes.io/managed-by: crewlet-operator",
+    )
+    wrong = build(namespace, "acme")
+    wrong["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "Helm"}
+    await refused_by_manager_policy(
+        "label-on-write", manager.create(resource, wrong, dry_run=True), "only with the label"
+    )
+
+
+@pytest.mark.parametrize(("resource", "build"), KINDS, ids=[k.plural for k, _ in KINDS])
+async def test_changes_and_deletes_only_objects_with_the_label(
+    kube_client: Client, manager: Client, namespace: str, resource: Resource, build: Builder
+) -> None:
+    """The objects exist (written by the admin); the manager's changes and deletes are dry runs."""
+    await kube_client.create(resource, build(namespace, "mine"))
+    await kube_client.create(resource, build(namespace, "theirs", labelled=False))
+    note = {"metadata": {"annotations": {"crewlet.ai/note": "x"}}}
+    await admitted(
+        "label-to-change-or-delete", merge_patch(manager, resource, "mine", namespace, note)
+    )
+    await admitted(
+        "label-to-change-or-delete", manager.delete(resource, "mine", namespace, dry_run=True)
+    )
+    # Dropping the label is a write without it.
+    unlabel = {"metadata": {"labels": {"app.kubernetes.io/managed-by": None}}}
+    await refused_by_manager_policy(
+        "label-on-write",
+        merge_patch(manager, resource, "mine", namespace, unlabel),
+        "only with the label",
+    )
+    await refused_by_manager_policy(
+        "label-to-change-or-delete",
+        manager.delete(resource, "theirs", namespace, dry_run=True),
+        f"may change or delete {resource.kind} {namespace}/theirs only if it is labelled",
+    )
+    # Labelling someone else's object does not make it the manager's (a Secret is adopted,
+    # below, only with its data unchanged).
+    if resource != r.SECRET:
+        await refused_by_manager_policy(
+            "label-to-change-or-delete",
+            merge_patch(manager, resource, "theirs", namespace, {"metadata": {"labels": MANAGED}}),
+            "only if it is labelled",
+        )
+    await refused_by_manager_policy(
+        "label-on-write",
+        merge_patch(manager, resource, "theirs", namespace, note),
+        "only with the label",
+    )
+
+
+async def test_the_data_claims_version_annotation_is_written_on_a_labelled_claim(
+    kube_client: Client, manager: Client, namespace: str
+) -> None:
+    """The StatefulSet controller creates the claim with the template's labels; the manager
+    patches its annotations (the engine version's high-water mark)."""
+    await kube_client.create(r.PERSISTENT_VOLUME_CLAIM, claim(namespace, "data-acme-data-0"))
+    await kube_client.create(r.PERSISTENT_VOLUME_CLAIM, claim(namespace, "other-0", False))
+    mark = {"metadata": {"annotations": {"crewlet.ai/engine-version": "0.2.0"}}}
+    claims = r.PERSISTENT_VOLUME_CLAIM
+    patched = await admitted(
+        "label-to-change-or-delete",
+        merge_patch(manager, claims, "data-acme-data-0", namespace, mark),
+    )
+    assert patched["metadata"]["annotations"]["crewlet.ai/engine-version"] == "0.2.0"
+    await refused_by_manager_policy(
+        "label-to-change-or-delete",
+        merge_patch(
+            manager,
+            claims,
+            "other-0",
+            namespace,
+            {**mark, "metadata": {**mark["metadata"], "labels": MANAGED}},
+        ),
+        "only if it is labelled",
+    )
+
+
+async def test_an_adopted_secret_gains_the_label_with_its_data_unchanged(
+    kube_client: Client, manager: Client, namespace: str
+) -> None:
+    """ "a Secret it adopts may gain the label, with its data unchanged" """
+    await kube_client.create(r.SECRET, secret(namespace, "model-key", labelled=False))
+    adopt = {"metadata": {"labels": MANAGED, "annotations": {"crewlet.ai/adopted": "true"}}}
+    adopted = await admitted(
+        "secret-adoption", merge_patch(manager, r.SECRET, "model-key", namespace, adopt)
+    )
+    assert adopted["data"] == {"k": "dg=="}
+    for change in (
+        {"data": {"k": "b3RoZXI="}},
+        {"data": {"extra": "eA=="}},
+        {"stringData": {"k": "other"}},
+        {"data": {"k": None}},
+    ):
+        await refused_by_manager_policy(
+            "secret-adoption",
+            merge_patch(manager, r.SECRET, "model-key", namespace, {**adopt, **change}),
+            "(a Secret it adopts may gain the label, with its data and type unchanged)",
+        )
+    # Once labelled it is the manager's, and its data may change.
+    await kube_client.patch(r.SECRET, "model-key", {"metadata": {"labels": MANAGED}}, namespace)
+    await admitted(
+        "label-to-change-or-delete",
+        merge_patch(manager, r.SECRET, "model-key", namespace, {"data": {"k": "b3RoZXI="}}),
+    )
+
+
+async def test_every_secret_it_writes_is_opaque(
+    kube_client: Client, manager: Client, namespace: str
+) -> None:
+    """ "Whoever takes over the manager's token therefore cannot mint a token for another
+    ServiceAccount" """
+    await admitted("secret-opaque", manager.create(r.SECRET, secret(namespace, "a"), dry_run=True))
+    defaulted = await admitted(
+        "secret-opaque", manager.create(r.SECRET, secret(namespace, "b", type_=None), dry_run=True)
+    )
+    assert defaulted["type"] == "Opaque"
+    await refused_by_manager_policy(
+        "secret-opaque",
+        manager.create(r.SECRET, sa_token_secret(namespace, "token"), dry_run=True),
+        f"may write only Opaque Secrets, not Secret {namespace}/token of type "
+        "kubernetes.io/service-account-token",
+    )
+    docker = secret(namespace, "pull", type_="kubernetes.io/dockerconfigjson")
+    docker["data"] = {".dockerconfigjson": "e30="}
+    await refused_by_manager_policy(
+        "secret-opaque", manager.create(r.SECRET, docker, dry_run=True), "only Opaque Secrets"
+    )
+    # Adopting an existing token Secret (data and type unchanged) is still not Opaque.
+    await kube_client.create(r.SECRET, sa_token_secret(namespace, "existing", labelled=False))
+    await refused_by_manager_policy(
+        "secret-opaque",
+        merge_patch(manager, r.SECRET, "existing", namespace, {"metadata": {"labels": MANAGED}}),
+        "only Opaque Secrets",
+    )
+
+
+async def test_statefulset_pods_run_as_an_engine_service_account(
+    manager: Client, namespace: str
+) -> None:
+    await admitted(
+        "sts-engine-service-account",
+        manager.create(r.STATEFUL_SET, statefulset(namespace, "acme-data"), dry_run=True),
+    )
+    for account, shown in (
+        (None, "the namespace's default"),
+        ("default", "default"),
+        ("engine", "engine"),
+        ("acme-engine-admin", "acme-engine-admin"),
+    ):
+        await refused_by_manager_policy(
+            "sts-engine-service-account",
+            manager.create(
+                r.STATEFUL_SET,
+                statefulset(namespace, "acme-data", serviceAccountName=account),
+                dry_run=True,
+            ),
+            f"may write StatefulSet {namespace}/acme-data only with pods that run as a "
+            f"ServiceAccount named *-engine, not {shown}",
+        )
+
+
+@pytest.mark.parametrize("field", ["hostNetwork", "hostPID", "hostIPC"])
+async def test_statefulset_pods_stay_out_of_the_nodes_namespaces(
+    manager: Client, namespace: str, field: str
+) -> None:
+    await admitted(
+        "sts-host-namespaces",
+        manager.create(
+            r.STATEFUL_SET, statefulset(namespace, "acme-data", **{field: False}), dry_run=True
+        ),
+    )
+    await refused_by_manager_policy(
+        "sts-host-namespaces",
+        manager.create(
+            r.STATEFUL_SET, statefulset(namespace, "acme-data", **{field: True}), dry_run=True
+        ),
+        "only with pods that do not use the node's network, PID or IPC namespaces",
+    )
+
+
+async def test_statefulset_pods_have_no_host_paths(manager: Client, namespace: str) -> None:
+    scratch = [{"name": "scratch", "emptyDir": {}}]
+    await admitted(
+        "sts-host-path",
+        manager.create(
+            r.STATEFUL_SET, statefulset(namespace, "acme-data", volumes=scratch), dry_run=True
+        ),
+    )
+    host = [*scratch, {"name": "docker", "hostPath": {"path": "/var/run/docker.sock"}}]
+    await refused_by_manager_policy(
+        "sts-host-path",
+        manager.create(
+            r.STATEFUL_SET, statefulset(namespace, "acme-data", volumes=host), dry_run=True
+        ),
+        f"may write StatefulSet {namespace}/acme-data only without hostPath volumes",
+    )
+
+
+@pytest.mark.parametrize("where", ["containers", "initContainers"])
+async def test_statefulset_pods_have_no_privileged_containers(
+    manager: Client, namespace: str, where: str
+) -> None:
+    def containers(privileged: bool) -> Doc:
+        engine = {"name": "engine", "image": "ghcr.io/crewlet/crewlet:main"}
+        other = {"name": "x", "image": "x", "securityContext": {"privileged": privileged}}
+        if where == "containers":
+            return {"containers": [engine, other]}
+        return {"containers": [engine], "initContainers": [other]}
+
+    await admitted(
+        "sts-privileged",
+        manager.create(
+            r.STATEFUL_SET, statefulset(namespace, "acme-data", **containers(False)), dry_run=True
+        ),
+    )
+    await refused_by_manager_policy(
+        "sts-privileged",
+        manager.create(
+            r.STATEFUL_SET, statefulset(namespace, "acme-data", **containers(True)), dry_run=True
+        ),
+        "only without privileged containers",
+    )
+
+
+async def test_ephemeral_containers_never_reach_the_policy(manager: Client, namespace: str) -> None:
+    """The policy checks ephemeralContainers too, but the API server already refuses them in a
+    pod template, before admission policies run."""
+    sts = statefulset(
+        namespace,
+        "acme-data",
+        ephemeralContainers=[{"name": "e", "image": "x", "securityContext": {"privileged": True}}],
+    )
+    with pytest.raises(InvalidError, match="ephemeral containers not allowed in pod template"):
+        await manager.create(r.STATEFUL_SET, sts, dry_run=True)
+
+
+SELECTORS_ADMITTED = {
+    "data": {"matchLabels": ENGINE},
+    "seats": {"matchLabels": {**ENGINE, "app.kubernetes.io/component": "seats"}},
+    "empty-expressions": {"matchLabels": ENGINE, "matchExpressions": []},
+}
+SELECTORS_DENIED = {
+    "everything": {},
+    "no-company": {"matchLabels": {k: v for k, v in ENGINE.items() if k != "crewlet.ai/company"}},
+    "empty-company": {"matchLabels": {**ENGINE, "crewlet.ai/company": ""}},
+    "other-component": {"matchLabels": {**ENGINE, "app.kubernetes.io/component": "web"}},
+    "other-name": {"matchLabels": {**ENGINE, "app.kubernetes.io/name": "coredns"}},
+    "extra-label": {"matchLabels": {**ENGINE, "tier": "db"}},
+    "kube-dns": {"matchLabels": {"k8s-app": "kube-dns"}},
+    "expressions": {
+        "matchLabels": ENGINE,
+        "matchExpressions": [{"key": "crewlet.ai/company", "operator": "Exists"}],
+    },
+    "only-expressions": {
+        "matchExpressions": [
+            {"key": "app.kubernetes.io/name", "operator": "In", "values": ["crewlet"]}
+        ]
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("rule", "resource", "build"),
+    [
+        ("pdb-selector", r.POD_DISRUPTION_BUDGET, pdb),
+        ("netpol-selector", r.NETWORK_POLICY, network_policy),
+    ],
+    ids=["poddisruptionbudget", "networkpolicy"],
+)
+async def test_budgets_and_network_policies_select_one_companys_engine_pods(
+    manager: Client, namespace: str, rule: str, resource: Resource, build: Builder
+) -> None:
+    """ "cannot ... hold up every node drain with a budget over the cluster's DNS, or cut off a
+    namespace with a policy that selects all of its pods" """
+    for name, selector in SELECTORS_ADMITTED.items():
+        await admitted(
+            rule, manager.create(resource, build(namespace, name, selector), dry_run=True)
+        )
+    for name, selector in SELECTORS_DENIED.items():
+        await refused_by_manager_policy(
+            rule,
+            manager.create(resource, build(namespace, name, selector), dry_run=True),
+            f"may write {resource.kind} {namespace}/{name} only selecting one company's engine "
+            "pods: matchLabels exactly app.kubernetes.io/name: crewlet, "
+            "app.kubernetes.io/component: data or seats, and a non-empty crewlet.ai/company, "
+            "and no matchExpressions",
+        )
+
+
+async def test_another_service_account_is_unaffected(
+    manager: Client, other: Client, namespace: str
+) -> None:
+    for rule, _, resource, obj in violations(namespace):
+        await refused_by_manager_policy(rule, manager.create(resource, obj, dry_run=True))
+        await admitted("manager-only", other.create(resource, obj, dry_run=True))
+    await refused_by_manager_policy(
+        "manager-only", manager.create(r.SECRET, secret(namespace, "x", False), dry_run=True)
+    )
+
+
+async def test_the_managers_real_token_is_held_too(
+    kube_client: Client,
+    control_plane: ControlPlane,
+    client_for: ClientFor,
+    manager: Client,
+    namespace: str,
+) -> None:
+    """Not only impersonation: the ServiceAccount's own token (TokenRequest API)."""
+    if await kube_client.get_or_none(r.SERVICE_ACCOUNT, MANAGER, RELEASE_NS) is None:
+        await kube_client.create(
+            r.SERVICE_ACCOUNT, {"metadata": {"name": MANAGER, "namespace": RELEASE_NS}}
+        )
+    real = client_for(control_plane.token_config(control_plane.request_token(RELEASE_NS, MANAGER)))
+    await admitted("label-on-write", real.create(r.SECRET, secret(namespace, "a"), dry_run=True))
+    await refused_by_manager_policy(
+        "label-on-write", real.create(r.SECRET, secret(namespace, "b", False), dry_run=True)
+    )
+
+
+async def test_a_release_name_prefix_keeps_the_manager_checked(
+    control_plane: ControlPlane, client_for: ClientFor, manager_policy: list[Doc], namespace: str
+) -> None:
+    """A release named prod names its manager prod-crewlet-operator-controller-manager: the
+    policy still matches it by the end of its name."""
+    prod_docs = await helm_template({}, release="prod")
+    account = next(d for d in prod_docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
+    assert account == "prod-crewlet-operator-controller-manager"
+    prod = client_for(manager_identity(control_plane, account))
+    for rule, _, resource, obj in violations(namespace):
+        await refused_by_manager_policy(rule, prod.create(resource, obj, dry_run=True))
+    await refused_by_manager_policy(
+        "release-prefix", prod.create(r.SECRET, secret(namespace, "x", False), dry_run=True)
+    )
+    await admitted("release-prefix", prod.create(r.SECRET, secret(namespace, "x"), dry_run=True))
+
+
+async def test_a_fullname_override_that_renames_the_manager_leaves_it_unchecked(
+    kube_client: Client,
+    control_plane: ControlPlane,
+    client_for: ClientFor,
+    manager: Client,
+    namespace: str,
+) -> None:
+    """ "a nameOverride or fullnameOverride that changes it leaves the manager unchecked" """
+    docs = await helm_template({"fullnameOverride": "platform-ops"})
+    account = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
+    assert account == "platform-ops-controller-manager"
+    renamed = client_for(manager_identity(control_plane, account))
+    # Only the override's policy is installed, and it is enforced (it still holds a ServiceAccount
+    # named crewlet-operator-controller-manager) ...
+    await delete_policies(kube_client, MANAGER_POLICY)
+    await apply_policies(kube_client, docs, "platform-ops-manager-writes")
+    try:
+        await wait_manager_policy(manager, "platform-ops-manager-writes")
+        await denied(
+            "fullname-override",
+            manager.create(r.SECRET, secret(namespace, "x", False), dry_run=True),
+            "platform-ops-manager-writes",
+            "only with the label",
+        )
+        # ... but not the renamed manager: every write the policy exists to refuse is admitted.
+        for _, _, resource, obj in violations(namespace):
+            await admitted("fullname-override", renamed.create(resource, obj, dry_run=True))
+    finally:
+        await delete_policies(kube_client, "platform-ops-manager-writes")
+        await apply_policies(kube_client, await helm_template({}), MANAGER_POLICY)
+        await wait_manager_policy(manager, MANAGER_POLICY)
+
+
+# -- the tenant provisioner's policy -------------------------------------------------------------
+
+SUBJECTS = [
+    {"kind": "ServiceAccount", "name": "control-plane", "namespace": PLATFORM_NS},
+    {"kind": "User", "name": "tenant-bot"},
+    {"kind": "Group", "name": "tenant-provisioners"},
+]
+
+
+def provisioner_identities(control_plane: ControlPlane) -> dict[str, RestConfig]:
+    return {
+        "service-account": control_plane.service_account_config(PLATFORM_NS, "control-plane"),
+        "user": control_plane.impersonation_config("tenant-bot"),
+        "group": control_plane.impersonation_config("someone", ("tenant-provisioners",)),
+    }
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def tenant_policy(kube_client: Client, control_plane: ControlPlane) -> AsyncIterator[None]:
+    """The tenant provisioner's policy as the chart renders it for three subjects (a
+    ServiceAccount, a User and a Group); they and two outsiders bound to cluster-admin."""
+    docs = await helm_template({"tenantProvisioner": {"enabled": True, "subjects": SUBJECTS}})
+    access = next(d for d in docs if d["metadata"]["name"] == TENANT_ACCESS)
+    await kube_client.apply(r.CLUSTER_ROLE, access)
+    binding = "crewlet-policies-tenant-admin"
+    await cluster_admin(
+        kube_client,
+        binding,
+        [
+            sa_subject(PLATFORM_NS, "control-plane"),
+            sa_subject(PLATFORM_NS, "outsider"),
+            user_subject("User", "tenant-bot"),
+            user_subject("User", "not-a-provisioner"),
+            user_subject("Group", "tenant-provisioners"),
+        ],
+    )
+    await apply_policies(kube_client, docs, TENANT_POLICY)
+    async with Client(control_plane.service_account_config(PLATFORM_NS, "control-plane")) as sa:
+        await enforced(
+            lambda: sa.create(r.NAMESPACE, {"metadata": {"name": "probe"}}, dry_run=True),
+            TENANT_POLICY,
+        )
+    yield
+    await delete_policies(kube_client, TENANT_POLICY)
+    for resource, name in ((r.CLUSTER_ROLE_BINDING, binding), (r.CLUSTER_ROLE, TENANT_ACCESS)):
+        with contextlib.suppress(NotFoundError):
+            await kube_client.delete(resource, name)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def provisioner(
+    control_plane: ControlPlane, client_for: ClientFor, tenant_policy: None
+) -> Client:
+    return client_for(control_plane.service_account_config(PLATFORM_NS, "control-plane"))
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def tenant_ns(kube_client: Client, namespace: str) -> AsyncIterator[str]:
+    """A tenant's namespace (made by the admin), beside ``namespace``, which is not one."""
+    name = f"{namespace}-tenant"[:63]
+    labels = {TENANT: "acme", ENFORCE: "restricted"}
+    await kube_client.create(r.NAMESPACE, {"metadata": {"name": name, "labels": labels}})
+    yield name
+    with contextlib.suppress(NotFoundError):
+        await kube_client.delete(r.NAMESPACE, name)
+
+
+def namespace_doc(name: str, **labels: str) -> Doc:
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+def tenant_labels(**extra: str) -> dict[str, str]:
+    return {TENANT: "acme", ENFORCE: "restricted", **extra}
+
+
+def refused_by_tenant_policy(
+    rule: str, write: Awaitable[Any], message: str = "the tenant provisioner may"
+) -> Awaitable[str]:
+    return denied(rule, write, TENANT_POLICY, message)
+
+
+def role_binding(
+    namespace: str, name: str, kind: str = "ClusterRole", role: str = TENANT_ACCESS
+) -> Doc:
+    return {
+        "metadata": {"name": name, "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": "engine", "namespace": namespace}],
+    }
+
+
+async def test_a_namespace_is_created_with_the_tenant_label(
+    provisioner: Client, namespace: str
+) -> None:
+    """ "a namespace is created with the tenant label and, under the protected prefixes, exactly
+    the required labels" """
+    name = f"{namespace}-new"[:63]
+    await admitted(
+        "ns-create-tenant-label",
+        provisioner.create(r.NAMESPACE, namespace_doc(name, **tenant_labels()), dry_run=True),
+    )
+    await refused_by_tenant_policy(
+        "ns-create-tenant-label",
+        provisioner.create(
+            r.NAMESPACE, namespace_doc(name, **{ENFORCE: "restricted"}), dry_run=True
+        ),
+        f"may create a namespace only with the tenant label {TENANT}, not Namespace {name}",
+    )
+
+
+@pytest.mark.parametrize(
+    ("labels", "ok"),
+    [
+        pytest.param(tenant_labels(), True, id="exactly-required"),
+        pytest.param(tenant_labels(team="blue"), True, id="unprotected-extra"),
+        pytest.param({TENANT: "acme"}, False, id="required-missing"),
+        pytest.param(tenant_labels(**{ENFORCE: "privileged"}), False, id="required-changed"),
+        pytest.param(
+            tenant_labels(**{"pod-security.kubernetes.io/warn": "baseline"}),
+            False,
+            id="protected-extra",
+        ),
+    ],
+)
+async def test_a_namespace_is_created_with_exactly_the_required_protected_labels(
+    provisioner: Client, namespace: str, labels: dict[str, str], ok: bool
+) -> None:
+    name = f"{namespace}-new"[:63]
+    write = provisioner.create(r.NAMESPACE, namespace_doc(name, **labels), dry_run=True)
+    if ok:
+        await admitted("ns-create-protected-exact", write)
+    else:
+        await refused_by_tenant_policy(
+            "ns-create-protected-exact",
+            write,
+            f"may create Namespace {name} only with exactly the required labels under the "
+            f"protected prefixes (pod-security.kubernetes.io/): {ENFORCE}=restricted",
+        )
+
+
+async def test_only_tenant_namespaces_are_changed_or_deleted(
+    provisioner: Client, namespace: str, tenant_ns: str
+) -> None:
+    """ "only namespaces with the tenant label are changed or deleted" """
+    note = {"metadata": {"labels": {"team": "blue"}}}
+    await admitted(
+        "ns-change-only-tenant", merge_patch(provisioner, r.NAMESPACE, tenant_ns, None, note)
+    )
+    await admitted(
+        "ns-change-only-tenant", provisioner.delete(r.NAMESPACE, tenant_ns, dry_run=True)
+    )
+    await refused_by_tenant_policy(
+        "ns-change-only-tenant",
+        merge_patch(provisioner, r.NAMESPACE, namespace, None, note),
+        f"may change or delete only tenants' namespaces (labelled {TENANT}), not Namespace "
+        f"{namespace}",
+    )
+    # Labelling a namespace as a tenant's is changing it.
+    await refused_by_tenant_policy(
+        "ns-change-only-tenant",
+        merge_patch(
+            provisioner, r.NAMESPACE, namespace, None, {"metadata": {"labels": tenant_labels()}}
+        ),
+        "may change or delete only tenants' namespaces",
+    )
+    await refused_by_tenant_policy(
+        "ns-change-only-tenant",
+        provisioner.delete(r.NAMESPACE, namespace, dry_run=True),
+        "may change or delete only tenants' namespaces",
+    )
+
+
+async def test_the_tenant_label_is_never_removed(provisioner: Client, tenant_ns: str) -> None:
+    await admitted(
+        "ns-tenant-label-kept",
+        merge_patch(
+            provisioner,
+            r.NAMESPACE,
+            tenant_ns,
+            None,
+            {"metadata": {"labels": {TENANT: "acme-renamed"}}},
+        ),
+    )
+    await refused_by_tenant_policy(
+        "ns-tenant-label-kept",
+        merge_patch(
+            provisioner, r.NAMESPACE, tenant_ns, None, {"metadata": {"labels": {TENANT: None}}}
+        ),
+        f"may not remove the tenant label {TENANT} from Namespace {tenant_ns}",
+    )
+
+
+@pytest.mark.parametrize(
+    ("labels", "ok"),
+    [
+        pytest.param({"team": "blue"}, True, id="unprotected-set"),
+        pytest.param({ENFORCE: "restricted"}, True, id="protected-unchanged"),
+        pytest.param({"pod-security.kubernetes.io/warn": "baseline"}, False, id="protected-set"),
+        pytest.param({ENFORCE: "privileged"}, False, id="protected-changed"),
+        pytest.param({ENFORCE: None}, False, id="protected-removed"),
+    ],
+)
+async def test_protected_labels_are_never_set_changed_or_removed(
+    provisioner: Client, tenant_ns: str, labels: dict[str, str | None], ok: bool
+) -> None:
+    write = merge_patch(provisioner, r.NAMESPACE, tenant_ns, None, {"metadata": {"labels": labels}})
+    if ok:
+        await admitted("ns-protected-unchanged", write)
+    else:
+        await refused_by_tenant_policy(
+            "ns-protected-unchanged",
+            write,
+            "may not set, change or remove labels under the protected prefixes "
+            f"(pod-security.kubernetes.io/) of Namespace {tenant_ns}",
+        )
+
+
+async def test_role_bindings_only_in_tenant_namespaces(
+    kube_client: Client, provisioner: Client, namespace: str, tenant_ns: str
+) -> None:
+    """ "RoleBindings are made only in tenants' namespaces, and only to the tenant-access role" """
+    await admitted(
+        "rb-tenant-namespace",
+        provisioner.create(r.ROLE_BINDING, role_binding(tenant_ns, "access"), dry_run=True),
+    )
+    await refused_by_tenant_policy(
+        "rb-tenant-namespace",
+        provisioner.create(r.ROLE_BINDING, role_binding(namespace, "access"), dry_run=True),
+        f"may write RoleBindings only in tenants' namespaces (labelled {TENANT}), not "
+        f"RoleBinding {namespace}/access",
+    )
+    await kube_client.create(r.ROLE_BINDING, role_binding(namespace, "existing"))
+    await kube_client.create(r.ROLE_BINDING, role_binding(tenant_ns, "existing"))
+    await admitted(
+        "rb-tenant-namespace",
+        provisioner.delete(r.ROLE_BINDING, "existing", tenant_ns, dry_run=True),
+    )
+    await refused_by_tenant_policy(
+        "rb-tenant-namespace",
+        provisioner.delete(r.ROLE_BINDING, "existing", namespace, dry_run=True),
+        "may write RoleBindings only in tenants' namespaces",
+    )
+
+
+async def test_role_bindings_only_to_the_tenant_access_role(
+    provisioner: Client, tenant_ns: str
+) -> None:
+    await admitted(
+        "rb-tenant-access-only",
+        provisioner.create(r.ROLE_BINDING, role_binding(tenant_ns, "access"), dry_run=True),
+    )
+    for kind, role in (
+        ("ClusterRole", "admin"),
+        ("ClusterRole", "cluster-admin"),
+        ("Role", TENANT_ACCESS),
+    ):
+        await refused_by_tenant_policy(
+            "rb-tenant-access-only",
+            provisioner.create(
+                r.ROLE_BINDING, role_binding(tenant_ns, "b", kind, role), dry_run=True
+            ),
+            f"may bind only the ClusterRole {TENANT_ACCESS}, not the {kind} {role} "
+            f"(RoleBinding {tenant_ns}/b)",
+        )
+
+
+async def test_secrets_only_in_tenant_namespaces(
+    kube_client: Client, provisioner: Client, namespace: str, tenant_ns: str
+) -> None:
+    """ "Secrets are written only in tenants' namespaces" """
+    plain = {"stringData": {"k": "v"}}
+    await admitted(
+        "secret-tenant-namespace",
+        provisioner.create(
+            r.SECRET, {"metadata": {"name": "k", "namespace": tenant_ns}, **plain}, dry_run=True
+        ),
+    )
+    await refused_by_tenant_policy(
+        "secret-tenant-namespace",
+        provisioner.create(
+            r.SECRET, {"metadata": {"name": "k", "namespace": namespace}, **plain}, dry_run=True
+        ),
+        f"may write Secrets only in tenants' namespaces (labelled {TENANT}), not Secret "
+        f"{namespace}/k",
+    )
+    await kube_client.create(r.SECRET, {"metadata": {"name": "e", "namespace": namespace}, **plain})
+    await refused_by_tenant_policy(
+        "secret-tenant-namespace",
+        merge_patch(provisioner, r.SECRET, "e", namespace, {"stringData": {"k": "w"}}),
+        "may write Secrets only in tenants' namespaces",
+    )
+    await refused_by_tenant_policy(
+        "secret-tenant-namespace",
+        provisioner.delete(r.SECRET, "e", namespace, dry_run=True),
+        "may write Secrets only in tenants' namespaces",
+    )
+
+
+async def test_never_a_service_account_token_secret(provisioner: Client, tenant_ns: str) -> None:
+    """ "and never as kubernetes.io/service-account-token, whose token the API server would
+    fill in for any ServiceAccount" """
+    await admitted(
+        "secret-no-sa-token",
+        provisioner.create(r.SECRET, secret(tenant_ns, "opaque", labelled=False), dry_run=True),
+    )
+    await refused_by_tenant_policy(
+        "secret-no-sa-token",
+        provisioner.create(r.SECRET, sa_token_secret(tenant_ns, "token", False), dry_run=True),
+        "may not write a Secret of type kubernetes.io/service-account-token "
+        f"(Secret {tenant_ns}/token)",
+    )
+
+
+@pytest.mark.parametrize("who", ["service-account", "user", "group"])
+async def test_every_kind_of_subject_is_held(
+    control_plane: ControlPlane,
+    client_for: ClientFor,
+    tenant_policy: None,
+    namespace: str,
+    who: str,
+) -> None:
+    subject = client_for(provisioner_identities(control_plane)[who])
+    name = f"{namespace}-new"[:63]
+    await admitted(
+        "subject-kinds",
+        subject.create(r.NAMESPACE, namespace_doc(name, **tenant_labels()), dry_run=True),
+    )
+    await refused_by_tenant_policy(
+        "subject-kinds",
+        subject.create(r.NAMESPACE, namespace_doc(name), dry_run=True),
+        "may create a namespace only with the tenant label",
+    )
+    await refused_by_tenant_policy(
+        "subject-kinds",
+        subject.create(r.SECRET, {"metadata": {"name": "k", "namespace": namespace}}, dry_run=True),
+        "may write Secrets only in tenants' namespaces",
+    )
+
+
+def tenant_violations(namespace: str, tenant_ns: str) -> list[tuple[Resource, Doc]]:
+    return [
+        (r.NAMESPACE, namespace_doc(f"{namespace}-new"[:63])),
+        (
+            r.NAMESPACE,
+            namespace_doc(f"{namespace}-new"[:63], **tenant_labels(**{ENFORCE: "privileged"})),
+        ),
+        (r.ROLE_BINDING, role_binding(namespace, "access")),
+        (r.ROLE_BINDING, role_binding(tenant_ns, "admin", role="cluster-admin")),
+        (r.SECRET, {"metadata": {"name": "k", "namespace": namespace}}),
+        (r.SECRET, sa_token_secret(tenant_ns, "token", False)),
+    ]
+
+
+async def test_no_one_but_the_subjects_is_held(
+    control_plane: ControlPlane,
+    client_for: ClientFor,
+    provisioner: Client,
+    namespace: str,
+    tenant_ns: str,
+) -> None:
+    """ "holds the subjects, and no one else" """
+    outsiders = [
+        client_for(control_plane.impersonation_config("not-a-provisioner")),
+        client_for(control_plane.service_account_config(PLATFORM_NS, "outsider")),
+    ]
+    for resource, obj in tenant_violations(namespace, tenant_ns):
+        await refused_by_tenant_policy(
+            "subjects-only", provisioner.create(resource, obj, dry_run=True)
+        )
+        for outsider in outsiders:
+            await admitted("subjects-only", outsider.create(resource, obj, dry_run=True))
+    for outsider in outsiders:
+        await admitted(
+            "subjects-only",
+            merge_patch(
+                outsider, r.NAMESPACE, tenant_ns, None, {"metadata": {"labels": {ENFORCE: None}}}
+            ),
+        )
+
+
+# -- every rule, both ways ------------------------------------------------------------------------
+
+
+def test_every_rule_was_admitted_and_denied_at_least_once(request: pytest.FixtureRequest) -> None:
+    """Runs last; it needs the whole module (a partial run is skipped, not passed)."""
+    ran = {i.originalname for i in request.session.items if i.module is request.module}  # type: ignore[attr-defined]
+    defined = {n for n in vars(request.module) if n.startswith("test_")}
+    if defined - ran:
+        pytest.skip(f"run the whole module to check every rule ({len(defined - ran)} not run)")
+    collected = len([i for i in request.session.items if i.module is request.module])  # type: ignore[attr-defined]
+    lines, missing, total = [], [], 0
+    for rules in (MANAGER_RULES, TENANT_RULES):
+        for rule, text in rules.items():
+            outcomes = TALLY.get(rule, {})
+            admits, denies = len(outcomes.get("admitted", [])), len(outcomes.get("denied", []))
+            total += admits + denies
+            lines.append(f"  {rule:28} admitted {admits:3}  denied {denies:3}  ({text})")
+            if not admits or not denies:
+                missing.append(rule)
+    report = (
+        f"admission policy writes checked: {total} over {len(MANAGER_RULES) + len(TENANT_RULES)}"
+        f" rules ({collected} tests)\n" + "\n".join(lines)
+    )
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("\n" + report)
+    print(report)
+    assert not missing, f"rules without both an admitted and a denied write: {missing}\n{report}"

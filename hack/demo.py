@@ -1,0 +1,113 @@
+"""``make run``: a local control plane with workloads, the CRDs, the operator and a sample
+company, until Ctrl-C.
+
+The engine image cannot run here (no container runtime): kwok plays the kubelet, so the pods
+become Ready without running, which is enough to watch the operator converge a company.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import yaml
+
+from crewlet_operator import CUSTOM_RESOURCE_DEFINITION, Client, find_condition
+from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator.envtest import ControlPlane, binaries
+from crewlet_operator.envtest.wait import eventually
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def documents(path: Path) -> list[dict[str, object]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+async def install_crds(plane: ControlPlane) -> None:
+    async with Client(plane.admin_config()) as client:
+        for path in sorted((ROOT / "manifests/crds").glob("*.yaml")):
+            for crd in documents(path):
+                await client.apply(CUSTOM_RESOURCE_DEFINITION, crd)
+
+        async def served() -> bool:
+            client.forget_discovery()
+            return await client.is_served(COMPANY.api_version, COMPANY.kind)
+
+        await eventually(served, message="crewlet.ai CRDs served")
+
+
+async def apply_samples(plane: ControlPlane) -> None:
+    async with Client(plane.admin_config()) as client:
+        await client.apply(ENGINE_CLASS, documents(ROOT / "manifests/samples/engineclass.yaml")[0])
+        await client.apply(COMPANY, documents(ROOT / "manifests/samples/company.yaml")[0])
+
+        async def ready() -> bool:
+            company = await client.get(COMPANY, "acme", "default")
+            cond = find_condition(company.get("status", {}).get("conditions"), "Ready")
+            return bool(cond and cond["status"] == "True")
+
+        await eventually(ready, timeout=180, message="company acme Ready")
+
+
+def main() -> int:
+    run_dir = Path(os.environ.get("RUN_DIR", ROOT / ".run")).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with ControlPlane(run_dir / "envtest", workloads=True) as plane:
+        print(f"control plane up at {plane.host}; export KUBECONFIG={plane.kubeconfig}", flush=True)
+        asyncio.run(install_crds(plane))
+        with open(run_dir / "operator.log", "ab") as log:
+            operator = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "crewlet_operator.cli",
+                    "--kubeconfig",
+                    str(plane.kubeconfig),
+                    "--leader-election-namespace",
+                    "default",
+                    "--metrics-bind-address",
+                    "127.0.0.1:8443",
+                    "--health-probe-bind-address",
+                    "127.0.0.1:8081",
+                    "--log-format",
+                    "json",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            print(
+                f"operator running (pid {operator.pid}); its log: {run_dir / 'operator.log'}",
+                flush=True,
+            )
+            asyncio.run(apply_samples(plane))
+            subprocess.run(
+                [
+                    str(binaries.find("kubectl")),
+                    "--kubeconfig",
+                    str(plane.kubeconfig),
+                    "get",
+                    "engineclasses,companies",
+                    "-A",
+                ],
+                check=True,
+            )
+            print("Ready. Ctrl-C stops the operator and the control plane.", flush=True)
+            stop.wait()
+        finally:
+            operator.send_signal(signal.SIGTERM)
+            operator.wait(30)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

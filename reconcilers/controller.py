@@ -1,0 +1,242 @@
+"""The thin controllers around the pure Crewlet reconcile: gather the inputs from the caches,
+call :func:`reconcilers.company.reconcile`, and execute its plan.
+
+What is cached, and why it stays small: Companies and EngineClasses (all of them: they are the
+operator's own kinds), Namespaces (for ``allowedNamespaces``), and children only when they carry
+``app.kubernetes.io/managed-by: crewlet-operator``. Referenced Secrets are watched one by one
+(:class:`~crewlet_operator.cache.named.NamedObjects`), never the cluster's Secrets wholesale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import structlog
+
+from crewlet_operator import (
+    HTTP_ROUTE,
+    INGRESS,
+    NAMESPACE,
+    NETWORK_POLICY,
+    PERSISTENT_VOLUME_CLAIM,
+    POD_DISRUPTION_BUDGET,
+    SECRET,
+    SERVICE,
+    SERVICE_ACCOUNT,
+    STATEFUL_SET,
+    InformerOptions,
+    LabelChanged,
+    Manager,
+    NotFoundError,
+    Request,
+    Resource,
+    condition,
+    labels,
+    name,
+    namespace,
+    set_condition,
+)
+from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator.cache.named import NamedObjects
+from crewlet_operator.handler import EnqueueHandler
+from crewlet_operator.objects import is_being_deleted
+from reconcilers.company import reconcile
+from reconcilers.plan import ClusterFacts, Observed, Plan
+from reconcilers.references import referenced_secrets, secret_refs
+
+log = structlog.get_logger("crewlet_operator.company")
+
+MANAGED_BY = "app.kubernetes.io/managed-by=crewlet-operator"
+COMPANY_LABEL = "crewlet.ai/company"
+CLASS_INDEX = "class"
+
+Object = dict[str, Any]
+
+
+def child_resources(facts: ClusterFacts) -> list[Resource]:
+    """The kinds a Company owns; HTTPRoutes only when the Gateway API is served."""
+    kinds = [
+        SERVICE_ACCOUNT,
+        SECRET,
+        STATEFUL_SET,
+        SERVICE,
+        POD_DISRUPTION_BUDGET,
+        NETWORK_POLICY,
+        INGRESS,
+    ]
+    return [*kinds, HTTP_ROUTE] if facts.gateway_api else kinds
+
+
+def _class_of(company: Object) -> list[str]:
+    class_name = (company.get("spec") or {}).get("className")
+    return [class_name] if class_name else []
+
+
+class CrewletControllers:
+    """The Company and EngineClass controllers of one manager."""
+
+    def __init__(self, manager: Manager, facts: ClusterFacts) -> None:
+        self.manager = manager
+        self.client = manager.client
+        self.cache = manager.cache
+        self.facts = facts
+        self.children = child_resources(facts)
+        self.secrets = NamedObjects(manager.client, SECRET)
+        company_options = InformerOptions(indexers={CLASS_INDEX: _class_of})
+        owned = InformerOptions(label_selector=MANAGED_BY)
+
+        builder = manager.controller("company").for_(COMPANY, options=company_options)
+        for resource in self.children:
+            builder.owns(resource, options=owned)
+        builder.watches(ENGINE_CLASS, self._companies_of_class)
+        builder.watches(NAMESPACE, self._companies_in_namespace, predicates=[LabelChanged()])
+        builder.watches(PERSISTENT_VOLUME_CLAIM, self._company_of_labels, options=owned)
+        self.company_controller = builder.complete(self.reconcile_company)
+        self.secrets.add_handler(
+            EnqueueHandler(self.company_controller.queue, self._companies_of_secret)
+        )
+        self.class_controller = (
+            manager.controller("engineclass")
+            .for_(ENGINE_CLASS)
+            .watches(
+                COMPANY, lambda c: [Request(None, n) for n in _class_of(c)], options=company_options
+            )
+            .complete(self.reconcile_class)
+        )
+
+    # -- mapping events to requests -----------------------------------------------------------
+    def _companies_of_class(self, engine_class: Object) -> list[Request]:
+        return [
+            Request(namespace(c), name(c))
+            for c in self.cache.list(COMPANY, index=(CLASS_INDEX, name(engine_class)))
+        ]
+
+    def _companies_in_namespace(self, ns: Object) -> list[Request]:
+        return [Request(namespace(c), name(c)) for c in self.cache.list(COMPANY, name(ns))]
+
+    def _company_of_labels(self, obj: Object) -> list[Request]:
+        company = labels(obj).get(COMPANY_LABEL)
+        return [Request(namespace(obj), company)] if company else []
+
+    def _companies_of_secret(self, secret: Object) -> list[Request]:
+        key = (namespace(secret) or "", name(secret))
+        requests: list[Request] = []
+        for engine_class in self.cache.list(ENGINE_CLASS):
+            if key in referenced_secrets(engine_class):
+                requests += self._companies_of_class(engine_class)
+        return requests
+
+    # -- the Company ----------------------------------------------------------------------------
+    async def observe(self, company: Object, engine_class: Object | None) -> Observed:
+        """Read everything the reconcile needs from the caches."""
+        ns, company_name = namespace(company) or "", name(company)
+        selector = {"matchLabels": {COMPANY_LABEL: company_name}}
+        children: dict[tuple[str, str], Object] = {}
+        for resource in self.children:
+            for child in self.cache.list(resource, ns, labels=selector):
+                children[(resource.kind, name(child))] = child
+        secrets: dict[tuple[str, str], Object | None] = {}
+        if engine_class is not None:
+            for ref in sorted(referenced_secrets(engine_class)):
+                informer = self.secrets.watch(*ref)
+                with contextlib.suppress(TimeoutError):
+                    await informer.wait_for_sync(10)
+                secrets[ref] = self.secrets.get(*ref)
+        claim = self.cache.get(PERSISTENT_VOLUME_CLAIM, f"data-{company_name}-data-0", ns)
+        return Observed(children=children, secrets=secrets, data_claim=claim)
+
+    async def reconcile_company(self, request: Request) -> None:
+        """Converge one Company."""
+        company = self.cache.get(COMPANY, request.name, request.namespace)
+        if company is None:
+            return  # deleted: owner references garbage-collect the children; claims stay
+        class_name = (company.get("spec") or {}).get("className", "")
+        engine_class = self.cache.get(ENGINE_CLASS, class_name)
+        ns = self.cache.get(NAMESPACE, request.namespace or "") or {}
+        if is_being_deleted(ns):
+            return  # the namespace controller is deleting everything in it: do not fight it
+        ns_labels = labels(ns)
+        observed = await self.observe(company, engine_class)
+        plan = reconcile(company, engine_class, ns_labels, observed, self.facts)
+        await self.execute(company, plan, observed)
+
+    async def execute(self, company: Object, plan: Plan, observed: Observed) -> None:
+        """Write what the plan says, and nothing else."""
+        for apply in plan.applies:
+            await self.client.apply(apply.resource, apply.object)
+        for delete in plan.deletes:
+            with contextlib.suppress(NotFoundError):
+                await self.client.delete(
+                    delete.resource, delete.name, delete.namespace, uid=delete.uid
+                )
+        if plan.claim_annotations and observed.data_claim is not None:
+            await self.client.patch(
+                PERSISTENT_VOLUME_CLAIM,
+                name(observed.data_claim),
+                {"metadata": {"annotations": plan.claim_annotations}},
+                namespace(observed.data_claim),
+            )
+        if plan.status is not None:
+            await self.client.apply_status(
+                COMPANY,
+                {
+                    "apiVersion": COMPANY.api_version,
+                    "kind": COMPANY.kind,
+                    "metadata": {"name": name(company), "namespace": namespace(company)},
+                    "status": plan.status,
+                },
+            )
+
+    # -- the EngineClass ------------------------------------------------------------------------
+    async def reconcile_class(self, request: Request) -> None:
+        """Count the class's companies and check that its references resolve."""
+        engine_class = self.cache.get(ENGINE_CLASS, request.name)
+        if engine_class is None:
+            return
+        self.secrets.forget(self._every_reference())
+        missing: list[str] = []
+        for ref in secret_refs(engine_class):
+            informer = self.secrets.watch(ref.namespace, ref.name)
+            with contextlib.suppress(TimeoutError):
+                await informer.wait_for_sync(10)
+            secret = self.secrets.get(ref.namespace, ref.name)
+            if secret is None or ref.key not in (secret.get("data") or {}):
+                missing.append(f"{ref.namespace}/{ref.name}[{ref.key}]")
+        if missing:
+            resolved = condition(
+                "ReferencesResolved",
+                False,
+                "SecretNotFound",
+                "missing Secret keys: " + ", ".join(missing),
+                observed_generation=engine_class["metadata"].get("generation"),
+            )
+        else:
+            resolved = condition(
+                "ReferencesResolved",
+                True,
+                "Resolved",
+                "every referenced Secret key exists",
+                observed_generation=engine_class["metadata"].get("generation"),
+            )
+        old = engine_class.get("status") or {}
+        status = {
+            "companies": len(self.cache.list(COMPANY, index=(CLASS_INDEX, request.name))),
+            "conditions": set_condition(old.get("conditions") or [], resolved),
+        }
+        if status != {"companies": old.get("companies", 0), "conditions": old.get("conditions")}:
+            await self.client.apply_status(
+                ENGINE_CLASS,
+                {
+                    "apiVersion": ENGINE_CLASS.api_version,
+                    "kind": ENGINE_CLASS.kind,
+                    "metadata": {"name": request.name},
+                    "status": status,
+                },
+            )
+
+    def _every_reference(self) -> set[tuple[str | None, str]]:
+        refs: set[tuple[str | None, str]] = set()
+        for engine_class in self.cache.list(ENGINE_CLASS):
+            refs |= set(referenced_secrets(engine_class))
+        return refs

@@ -1,0 +1,150 @@
+"""Names and labels of what the operator writes for a Company: the one source of truth.
+
+Every child lives in the Company's namespace and is named after the Company, so two companies in
+one namespace never collide. The chart's admission policy and the controller's watches depend on
+these labels, so they are spelled here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+Component = Literal["data", "seats"]
+DATA: Component = "data"
+SEATS: Component = "seats"
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "crewlet-operator"
+NAME_LABEL = "app.kubernetes.io/name"
+NAME = "crewlet"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+COMPANY_LABEL = "crewlet.ai/company"
+
+CONFIG_HASH_ANNOTATION = "crewlet.ai/config-hash"
+"""Pod-template annotation: the hash of the component's crewlet.yaml (Tier A is restart-only)."""
+SECRETS_HASH_ANNOTATION = "crewlet.ai/secrets-hash"
+"""Pod-template annotation: the hash of the copied Secret values, so a rotation reaches the pods.
+
+Environment variables from Secrets are read once, at container start; without a restart a
+rotated model key would never reach a running engine.
+"""
+
+DATA_VOLUME = "data"
+"""The data StatefulSet's volume claim template; its claim is ``data-<company>-data-0``."""
+
+MAX_COMPANY_NAME = 46
+"""The longest Company name whose children are all valid names.
+
+A StatefulSet's pods carry ``controller-revision-hash: <statefulset>-<hash>``, a label value of
+at most 63 characters, so a StatefulSet's name may have at most 52; ``<company>-seats`` adds 6.
+"""
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def name_problem(company: str) -> str | None:
+    """Say why ``company`` cannot name its children (Service names are DNS-1035 labels), or None.
+
+    A Company's own name is a DNS subdomain (it may hold dots, or start with a digit), which is
+    wider than what a Service or a StatefulSet's pods accept.
+    """
+    if len(company) > MAX_COMPANY_NAME:
+        return (
+            f"the name {company!r} is {len(company)} characters long: the operator names the "
+            f"company's StatefulSets and Services after it, which allows at most "
+            f"{MAX_COMPANY_NAME}; recreate the Company under a shorter name"
+        )
+    if not _DNS_LABEL.match(company):
+        return (
+            f"the name {company!r} is not a DNS label (lowercase letters, digits and '-', "
+            f"starting with a letter): the company's Services are named after it; recreate the "
+            f"Company under such a name"
+        )
+    return None
+
+
+def labels(company: str, component: Component | None = None) -> dict[str, str]:
+    """Labels of every child; engine pods and what selects them also carry their component."""
+    result = {MANAGED_BY_LABEL: MANAGED_BY, NAME_LABEL: NAME, COMPANY_LABEL: company}
+    if component is not None:
+        result[COMPONENT_LABEL] = component
+    return result
+
+
+def selector(company: str, component: Component) -> dict[str, str]:
+    """The three labels that select exactly one company's pods of one component.
+
+    The chart's policy admits a PodDisruptionBudget or NetworkPolicy only when it selects by
+    exactly these, so it can never select another workload's pods.
+    """
+    return {NAME_LABEL: NAME, COMPONENT_LABEL: component, COMPANY_LABEL: company}
+
+
+def company_pods(company: str) -> dict[str, str]:
+    """Labels of every engine pod of one company (both components)."""
+    return {NAME_LABEL: NAME, COMPANY_LABEL: company}
+
+
+def service_account(company: str) -> str:
+    """The engine's ServiceAccount (the chart's policy requires the ``-engine`` suffix)."""
+    return f"{company}-engine"
+
+
+def config_secret(company: str) -> str:
+    """The Secret holding both components' crewlet.yaml."""
+    return f"{company}-config"
+
+
+def env_secret(company: str) -> str:
+    """The Secret holding the copies of every Secret key the class references."""
+    return f"{company}-env"
+
+
+def api_token_secret(company: str) -> str:
+    """The Secret holding the operator's API token for this company's engine."""
+    return f"{company}-api-token"
+
+
+API_TOKEN_KEY = "token"
+"""The key of the token in :func:`api_token_secret`."""
+
+
+def statefulset(company: str, component: Component) -> str:
+    """``<company>-data`` or ``<company>-seats``."""
+    return f"{company}-{component}"
+
+
+def headless_service(company: str, component: Component) -> str:
+    """The governing (headless) Service of a component's StatefulSet: same name."""
+    return statefulset(company, component)
+
+
+def api_service(company: str) -> str:
+    """The ClusterIP Service in front of the data pods' API (and webhooks)."""
+    return f"{company}-api"
+
+
+def disruption_budget(company: str, component: Component) -> str:
+    """A component's PodDisruptionBudget."""
+    return statefulset(company, component)
+
+
+def network_policy(company: str, component: Component) -> str:
+    """A component's NetworkPolicy."""
+    return statefulset(company, component)
+
+
+def webhook_route(company: str) -> str:
+    """The HTTPRoute or Ingress that exposes ``/webhooks``."""
+    return f"{company}-webhooks"
+
+
+def data_claim(company: str, ordinal: int = 0) -> str:
+    """The claim the data StatefulSet's template makes for the pod of ``ordinal``."""
+    return f"{DATA_VOLUME}-{statefulset(company, DATA)}-{ordinal}"
+
+
+def data_pod_host(company: str, namespace: str, ordinal: int = 0) -> str:
+    """The stable DNS name of a data pod, through its headless Service."""
+    sts = statefulset(company, DATA)
+    return f"{sts}-{ordinal}.{headless_service(company, DATA)}.{namespace}.svc"

@@ -1,0 +1,76 @@
+"""The contract between the pure Crewlet reconcile function and the controller around it.
+
+The controller gathers the inputs from its caches (no request is made to build them), calls
+:func:`reconcilers.company.reconcile`, and executes the :class:`Plan` it returns: applies,
+deletes, the status write and the claim annotation. The function does no I/O, so every decision
+it makes is unit-tested on plain dicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from crewlet_operator import Resource
+
+Object = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """What the operator learnt about the cluster at start-up."""
+
+    gateway_api: bool
+    """Whether gateway.networking.k8s.io/v1 HTTPRoute was served when the operator started."""
+    operator_namespace: str
+    """The operator's own namespace (admitted to the engine's API port)."""
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The current state, read from the caches.
+
+    ``children`` maps ``(kind, name)`` to the existing object in the company's namespace (only
+    objects labelled as the company's). ``secrets`` maps ``(namespace, name)`` of every Secret the
+    class references to the Secret, or None when it does not exist. ``data_claim`` is the data
+    StatefulSet's volume claim (``data-<company>-data-0``) when it exists.
+    """
+
+    children: dict[tuple[str, str], Object] = field(default_factory=dict)
+    secrets: dict[tuple[str, str], Object | None] = field(default_factory=dict)
+    data_claim: Object | None = None
+
+
+@dataclass(frozen=True)
+class Apply:
+    """Server-side apply ``object`` (a complete desired object of ``resource``)."""
+
+    resource: Resource
+    object: Object
+
+
+@dataclass(frozen=True)
+class Delete:
+    """Delete a child that is no longer wanted (never a PersistentVolumeClaim)."""
+
+    resource: Resource
+    namespace: str
+    name: str
+    uid: str | None = None
+
+
+@dataclass
+class Plan:
+    """What to write. Empty when observed already equals desired."""
+
+    applies: list[Apply] = field(default_factory=list)
+    deletes: list[Delete] = field(default_factory=list)
+    status: Object | None = None
+    """The Company's desired ``status`` when it differs from the observed one, else None."""
+    claim_annotations: dict[str, str] = field(default_factory=dict)
+    """Annotations to set on the data claim (the engine-version high-water mark)."""
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to write."""
+        return not (self.applies or self.deletes or self.status or self.claim_annotations)

@@ -1,0 +1,25 @@
+"""Which Secrets an EngineClass references (model keys, telemetry headers, env values, S3 keys)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crewlet_operator.api.v1alpha1 import EngineClassSpec, SecretKeyRef
+
+
+def secret_refs(engine_class: dict[str, Any]) -> list[SecretKeyRef]:
+    """Every Secret key the class references, in a stable order."""
+    spec = EngineClassSpec.model_validate(engine_class.get("spec") or {})
+    refs = [k.secret_ref for k in spec.model_keys]
+    refs += [e.secret_ref for e in spec.env if e.secret_ref is not None]
+    if spec.telemetry.headers is not None:
+        refs.append(spec.telemetry.headers)
+    s3 = spec.files.s3
+    if s3 is not None and s3.credentials is not None:
+        refs += [s3.credentials.access_key_id, s3.credentials.secret_access_key]
+    return refs
+
+
+def referenced_secrets(engine_class: dict[str, Any]) -> set[tuple[str, str]]:
+    """``(namespace, name)`` of every Secret the class references."""
+    return {(r.namespace, r.name) for r in secret_refs(engine_class)}

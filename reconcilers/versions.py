@@ -1,0 +1,83 @@
+"""Engine versions: which images the operator can order, and the high-water mark it keeps.
+
+The engine migrates its data forward only, so once a company has run a version, an older one
+must never start on its volume (DowngradeRefused). Only a semantic-version tag can be ordered: an
+image named by digest, by ``main`` or by a commit says nothing about which Crewlet commit is newer,
+so such images are reported as ``Unordered`` and are not protected.
+
+The mark is kept twice: in the Company's ``status.highestEngineVersion`` and as an annotation on
+the data claim, which outlives the Company (its retention policy is Retain), so a Company recreated
+over the same volume still refuses an older engine.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import semver
+
+CLAIM_ANNOTATION = "crewlet.ai/highest-engine-version"
+"""Annotation on the data claim: the highest engine version the volume has been opened by."""
+
+Protection = Literal["Ordered", "Unordered"]
+ORDERED: Protection = "Ordered"
+UNORDERED: Protection = "Unordered"
+
+
+def parse_version(text: str | None) -> semver.Version | None:
+    """Parse ``1.2.3``, ``v1.2.3`` or ``v1.2.3-rc.1+build``; anything else is None.
+
+    Used for image tags, status fields and annotations alike, so junk written by hand into an
+    annotation is ignored instead of failing every reconcile.
+    """
+    if not text:
+        return None
+    candidate = text[1:] if text.startswith("v") else text
+    try:
+        return semver.Version.parse(candidate)
+    except (ValueError, TypeError):
+        return None
+
+
+def image_tag(image: str) -> str | None:
+    """The tag of ``image``, or None when it has none or is pinned by digest.
+
+    A registry port (``registry:5000/crewlet``) is not a tag: only the last path segment is read.
+    An image with both a tag and a digest runs the digest, whatever the tag claims, so it counts
+    as pinned by digest.
+    """
+    if "@" in image:
+        return None
+    last = image.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return None
+    return last.split(":", 1)[1] or None
+
+
+def image_version(image: str) -> semver.Version | None:
+    """The semantic version ``image`` is tagged with, or None for a digest, ``main``, a commit."""
+    return parse_version(image_tag(image))
+
+
+def protection(image: str) -> Protection:
+    """``Ordered`` when the image's tag is a semantic version, else ``Unordered``."""
+    return ORDERED if image_version(image) is not None else UNORDERED
+
+
+def highest(*versions: semver.Version | None) -> semver.Version | None:
+    """The highest of ``versions`` (semantic-version precedence; build metadata is ignored)."""
+    known = [v for v in versions if v is not None]
+    return max(known) if known else None
+
+
+def is_downgrade(candidate: semver.Version | None, high_water: semver.Version | None) -> bool:
+    """Whether running ``candidate`` would take a volume below ``high_water``.
+
+    An unordered image (None) is never a downgrade: the operator cannot tell (and says so).
+    """
+    return candidate is not None and high_water is not None and candidate < high_water
+
+
+def format_version(version: semver.Version | None) -> str | None:
+    """The canonical text of ``version`` (no leading ``v``), as status and annotations hold it."""
+    return None if version is None else str(version)
