@@ -62,8 +62,8 @@ A zero value the API server omits (``hostNetwork: false`` on a non-pointer field
 up in ``observed``, so a desired ``false``, ``0`` or ``""`` counts as met by an absent field.
 Pass whole objects: ``apiVersion`` and ``kind`` at the top level, and the server-owned
 ``metadata`` fields (``resourceVersion``, ``uid``, ``generation``, ``creationTimestamp``,
-``managedFields``, ``selfLink``) are not compared. Desired ``status`` is compared like any other field, so keep it
-out of objects sent to the main resource.
+``managedFields``, ``selfLink``) are not compared. Desired ``status`` is compared like any other
+field, so keep it out of objects sent to the main resource.
 """
 
 from __future__ import annotations
