@@ -265,6 +265,15 @@ async def test_company_runs_every_child_and_becomes_ready(
             "app.kubernetes.io/component": pdb_name.removeprefix("acme-"),
         }
 
+    # The class counts its company and finds its references.
+    async def class_status() -> bool:
+        ec = await kube_client.get(ENGINE_CLASS, f"std-{namespace}")
+        status = ec.get("status") or {}
+        resolved = find_condition(status.get("conditions"), "ReferencesResolved")
+        return status.get("companies") == 1 and bool(resolved and resolved["status"] == "True")
+
+    await eventually(class_status, timeout=30, message="EngineClass status")
+
     # Rotating the referenced Secret reaches the copy.
     await kube_client.replace(
         SECRET,

@@ -1234,7 +1234,9 @@ async def test_no_one_but_the_subjects_is_held(
 # -- every rule, both ways ------------------------------------------------------------------------
 
 
-def test_every_rule_was_admitted_and_denied_at_least_once(request: pytest.FixtureRequest) -> None:
+def test_every_rule_was_admitted_and_denied_at_least_once(
+    request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Runs last; it needs the whole module (a partial run is skipped, not passed)."""
     ran = {i.originalname for i in request.session.items if i.module is request.module}  # type: ignore[attr-defined]
     defined = {n for n in vars(request.module) if n.startswith("test_")}
@@ -1254,8 +1256,6 @@ def test_every_rule_was_admitted_and_denied_at_least_once(request: pytest.Fixtur
         f"admission policy writes checked: {total} over {len(MANAGER_RULES) + len(TENANT_RULES)}"
         f" rules ({collected} tests)\n" + "\n".join(lines)
     )
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line("\n" + report)
-    print(report)
+    with capsys.disabled():  # shown even when output is captured
+        print("\n" + report)
     assert not missing, f"rules without both an admitted and a denied write: {missing}\n{report}"

@@ -37,7 +37,8 @@ async def install_crds(plane: ControlPlane) -> None:
 
         async def served() -> bool:
             client.forget_discovery()
-            return await client.is_served(COMPANY.api_version, COMPANY.kind)
+            kinds = (COMPANY, ENGINE_CLASS)
+            return all([await client.is_served(k.api_version, k.kind) for k in kinds])
 
         await eventually(served, message="crewlet.ai CRDs served")
 
