@@ -17,6 +17,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from crewlet_operator.diff import needs_apply
+
 Object = dict[str, Any]
 
 
@@ -62,6 +64,22 @@ def owned_fields(
             fields: dict[str, Any] = entry.get("fieldsV1") or {}
             return fields
     return {}
+
+
+def apply_would_change(
+    desired: Mapping[str, Any],
+    observed: Mapping[str, Any] | None,
+    manager: str,
+    subresource: str = "",
+) -> bool:
+    """Whether server-side applying ``desired`` as ``manager`` would change ``observed``: a
+    desired field is missing or different, or a field ``manager`` applied before is no longer
+    wanted (only an apply takes it away; the manager's ``managedFields`` entry is the evidence).
+    """
+    if needs_apply(desired, observed):
+        return True
+    assert observed is not None
+    return would_remove_owned_fields(desired, owned_fields(observed, manager, subresource))
 
 
 def would_remove_owned_fields(desired: Mapping[str, Any], owned: Mapping[str, Any]) -> bool:

@@ -187,6 +187,9 @@ async def cluster(kube_client: Client, tools: Tools) -> AsyncIterator[Client]:
     if created_monitor:
         with contextlib.suppress(NotFoundError):
             await kube_client.delete(r.CUSTOM_RESOURCE_DEFINITION, monitor)
+    for ns in (RELEASE_NS, PROVISIONER_NS):
+        with contextlib.suppress(NotFoundError):
+            await kube_client.delete(r.NAMESPACE, ns)
 
 
 @pytest.mark.parametrize("values", [{}, ALL_FEATURES], ids=["default", "all-features"])

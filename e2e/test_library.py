@@ -15,11 +15,9 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-import yaml
 
 from crewlet_operator import (
     CONFIG_MAP,
-    CUSTOM_RESOURCE_DEFINITION,
     LEASE,
     Client,
     Informer,
@@ -33,6 +31,7 @@ from crewlet_operator import (
 )
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.controlplane import free_port
+from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -42,14 +41,7 @@ from widgets import WIDGET, setup  # noqa: E402
 
 
 async def install_widget_crd(client: Client) -> None:
-    crd = yaml.safe_load((EXAMPLES / "widget-crd.yaml").read_text())
-    await client.apply(CUSTOM_RESOURCE_DEFINITION, crd)
-
-    async def served() -> bool:
-        client.forget_discovery()
-        return await client.is_served(WIDGET.api_version, WIDGET.kind)
-
-    await eventually(served, message="Widget CRD served")
+    await install_crds(client, load_crds(EXAMPLES / "widget-crd.yaml"))
 
 
 def manager_options(**overrides: Any) -> ManagerOptions:

@@ -17,10 +17,8 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-import yaml
 
 from crewlet_operator import (
-    CUSTOM_RESOURCE_DEFINITION,
     HTTP_ROUTE,
     INGRESS,
     NAMESPACE,
@@ -38,6 +36,7 @@ from crewlet_operator import (
 from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator.envtest import KWOK_NODE, ControlPlane, binaries
 from crewlet_operator.envtest.controlplane import free_port
+from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
 from reconcilers.versions import CLAIM_ANNOTATION
 
@@ -98,26 +97,6 @@ class Operator:
             self.proc.wait(30)
 
 
-async def install(client: Client, documents: list[dict[str, Any]]) -> None:
-    for crd in documents:
-        await client.apply(CUSTOM_RESOURCE_DEFINITION, crd)
-    for crd in documents:
-
-        async def established(name: str = crd["metadata"]["name"]) -> bool:
-            got = await client.get(CUSTOM_RESOURCE_DEFINITION, name)
-            return any(
-                c["type"] == "Established" and c["status"] == "True"
-                for c in got.get("status", {}).get("conditions", [])
-            )
-
-        await eventually(established, message=f"{crd['metadata']['name']} Established")
-    client.forget_discovery()
-
-
-def crewlet_crds() -> list[dict[str, Any]]:
-    return [yaml.safe_load(p.read_text()) for p in sorted((ROOT / "manifests/crds").glob("*.yaml"))]
-
-
 @contextlib.asynccontextmanager
 async def operator(control_plane: ControlPlane, tmp: Path) -> AsyncIterator[Operator]:
     daemon = Operator(control_plane.kubeconfig, tmp / "operator.log")
@@ -130,7 +109,7 @@ async def operator(control_plane: ControlPlane, tmp: Path) -> AsyncIterator[Oper
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
 async def crds(kube_client: Client) -> None:
-    await install(kube_client, crewlet_crds())
+    await install_crds(kube_client, load_crds(ROOT / "manifests/crds"))
     with contextlib.suppress(Exception):
         await kube_client.create(NAMESPACE, {"metadata": {"name": PLATFORM}})
 
@@ -478,8 +457,7 @@ async def test_webhook_route_is_an_ingress_without_the_gateway_api_and_an_httpro
 
     # The Gateway API is detected at start-up: install it, then start the operator again.
     running.stop()
-    gateway_crds = list(yaml.safe_load_all(binaries.find("gateway-api-crds.yaml").read_text()))
-    await install(kube_client, [d for d in gateway_crds if d])
+    await install_crds(kube_client, load_crds(binaries.find("gateway-api-crds.yaml")))
     async with operator(control_plane, tmp_path):
 
         async def route() -> dict[str, Any] | None:

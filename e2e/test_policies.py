@@ -175,15 +175,17 @@ async def delete_policies(client: Client, name: str) -> None:
             await client.delete(resource, name)
 
 
-async def enforced(probe: Callable[[], Coroutine[Any, Any, Any]], policy: str) -> None:
-    """Wait until ``probe`` (a violating dry run) is refused by ``policy``: policies compile
-    asynchronously."""
+async def enforced(
+    probe: Callable[[], Coroutine[Any, Any, Any]], policy: str, gone: tuple[str, ...] = ()
+) -> None:
+    """Wait until ``probe`` (a violating dry run) is refused by ``policy``, and by none of the
+    ``gone`` ones: policies compile asynchronously."""
 
     async def refused() -> bool:
         try:
             await probe()
         except InvalidError as exc:
-            return f"'{policy}'" in exc.message
+            return f"'{policy}'" in exc.message and not any(f"'{g}'" in exc.message for g in gone)
         return False
 
     await eventually(refused, timeout=60, interval=0.2, message=f"{policy} enforced")
@@ -433,17 +435,19 @@ async def manager_policy(
     await cluster_admin(kube_client, binding, [sa_subject(RELEASE_NS, a) for a in accounts])
     await apply_policies(kube_client, docs, MANAGER_POLICY)
     async with Client(manager_identity(control_plane)) as manager:
-        await wait_manager_policy(manager, MANAGER_POLICY)
+        await wait_manager_policy(manager, MANAGER_POLICY, ("platform-ops-manager-writes",))
     yield docs
     await delete_policies(kube_client, MANAGER_POLICY)
-    with contextlib.suppress(NotFoundError):
-        await kube_client.delete(r.CLUSTER_ROLE_BINDING, binding)
+    for resource, name in ((r.CLUSTER_ROLE_BINDING, binding), (r.NAMESPACE, RELEASE_NS)):
+        with contextlib.suppress(NotFoundError):
+            await kube_client.delete(resource, name)
 
 
-async def wait_manager_policy(manager: Client, policy: str) -> None:
+async def wait_manager_policy(manager: Client, policy: str, gone: tuple[str, ...] = ()) -> None:
     await enforced(
         lambda: manager.create(r.SECRET, secret("default", "probe", labelled=False), dry_run=True),
         policy,
+        gone,
     )
 
 
@@ -835,7 +839,7 @@ async def test_a_fullname_override_that_renames_the_manager_leaves_it_unchecked(
     await delete_policies(kube_client, MANAGER_POLICY)
     await apply_policies(kube_client, docs, "platform-ops-manager-writes")
     try:
-        await wait_manager_policy(manager, "platform-ops-manager-writes")
+        await wait_manager_policy(manager, "platform-ops-manager-writes", (MANAGER_POLICY,))
         await denied(
             "fullname-override",
             manager.create(r.SECRET, secret(namespace, "x", False), dry_run=True),
@@ -848,7 +852,7 @@ async def test_a_fullname_override_that_renames_the_manager_leaves_it_unchecked(
     finally:
         await delete_policies(kube_client, "platform-ops-manager-writes")
         await apply_policies(kube_client, await helm_template({}), MANAGER_POLICY)
-        await wait_manager_policy(manager, MANAGER_POLICY)
+        await wait_manager_policy(manager, MANAGER_POLICY, ("platform-ops-manager-writes",))
 
 
 # -- the tenant provisioner's policy -------------------------------------------------------------

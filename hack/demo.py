@@ -17,9 +17,10 @@ from pathlib import Path
 
 import yaml
 
-from crewlet_operator import CUSTOM_RESOURCE_DEFINITION, Client, find_condition
+from crewlet_operator import Client, find_condition
 from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator.envtest import ControlPlane, binaries
+from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,18 +30,9 @@ def documents(path: Path) -> list[dict[str, object]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
-async def install_crds(plane: ControlPlane) -> None:
+async def install_crewlet_crds(plane: ControlPlane) -> None:
     async with Client(plane.admin_config()) as client:
-        for path in sorted((ROOT / "manifests/crds").glob("*.yaml")):
-            for crd in documents(path):
-                await client.apply(CUSTOM_RESOURCE_DEFINITION, crd)
-
-        async def served() -> bool:
-            client.forget_discovery()
-            kinds = (COMPANY, ENGINE_CLASS)
-            return all([await client.is_served(k.api_version, k.kind) for k in kinds])
-
-        await eventually(served, message="crewlet.ai CRDs served")
+        await install_crds(client, load_crds(ROOT / "manifests/crds"))
 
 
 async def apply_samples(plane: ControlPlane) -> None:
@@ -64,7 +56,7 @@ def main() -> int:
         signal.signal(sig, lambda *_: stop.set())
     with ControlPlane(run_dir / "envtest", workloads=True) as plane:
         print(f"control plane up at {plane.host}; export KUBECONFIG={plane.kubeconfig}", flush=True)
-        asyncio.run(install_crds(plane))
+        asyncio.run(install_crewlet_crds(plane))
         with open(run_dir / "operator.log", "ab") as log:
             operator = subprocess.Popen(
                 [

@@ -42,7 +42,6 @@ from crewlet_operator import (
     controller_reference,
     hash_of,
     label_selector_matches,
-    needs_apply,
     semantic_subset,
     set_condition,
 )
@@ -54,8 +53,10 @@ from crewlet_operator.api.v1alpha1 import (
     SecretKeyRef,
 )
 from crewlet_operator.diff import parse_quantity
-from crewlet_operator.fieldset import owned_fields, would_remove_owned_fields
+from crewlet_operator.fieldset import apply_would_change
 from crewlet_operator.kube.client import DEFAULT_FIELD_MANAGER
+from crewlet_operator.objects import generation as object_generation
+from crewlet_operator.objects import name as object_name
 from crewlet_operator.owners import is_controlled_by
 from reconcilers import engine, naming, versions
 from reconcilers.naming import DATA, SEATS, Component
@@ -302,7 +303,7 @@ def _high_water(company: Object, observed: Observed) -> semver.Version | None:
     claim = observed.data_claim or {}
     annotations = (claim.get("metadata") or {}).get("annotations") or {}
     annotation = annotations.get(versions.CLAIM_ANNOTATION)
-    sts = observed.children.get((STATEFUL_SET.kind, naming.statefulset(_name(company), DATA)))
+    sts = observed.children.get((STATEFUL_SET.kind, naming.statefulset(object_name(company), DATA)))
     return versions.highest(
         versions.parse_version(status.get("highestEngineVersion")),
         versions.parse_version(annotation),
@@ -330,10 +331,10 @@ def _refused_plan(
     company: Object, observed: Observed, refusal: Refused, now: datetime | None
 ) -> Plan:
     """Report the refusal and touch nothing; the status still tells what is running."""
-    sts = observed.children.get((STATEFUL_SET.kind, naming.statefulset(_name(company), DATA)))
+    sts = observed.children.get((STATEFUL_SET.kind, naming.statefulset(object_name(company), DATA)))
     image = _image_of(sts)
     high = versions.highest(_high_water(company, observed), versions.image_version(image or ""))
-    generation = _generation(company)
+    generation = object_generation(company)
     old = (company.get("status") or {}).get("conditions")
     suspend = bool((company.get("spec") or {}).get("suspend"))
     conditions = _set_all(
@@ -1031,28 +1032,17 @@ def _changed(children: list[Apply], observed: Observed) -> list[Apply]:
     return [
         child
         for child in children
-        if _needs_apply(
-            child.object, observed.children.get((child.resource.kind, _name(child.object)))
+        if apply_would_change(
+            child.object,
+            observed.children.get((child.resource.kind, object_name(child.object))),
+            DEFAULT_FIELD_MANAGER,
         )
     ]
 
 
-def _needs_apply(desired: Object, observed: Object | None) -> bool:
-    """A desired field is missing, or a field the operator applied before is no longer wanted.
-
-    The second half matters for what is removed: a copied Secret key the class stopped
-    referencing, an environment variable, a toleration. Only an apply takes them away, and
-    the operator's own ``managedFields`` entry (kept by the cache) is the evidence.
-    """
-    if needs_apply(desired, observed):
-        return True
-    assert observed is not None
-    return would_remove_owned_fields(desired, owned_fields(observed, DEFAULT_FIELD_MANAGER))
-
-
 def _unwanted(ctx: _Context, desired: _Desired) -> list[Delete]:
     """Owned children of a managed kind that the desired set no longer holds (never a claim)."""
-    wanted = {(a.resource.kind, _name(a.object)) for a in desired.children}
+    wanted = {(a.resource.kind, object_name(a.object)) for a in desired.children}
     deletes = []
     for (kind, name), obj in sorted(ctx.observed.children.items()):
         resource = _PRUNABLE.get(kind)
@@ -1066,12 +1056,12 @@ def _unwanted(ctx: _Context, desired: _Desired) -> list[Delete]:
 def _accepted_conditions(
     ctx: _Context, desired: _Desired, plan: Plan, now: datetime | None
 ) -> list[dict[str, Any]]:
-    generation = _generation(ctx.raw)
+    generation = object_generation(ctx.raw)
     suspended = ctx.company.spec.suspend
     data_name = naming.statefulset(ctx.name, DATA)
     sts = ctx.child(STATEFUL_SET, data_name)
     applying = any(
-        a.resource == STATEFUL_SET and _name(a.object) == data_name for a in plan.applies
+        a.resource == STATEFUL_SET and object_name(a.object) == data_name for a in plan.applies
     )
     notes = [f"EngineClass {ctx.class_name} runs {desired.image}", *desired.notes]
     if versions.protection(desired.image) == versions.UNORDERED:
@@ -1131,7 +1121,7 @@ def _ready(
         )
         return dict(condition(READY, False, reason, message, observed_generation=generation))
     status = sts.get("status") or {}
-    current = (status.get("observedGeneration") or 0) >= (_generation(sts) or 0)
+    current = (status.get("observedGeneration") or 0) >= (object_generation(sts) or 0)
     if applying or not current:
         return dict(
             condition(
@@ -1179,7 +1169,7 @@ def _status_change(
     set" for a field this manager set before.
     """
     status: Object = {
-        "observedGeneration": _generation(company),
+        "observedGeneration": object_generation(company),
         "conditions": conditions,
         "engineImage": image,
         "engineVersion": versions.format_version(versions.image_version(image or "")),
@@ -1201,15 +1191,6 @@ def _claim_annotations(observed: Observed, high: semver.Version | None) -> dict[
     if current is not None and current >= high:
         return {}
     return {versions.CLAIM_ANNOTATION: str(high)}
-
-
-def _name(obj: Object) -> str:
-    return str((obj.get("metadata") or {}).get("name") or "")
-
-
-def _generation(obj: Object) -> int | None:
-    value = (obj.get("metadata") or {}).get("generation")
-    return value if isinstance(value, int) else None
 
 
 def _image_of(sts: Object | None) -> str | None:

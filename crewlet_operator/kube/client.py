@@ -22,9 +22,8 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from multidict import CIMultiDict
 
 from crewlet_operator import metrics
-from crewlet_operator.diff import needs_apply
 from crewlet_operator.errors import NotFoundError, NotServedError, TransportError, api_error
-from crewlet_operator.fieldset import owned_fields, would_remove_owned_fields
+from crewlet_operator.fieldset import apply_would_change
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import Resource
 
@@ -361,14 +360,10 @@ class Client:
 
         This is what makes a resync of a converged world cost zero writes.
         """
-        if observed is not None and not needs_apply(desired, observed):
-            owned = owned_fields(
-                observed,
-                kwargs.get("field_manager") or self.field_manager,
-                kwargs.get("subresource") or "",
-            )
-            if not would_remove_owned_fields(desired, owned):
-                return None
+        manager = kwargs.get("field_manager") or self.field_manager
+        subresource = kwargs.get("subresource") or ""
+        if observed is not None and not apply_would_change(desired, observed, manager, subresource):
+            return None
         return await self.apply(resource, desired, **kwargs)
 
     async def apply_status(self, resource: Resource, obj: Object, **kwargs: Any) -> Object:
