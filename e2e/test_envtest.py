@@ -443,3 +443,16 @@ def test_session_fixture_stops_every_process_it_started(tmp_path: Path) -> None:
     pids = json.loads(pid_file.read_text())
     assert set(pids) == ALL_BINARIES
     assert _all_gone(list(pids.values())) == []
+
+
+def test_audit_log_records_every_write_with_its_user(tmp_path: Path) -> None:
+    with ControlPlane(tmp_path / "audited", audit=True) as plane:
+        plane.admin_request("POST", "/api/v1/namespaces", {"metadata": {"name": "audited"}})
+        plane.admin_request("GET", "/api/v1/namespaces/audited")
+        events = plane.audit_events()
+    # The API server's own bootstrap writes are there too; ours is one create by "admin".
+    writes = [e for e in events if e["objectRef"].get("name") == "audited"]
+    assert [(e["verb"], e["objectRef"]["resource"]) for e in writes] == [("create", "namespaces")]
+    assert all(e["verb"] != "get" for e in events)
+    assert writes[0]["user"]["username"] == "admin"
+    assert writes[0]["responseStatus"]["code"] == 201

@@ -32,6 +32,8 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
+import sys
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -41,13 +43,17 @@ import pytest
 import pytest_asyncio
 import yaml
 
+from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator.envtest import ControlPlane, binaries
+from crewlet_operator.envtest.controlplane import free_port
+from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import InvalidError, NotFoundError
 from crewlet_operator.kube import resources as r
 from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import Resource
+from reconcilers.versions import CLAIM_ANNOTATION
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "crewlet-operator"
@@ -853,6 +859,146 @@ async def test_a_fullname_override_that_renames_the_manager_leaves_it_unchecked(
         await delete_policies(kube_client, "platform-ops-manager-writes")
         await apply_policies(kube_client, await helm_template({}), MANAGER_POLICY)
         await wait_manager_policy(manager, MANAGER_POLICY, ("platform-ops-manager-writes",))
+
+
+RBAC_KINDS = {
+    "ServiceAccount": r.SERVICE_ACCOUNT,
+    "ClusterRole": r.CLUSTER_ROLE,
+    "ClusterRoleBinding": r.CLUSTER_ROLE_BINDING,
+    "Role": r.ROLE,
+    "RoleBinding": r.ROLE_BINDING,
+}
+
+
+async def test_the_operator_runs_a_company_under_the_charts_rbac_and_policy(
+    kube_client: Client,
+    control_plane: ControlPlane,
+    manager: Client,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """The daemon, with the token of a manager ServiceAccount that holds only the chart's RBAC
+    (release e2e: e2e-crewlet-operator-controller-manager, which the policy matches by the end of
+    its name), runs a company to Ready: every write it makes passes the policy, including the
+    copy of a referenced Secret and the version annotation on the data claim."""
+    await install_crds(kube_client, load_crds(ROOT / "manifests" / "crds"))
+    docs = await helm_template({}, release="e2e")
+    rbac = [
+        d
+        for d in docs
+        if d["kind"] in RBAC_KINDS
+        and d["metadata"]["name"].startswith(
+            (
+                "e2e-crewlet-operator-controller-manager",
+                "e2e-crewlet-operator-manager-",
+                "e2e-crewlet-operator-leader-election-",
+            )
+        )
+    ]
+    assert sorted(d["kind"] for d in rbac) == sorted(RBAC_KINDS)
+    for doc in rbac:
+        await kube_client.apply(RBAC_KINDS[doc["kind"]], doc)
+    account = "e2e-crewlet-operator-controller-manager"
+    platform = f"{namespace}-platform"[:63]
+    class_name = f"policy-{namespace}"[:63]
+    await kube_client.create(r.NAMESPACE, {"metadata": {"name": platform}})
+    log = tmp_path / "operator.log"
+    daemon: asyncio.subprocess.Process | None = None
+    try:
+        await kube_client.create(
+            r.SECRET,
+            {
+                "metadata": {"name": "keys", "namespace": platform},
+                "stringData": {"anthropic": "sk-test"},
+            },
+        )
+        await kube_client.create(
+            ENGINE_CLASS,
+            {
+                "metadata": {"name": class_name},
+                "spec": {
+                    "engine": {"image": "ghcr.io/crewlet/crewlet-operator/engine:v0.2.0"},
+                    "modelKeys": [
+                        {
+                            "name": "ANTHROPIC_API_KEY",
+                            "secretRef": {
+                                "namespace": platform,
+                                "name": "keys",
+                                "key": "anthropic",
+                            },
+                        }
+                    ],
+                },
+            },
+        )
+        await kube_client.create(
+            COMPANY,
+            {
+                "metadata": {"name": "acme", "namespace": namespace},
+                "spec": {"className": class_name},
+            },
+        )
+        token = control_plane.request_token(RELEASE_NS, account)
+        kubeconfig = control_plane.token_config(token).write_kubeconfig(tmp_path / "kubeconfig")
+        health = free_port()
+        with log.open("ab") as out:
+            daemon = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "crewlet_operator.cli",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--leader-elect",
+                f"--leader-election-namespace={RELEASE_NS}",
+                "--metrics-bind-address=0",
+                f"--health-probe-bind-address=127.0.0.1:{health}",
+                "--log-format=json",
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+
+        async def ready() -> bool:
+            assert daemon is not None and daemon.returncode is None, log.read_text()[-3000:]
+            company = await kube_client.get(COMPANY, "acme", namespace)
+            conditions = (company.get("status") or {}).get("conditions") or []
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+        try:
+            await eventually(ready, timeout=120, interval=0.5, message="Company Ready")
+        except TimeoutError as exc:
+            raise AssertionError(f"not Ready; operator log:\n{log.read_text()[-4000:]}") from exc
+
+        async def claim_marked() -> bool:
+            claim = await kube_client.get_or_none(
+                r.PERSISTENT_VOLUME_CLAIM, "data-acme-data-0", namespace
+            )
+            annotations = ((claim or {}).get("metadata") or {}).get("annotations") or {}
+            return CLAIM_ANNOTATION in annotations
+
+        await eventually(claim_marked, timeout=60, message="the data claim's version mark")
+        secrets = (await kube_client.list(r.SECRET, namespace)).items
+        assert secrets and all(
+            s["metadata"]["labels"] == {**s["metadata"]["labels"], **MANAGED} for s in secrets
+        )
+        assert await kube_client.get(r.LEASE, "crewlet-operator-leader", RELEASE_NS)
+        assert "denied request" not in log.read_text()
+        assert "Forbidden" not in log.read_text()
+    finally:
+        if daemon is not None and daemon.returncode is None:
+            daemon.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(daemon.wait(), 40)
+        for doc in rbac:
+            if doc["kind"] != "ServiceAccount":
+                with contextlib.suppress(NotFoundError):
+                    await kube_client.delete(
+                        RBAC_KINDS[doc["kind"]],
+                        doc["metadata"]["name"],
+                        doc["metadata"].get("namespace"),
+                    )
+        with contextlib.suppress(NotFoundError):
+            await kube_client.delete(ENGINE_CLASS, class_name)
+        with contextlib.suppress(NotFoundError):
+            await kube_client.delete(r.NAMESPACE, platform)
 
 
 # -- the tenant provisioner's policy -------------------------------------------------------------

@@ -34,6 +34,15 @@ POD_CIDR = "10.244.0.0/16"
 KWOK_NODE = "kwok-node-0"
 KWOK_STORAGE_CLASS = "kwok-volume"
 MUTATING_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    verbs: [create, update, patch, delete, deletecollection]
+  - level: None
+"""
 
 
 def free_port() -> int:
@@ -75,6 +84,7 @@ class ControlPlane:
         *,
         workloads: bool = False,
         apiserver_args: tuple[str, ...] = (),
+        audit: bool = False,
         start_timeout: float = 90.0,
     ) -> None:
         self._owns_dir = directory is None
@@ -83,6 +93,7 @@ class ControlPlane:
         )
         self.workloads = workloads
         self.apiserver_args = apiserver_args
+        self.audit = audit
         self.start_timeout = start_timeout
         self.processes: dict[str, ManagedProcess] = {}
         self._ports: _Ports | None = None
@@ -103,6 +114,19 @@ class ControlPlane:
     def kubeconfig(self) -> Path:
         """The admin kubeconfig (``system:masters``) for kubectl, helm and clients."""
         return self.dir / "kubeconfig"
+
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log (JSON lines), with ``audit=True``: every write, at the
+        Metadata level (who, what, when, the answer's code)."""
+        return self.dir / "audit.log"
+
+    def audit_events(self) -> list[dict[str, Any]]:
+        """The audit log's events so far."""
+        if not self.audit_log.exists():
+            return []
+        lines = self.audit_log.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
 
     @property
     def host(self) -> str:
@@ -329,6 +353,7 @@ class ControlPlane:
                 f"--client-ca-file={p / 'client-ca.crt'}",
                 # No endpoint for the `kubernetes` Service that points at loopback.
                 "--endpoint-reconciler-type=none",
+                *self._audit_args(),
                 *self.apiserver_args,
             ],
         )
@@ -337,6 +362,18 @@ class ControlPlane:
             lambda: _http_ok(f"{self.host}/readyz", context) and self._default_namespace_exists(),
             self.start_timeout,
         )
+
+    def _audit_args(self) -> list[str]:
+        if not self.audit:
+            return []
+        policy = self.dir / "audit-policy.yaml"
+        policy.write_text(AUDIT_POLICY)
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",  # written before the answer: the log misses nothing
+        ]
 
     def kill_apiserver(self) -> None:
         """SIGKILL kube-apiserver (etcd keeps the data); :meth:`start_apiserver` brings it back."""
