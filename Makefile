@@ -7,6 +7,13 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RUN_DIR ?= .run
+# The operator image: IMG=<registry>/crewlet-operator:<tag>
+IMG ?= ghcr.io/crewlet/crewlet-operator:v0.1.0
+IMG_REPOSITORY = $(shell echo '$(IMG)' | sed -E 's/:[^:/]+$$//')
+IMG_TAG = $(shell echo '$(IMG)' | sed -E 's/^.*:([^:/]+)$$/\1/')
+CONTAINER_TOOL ?= docker
+HELM = $(shell $(BIN)/python -c 'from crewlet_operator.envtest.binaries import find; print(find("helm"))')
+NAMESPACE ?= crewlet-operator-system
 
 .PHONY: help
 help: ## List the targets
@@ -47,8 +54,28 @@ run: venv bins ## Control plane + CRDs + the operator + a sample company (Ready)
 	RUN_DIR=$(RUN_DIR) $(BIN)/python hack/demo.py
 
 .PHONY: manifests
-manifests: venv ## Regenerate the CRDs in manifests/crds from the pydantic models
+manifests: venv ## Regenerate the CRDs (manifests/crds and the chart's copies) from the pydantic models
 	$(BIN)/python -m crewlet_operator.api manifests/crds
+	$(BIN)/python hack/chart_crds.py
+	$(BIN)/python hack/chart_readme.py
+
+.PHONY: build-installer
+build-installer: manifests bins ## Render the chart with default values into dist/install.yaml
+	$(BIN)/python hack/build_installer.py
+
+.PHONY: docker-build
+docker-build: ## Build the operator image IMG (needs a container engine)
+	$(CONTAINER_TOOL) build -t $(IMG) .
+
+.PHONY: docker-push
+docker-push: ## Push the operator image IMG
+	$(CONTAINER_TOOL) push $(IMG)
+
+.PHONY: helm-deploy
+helm-deploy: venv bins ## Install or upgrade the chart with image IMG into the current kube context
+	$(HELM) upgrade --install crewlet-operator charts/crewlet-operator \
+		--namespace $(NAMESPACE) --create-namespace \
+		--set image.repository=$(IMG_REPOSITORY) --set image.tag=$(IMG_TAG) --wait
 
 .PHONY: fmt
 fmt: venv ## Format and fix what ruff can

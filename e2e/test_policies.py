@@ -986,7 +986,11 @@ async def test_the_operator_runs_a_company_under_the_charts_rbac_and_policy(
     finally:
         if daemon is not None and daemon.returncode is None:
             daemon.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(daemon.wait(), 40)
+            try:
+                await asyncio.wait_for(daemon.wait(), 40)
+            except TimeoutError:
+                daemon.kill()
+                await daemon.wait()
         for doc in rbac:
             if doc["kind"] != "ServiceAccount":
                 with contextlib.suppress(NotFoundError):
@@ -1400,6 +1404,9 @@ def test_every_rule_was_admitted_and_denied_at_least_once(
             admits, denies = len(outcomes.get("admitted", [])), len(outcomes.get("denied", []))
             total += admits + denies
             lines.append(f"  {rule:28} admitted {admits:3}  denied {denies:3}  ({text})")
+            for outcome in ("admitted", "denied"):
+                tests = ", ".join(dict.fromkeys(outcomes.get(outcome, [])))
+                lines.append(f"      {outcome}: {tests or '-'}")
             if not admits or not denies:
                 missing.append(rule)
     report = (

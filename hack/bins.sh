@@ -17,7 +17,12 @@ mkdir -p "$OUT"
 
 built=()
 say() { printf 'bins: %s\n' "$*"; }
-has_version() { [ -x "$OUT/$1" ] && "$OUT/$1" "${@:3}" 2>/dev/null | grep -q -- "$2"; }
+# Capture first: `cmd | grep -q` under pipefail fails when grep exits early (SIGPIPE).
+has_version() {
+  [ -x "$OUT/$1" ] || return 1
+  local out; out=$("$OUT/$1" "${@:3}" 2>/dev/null) || return 1
+  grep -q -- "$2" <<<"$out"
+}
 
 if ! has_version etcd "${ETCD_VERSION#v}" --version; then
   say "building etcd $ETCD_VERSION"

@@ -92,8 +92,7 @@ A CEL string literal of a value (JSON's string syntax is CEL's).
 {{- end }}
 
 {{/*
-Refusals, at render time, with a message that says why. Included by every template that depends
-on them (deployment.yaml and the RBAC), and by validate.yaml.
+Refusals, at render time, with a message that says why (`fail`). Included by validate.yaml.
 */}}
 {{- define "crewlet-operator.validate" -}}
 {{- if .Values.rbac.namespaced }}

@@ -1,0 +1,1 @@
+"""Benchmarks: the figures DESIGN.md holds the operator to, measured on a local control plane."""

@@ -1,0 +1,181 @@
+"""The local control plane the figures run on, and the objects the bench itself creates there.
+
+One control plane serves the whole run (``workloads=False``: etcd and kube-apiserver only; no
+figure needs pods, so no controller-manager, scheduler or kwok competes for the two cores).
+Companies share a handful of EngineClasses, each referencing one model key in a platform
+Secret, as a real class does; they are spread ten to a namespace, in namespaces named after the
+phase that created them, so that every burst is in fresh namespaces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from crewlet_operator import (
+    CUSTOM_RESOURCE_DEFINITION,
+    NAMESPACE,
+    SECRET,
+    AlreadyExistsError,
+    Client,
+)
+from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator.envtest import ControlPlane
+from crewlet_operator.envtest.wait import eventually
+
+ROOT = Path(__file__).resolve().parent.parent
+PLATFORM = "crewlet-platform"
+"""The operator's namespace: its Lease, and the Secret the classes reference."""
+IMAGE = "ghcr.io/crewlet/crewlet-operator/engine:v0.2.0"
+CLASSES = ("bench-a", "bench-b", "bench-c")
+MODEL_KEYS = "bench-model-keys"
+COMPANIES_PER_NAMESPACE = 10
+CREATE_CONCURRENCY = 16
+"""Requests the bench keeps in flight when it creates namespaces and Companies."""
+
+Object = dict[str, Any]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class CompanyRef:
+    """A Company the bench creates (or renders children for, in the floor)."""
+
+    namespace: str
+    name: str
+    class_name: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    def manifest(self) -> Object:
+        return {
+            "apiVersion": COMPANY.api_version,
+            "kind": COMPANY.kind,
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": {"className": self.class_name},
+        }
+
+
+async def each(items: Iterable[T], work: Callable[[T], Awaitable[object]], concurrency: int) -> None:
+    """Run ``work`` on every item, ``concurrency`` at a time, in order of the items."""
+    pending = iter(items)
+
+    async def worker() -> None:
+        for item in pending:
+            await work(item)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+class Cluster:
+    """The control plane, an admin client, the classes, and the Companies created so far."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.plane = ControlPlane(run_dir / "envtest", workloads=False)
+        self.client: Client | None = None
+        self.companies = 0
+        """Companies that exist and have converged (every figure leaves them converged)."""
+        self.classes: dict[str, Object] = {}
+        self.model_keys: Object = {}
+        self._serial = 0
+
+    @property
+    def api(self) -> Client:
+        assert self.client is not None, "cluster not started"
+        return self.client
+
+    async def start(self) -> None:
+        """Start the control plane, install the CRDs, create the platform and the classes."""
+        await asyncio.to_thread(self.plane.start)
+        self.client = Client(self.plane.admin_config())
+        await self._install_crds()
+        await self.api.create(NAMESPACE, {"metadata": {"name": PLATFORM}})
+        self.model_keys = await self.api.create(
+            SECRET,
+            {
+                "metadata": {"name": MODEL_KEYS, "namespace": PLATFORM},
+                "type": "Opaque",
+                "data": {"anthropic": base64.b64encode(b"sk-bench").decode()},
+            },
+        )
+        for class_name in CLASSES:
+            self.classes[class_name] = await self.api.create(
+                ENGINE_CLASS,
+                {
+                    "metadata": {"name": class_name},
+                    "spec": {
+                        "engine": {"image": IMAGE},
+                        "modelKeys": [
+                            {
+                                "name": "ANTHROPIC_API_KEY",
+                                "secretRef": {
+                                    "namespace": PLATFORM,
+                                    "name": MODEL_KEYS,
+                                    "key": "anthropic",
+                                },
+                            }
+                        ],
+                    },
+                },
+            )
+
+    async def stop(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+            self.client = None
+        await asyncio.to_thread(self.plane.stop)
+
+    async def _install_crds(self) -> None:
+        crds = [
+            yaml.safe_load(path.read_text())
+            for path in sorted((ROOT / "manifests" / "crds").glob("*.yaml"))
+        ]
+        for crd in crds:
+            await self.api.apply(CUSTOM_RESOURCE_DEFINITION, crd)
+
+        async def served() -> bool:
+            self.api.forget_discovery()
+            kinds = (COMPANY, ENGINE_CLASS)
+            return all([await self.api.is_served(k.api_version, k.kind) for k in kinds])
+
+        await eventually(served, timeout=60, message="crewlet.ai CRDs served")
+
+    def allocate(self, phase: str, count: int) -> list[CompanyRef]:
+        """``count`` new Companies (not created yet), ten to a fresh namespace of ``phase``."""
+        refs = []
+        for i in range(count):
+            self._serial += 1
+            refs.append(
+                CompanyRef(
+                    namespace=f"{phase}-{i // COMPANIES_PER_NAMESPACE:04d}",
+                    name=f"c{self._serial:05d}",
+                    class_name=CLASSES[self._serial % len(CLASSES)],
+                )
+            )
+        return refs
+
+    async def create_namespaces(self, companies: Sequence[CompanyRef]) -> None:
+        names = sorted({c.namespace for c in companies})
+
+        async def create(name: str) -> None:
+            try:
+                await self.api.create(NAMESPACE, {"metadata": {"name": name}})
+            except AlreadyExistsError:
+                pass
+
+        await each(names, create, CREATE_CONCURRENCY)
+
+    async def create_company(self, company: CompanyRef) -> None:
+        await self.api.create(COMPANY, company.manifest())
+
+    async def create_companies(self, companies: Sequence[CompanyRef]) -> None:
+        """Create them in one burst, ``CREATE_CONCURRENCY`` requests in flight."""
+        await each(companies, self.create_company, CREATE_CONCURRENCY)

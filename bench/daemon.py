@@ -1,0 +1,142 @@
+"""The operator as users run it: ``python -m crewlet_operator.cli`` in its own process.
+
+Metrics are served over plain HTTP (``--metrics-secure=false``) so that the bench can scrape
+them without a token; everything else is the daemon's default, leader election included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from crewlet_operator.envtest.controlplane import free_port
+from crewlet_operator.envtest.process import ManagedProcess
+from bench.cluster import PLATFORM
+
+WORKERS = 4
+"""``--max-concurrent-reconciles``, the daemon's default; the floor uses as many workers."""
+LEASE = "crewlet-operator-leader"
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+@dataclass(frozen=True)
+class Memory:
+    """A process's resident set now (VmRSS) and at its highest (VmHWM), in bytes."""
+
+    rss: int
+    peak: int
+
+
+class Daemon:
+    """One operator process; ``profile`` runs it under cProfile (the profile is written on a
+    graceful stop)."""
+
+    def __init__(self, kubeconfig: Path, log_dir: Path, name: str, profile: bool = False) -> None:
+        self.name = name
+        self.metrics_port, self.health_port = free_port(), free_port()
+        command = [sys.executable]
+        if profile:
+            command += ["-m", "cProfile", "-o", str(log_dir / f"{name}.prof")]
+        command += [
+            "-m",
+            "crewlet_operator.cli",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--leader-election-namespace",
+            PLATFORM,
+            "--leader-election-id",
+            LEASE,
+            f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+            "--metrics-secure=false",
+            f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
+            f"--max-concurrent-reconciles={WORKERS}",
+        ]
+        self.process = ManagedProcess(name, command, log_dir)
+        self.started_at = 0.0
+
+    def start(self) -> None:
+        self.started_at = time.monotonic()
+        self.process.start()
+
+    @property
+    def pid(self) -> int:
+        pid = self.process.pid
+        assert pid is not None, f"{self.name} is not running"
+        return pid
+
+    def check_alive(self) -> None:
+        if not self.process.running():
+            raise RuntimeError(f"operator {self.name} exited; {self.process.log_tail()}")
+
+    async def _get(self, port: int, path: str) -> tuple[int, str]:
+        timeout = aiohttp.ClientTimeout(total=10)
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.get(f"http://127.0.0.1:{port}{path}") as response,
+        ):
+            return response.status, await response.text()
+
+    async def ready(self) -> bool:
+        """Whether /readyz answers 200 (every informer has synced)."""
+        self.check_alive()
+        try:
+            status, _ = await self._get(self.health_port, "/readyz")
+        except (aiohttp.ClientError, TimeoutError):
+            return False
+        return status == 200
+
+    async def metric(self, sample: str, /, **labels: str) -> float:
+        """The sum of the samples named ``sample`` whose labels include ``labels``."""
+        self.check_alive()
+        _, text = await self._get(self.metrics_port, "/metrics")
+        total = 0.0
+        for line in text.splitlines():
+            match = _SAMPLE.match(line)
+            if match is None or match.group(1) != sample:
+                continue
+            found = dict(_LABEL.findall(match.group(2) or ""))
+            if all(found.get(k) == v for k, v in labels.items()):
+                total += float(match.group(3))
+        return total
+
+    async def reconciles(self, controller: str = "company") -> float:
+        """``controller_runtime_reconcile_total`` of ``controller``, every result."""
+        return await self.metric("controller_runtime_reconcile_total", controller=controller)
+
+    async def leading(self) -> bool:
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError, RuntimeError):
+            return await self.metric("leader_election_master_status", name=LEASE) == 1
+        return False
+
+    def memory(self) -> Memory:
+        fields: dict[str, int] = {}
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                fields[key] = int(value.split()[0]) * 1024
+        return Memory(rss=fields["VmRSS"], peak=fields["VmHWM"])
+
+    def terminate(self) -> None:
+        """SIGTERM: a graceful stop (drain, release the lease, exit)."""
+        self.process.signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL: a crash."""
+        self.process.kill()
+
+    async def stop(self, timeout: float = 45.0) -> None:
+        """SIGTERM, then wait for the exit (SIGKILL after ``timeout``)."""
+        self.terminate()
+        deadline = time.monotonic() + timeout
+        while self.process.running() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        self.process.stop()
