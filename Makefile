@@ -49,6 +49,10 @@ e2e: venv bins ## Tests against a real local control plane
 .PHONY: test
 test: lint unit e2e ## Everything CI runs: lint, type-check, unit, e2e
 
+.PHONY: bench
+bench: venv bins ## The figures DESIGN.md holds us to (BENCH_SCALE=small for a quick run; FIGURES="resync memory" for some)
+	$(BIN)/python -m bench $(FIGURES)
+
 .PHONY: run
 run: venv bins ## Control plane + CRDs + the operator + a sample company (Ready); Ctrl-C stops it
 	RUN_DIR=$(RUN_DIR) $(BIN)/python hack/demo.py

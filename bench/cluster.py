@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +65,9 @@ class CompanyRef:
         }
 
 
-async def each(items: Iterable[T], work: Callable[[T], Awaitable[object]], concurrency: int) -> None:
+async def each(
+    items: Iterable[T], work: Callable[[T], Awaitable[object]], concurrency: int
+) -> None:
     """Run ``work`` on every item, ``concurrency`` at a time, in order of the items."""
     pending = iter(items)
 
@@ -76,13 +79,11 @@ async def each(items: Iterable[T], work: Callable[[T], Awaitable[object]], concu
 
 
 class Cluster:
-    """The control plane, an admin client, the classes, and the Companies created so far."""
+    """The control plane, an admin client, the classes, and the names handed out so far."""
 
     def __init__(self, run_dir: Path) -> None:
         self.plane = ControlPlane(run_dir / "envtest", workloads=False)
         self.client: Client | None = None
-        self.companies = 0
-        """Companies that exist and have converged (every figure leaves them converged)."""
         self.classes: dict[str, Object] = {}
         self.model_keys: Object = {}
         self._serial = 0
@@ -166,16 +167,18 @@ class Cluster:
         names = sorted({c.namespace for c in companies})
 
         async def create(name: str) -> None:
-            try:
+            with contextlib.suppress(AlreadyExistsError):  # a phase may grow more than once
                 await self.api.create(NAMESPACE, {"metadata": {"name": name}})
-            except AlreadyExistsError:
-                pass
 
         await each(names, create, CREATE_CONCURRENCY)
 
-    async def create_company(self, company: CompanyRef) -> None:
-        await self.api.create(COMPANY, company.manifest())
+    async def create_companies(self, companies: Sequence[CompanyRef]) -> list[Object]:
+        """Create them in one burst, ``CREATE_CONCURRENCY`` requests in flight; return them
+        as created (with their uid)."""
+        created: list[Object] = []
 
-    async def create_companies(self, companies: Sequence[CompanyRef]) -> None:
-        """Create them in one burst, ``CREATE_CONCURRENCY`` requests in flight."""
-        await each(companies, self.create_company, CREATE_CONCURRENCY)
+        async def create(company: CompanyRef) -> None:
+            created.append(await self.api.create(COMPANY, company.manifest()))
+
+        await each(companies, create, CREATE_CONCURRENCY)
+        return created

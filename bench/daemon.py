@@ -12,20 +12,36 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 
+from bench.cluster import PLATFORM
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.process import ManagedProcess
-from bench.cluster import PLATFORM
 
 WORKERS = 4
 """``--max-concurrent-reconciles``, the daemon's default; the floor uses as many workers."""
 LEASE = "crewlet-operator-leader"
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+async def until(probe: Callable[[], Awaitable[bool]], timeout: float, what: str) -> float:
+    """Poll ``probe`` every 50 ms until it is true; return when (monotonic).
+
+    A scrape that fails counts as "not yet"; an operator that exited fails at once.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            if await probe():
+                return time.monotonic()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout:.0f}s")
+        await asyncio.sleep(0.05)
 
 
 @dataclass(frozen=True)
@@ -88,10 +104,7 @@ class Daemon:
     async def ready(self) -> bool:
         """Whether /readyz answers 200 (every informer has synced)."""
         self.check_alive()
-        try:
-            status, _ = await self._get(self.health_port, "/readyz")
-        except (aiohttp.ClientError, TimeoutError):
-            return False
+        status, _ = await self._get(self.health_port, "/readyz")
         return status == 200
 
     async def metric(self, sample: str, /, **labels: str) -> float:
@@ -113,9 +126,8 @@ class Daemon:
         return await self.metric("controller_runtime_reconcile_total", controller=controller)
 
     async def leading(self) -> bool:
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError, RuntimeError):
-            return await self.metric("leader_election_master_status", name=LEASE) == 1
-        return False
+        """Whether it holds the Lease and runs its controllers."""
+        return await self.metric("leader_election_master_status", name=LEASE) == 1
 
     def memory(self) -> Memory:
         fields: dict[str, int] = {}
@@ -124,6 +136,9 @@ class Daemon:
             if key in ("VmRSS", "VmHWM"):
                 fields[key] = int(value.split()[0]) * 1024
         return Memory(rss=fields["VmRSS"], peak=fields["VmHWM"])
+
+    async def exited(self) -> bool:
+        return not self.process.running()
 
     def terminate(self) -> None:
         """SIGTERM: a graceful stop (drain, release the lease, exit)."""
@@ -136,7 +151,6 @@ class Daemon:
     async def stop(self, timeout: float = 45.0) -> None:
         """SIGTERM, then wait for the exit (SIGKILL after ``timeout``)."""
         self.terminate()
-        deadline = time.monotonic() + timeout
-        while self.process.running() and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        with contextlib.suppress(TimeoutError):
+            await until(self.exited, timeout, f"{self.name} exit")
         self.process.stop()

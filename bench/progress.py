@@ -103,6 +103,9 @@ class Progress:
     def accepted_at(self, key: Key) -> float | None:
         return self._state[key].accepted_at
 
+    def has_converged(self, key: Key) -> bool:
+        return self._state[key].converged_at is not None
+
     def last_converged(self) -> float:
         """When the last company converged (monotonic); call after :meth:`wait`."""
         return max(s.converged_at or 0.0 for s in self._state.values())
@@ -117,6 +120,16 @@ class Progress:
             ) from None
         if self._failure is not None:
             raise self._failure
+
+    async def wait_accepted(self, keys: Collection[Key], timeout: float) -> None:
+        """Until each of ``keys`` is Accepted (their children may still be missing)."""
+        deadline = time.monotonic() + timeout
+        while any(self._state[k].accepted_at is None for k in keys):
+            if self._failure is not None:
+                raise self._failure
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"companies not Accepted after {timeout:.0f}s")
+            await asyncio.sleep(0.05)
 
     async def _watch(self, resource: Resource, version: str, selector: str | None) -> None:
         try:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import signal
-import subprocess
 import sys
 import urllib.request
 from collections.abc import AsyncIterator
@@ -17,8 +15,12 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+import yaml
 
 from crewlet_operator import (
+    CLUSTER_ROLE,
+    CLUSTER_ROLE_BINDING,
+    CUSTOM_RESOURCE_DEFINITION,
     HTTP_ROUTE,
     INGRESS,
     NAMESPACE,
@@ -31,13 +33,19 @@ from crewlet_operator import (
     SERVICE_ACCOUNT,
     STATEFUL_SET,
     Client,
+    NotFoundError,
     find_condition,
 )
 from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator.envtest import KWOK_NODE, ControlPlane, binaries
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
+from crewlet_operator.envtest.process import ManagedProcess
 from crewlet_operator.envtest.wait import eventually
+from crewlet_operator.kube.resources import (
+    VALIDATING_ADMISSION_POLICY,
+    VALIDATING_ADMISSION_POLICY_BINDING,
+)
 from reconcilers.versions import CLAIM_ANNOTATION
 
 ROOT = Path(__file__).parent.parent
@@ -50,33 +58,33 @@ MANAGED = {
 
 
 class Operator:
-    """The daemon as a subprocess, with plain-HTTP metrics on a free port."""
+    """The daemon as a subprocess (dying with the test run), plain-HTTP metrics on a free port."""
 
-    def __init__(self, kubeconfig: Path, log: Path) -> None:
+    def __init__(self, kubeconfig: Path, log_dir: Path) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_port, self.health_port = free_port(), free_port()
-        self.log = log
-        with open(log, "ab") as out:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "crewlet_operator.cli",
-                    "--kubeconfig",
-                    str(kubeconfig),
-                    "--leader-elect=false",
-                    "--leader-election-namespace",
-                    PLATFORM,
-                    f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
-                    "--metrics-secure=false",
-                    f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        self.process = ManagedProcess(
+            "operator",
+            [
+                sys.executable,
+                "-m",
+                "crewlet_operator.cli",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--leader-elect=false",
+                "--leader-election-namespace",
+                PLATFORM,
+                f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+                "--metrics-secure=false",
+                f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
+            ],
+            log_dir,
+        )
+        self.process.start()
 
     def ready(self) -> bool:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"operator exited: {self.log.read_text()[-3000:]}")
+        if not self.process.running():
+            raise AssertionError(f"operator exited; {self.process.log_tail(40)}")
         with contextlib.suppress(OSError):
             url = f"http://127.0.0.1:{self.health_port}/readyz"
             with urllib.request.urlopen(url, timeout=2) as response:
@@ -92,14 +100,12 @@ class Operator:
         return 0.0
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(30)
+        self.process.stop(timeout=30)
 
 
 @contextlib.asynccontextmanager
-async def operator(control_plane: ControlPlane, tmp: Path) -> AsyncIterator[Operator]:
-    daemon = Operator(control_plane.kubeconfig, tmp / "operator.log")
+async def operator(kubeconfig: Path, tmp: Path) -> AsyncIterator[Operator]:
+    daemon = Operator(kubeconfig, tmp)
     try:
         await eventually(daemon.ready, timeout=60, message="operator ready")
         yield daemon
@@ -114,12 +120,47 @@ async def crds(kube_client: Client) -> None:
         await kube_client.create(NAMESPACE, {"metadata": {"name": PLATFORM}})
 
 
+async def manager_kubeconfig(kube_client: Client, control_plane: ControlPlane, tmp: Path) -> Path:
+    """A kubeconfig with a real token of the chart's manager ServiceAccount, holding only the
+    RBAC and under the admission policy of dist/install.yaml (the chart's default render)."""
+    installer = [d for d in yaml.safe_load_all((ROOT / "dist/install.yaml").read_text()) if d]
+    kinds = {
+        "Namespace": NAMESPACE,
+        "ServiceAccount": SERVICE_ACCOUNT,
+        "ClusterRole": CLUSTER_ROLE,
+        "ClusterRoleBinding": CLUSTER_ROLE_BINDING,
+        "ValidatingAdmissionPolicy": VALIDATING_ADMISSION_POLICY,
+        "ValidatingAdmissionPolicyBinding": VALIDATING_ADMISSION_POLICY_BINDING,
+    }
+    for doc in installer:
+        if doc["kind"] in kinds:
+            await kube_client.apply(kinds[doc["kind"]], doc)
+    account = next(d for d in installer if d["kind"] == "ServiceAccount")["metadata"]
+    token = control_plane.request_token(account["namespace"], account["name"])
+    return control_plane.token_config(token).write_kubeconfig(tmp / "manager.kubeconfig")
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module", params=["admin", "manager-token"])
+async def daemon_kubeconfig(
+    request: pytest.FixtureRequest,
+    crds: None,
+    kube_client: Client,
+    control_plane: ControlPlane,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Path:
+    """Every scenario runs twice: as cluster admin, and with the manager's own token under the
+    chart's RBAC and policy (nothing the operator writes may be denied)."""
+    if request.param == "admin":
+        return control_plane.kubeconfig
+    return await manager_kubeconfig(kube_client, control_plane, tmp_path_factory.mktemp("sa"))
+
+
 @pytest_asyncio.fixture(loop_scope="session")
 async def running(
-    crds: None, control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+    daemon_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Operator]:
     """A fresh operator process for each test (some tests stop and restart it)."""
-    async with operator(control_plane, tmp_path_factory.mktemp("operator")) as daemon:
+    async with operator(daemon_kubeconfig, tmp_path_factory.mktemp("operator")) as daemon:
         yield daemon
 
 
@@ -394,6 +435,7 @@ CHILD_KINDS = {
 
 async def test_resync_after_convergence_makes_zero_mutating_requests(
     running: Operator,
+    daemon_kubeconfig: Path,
     kube_client: Client,
     namespace: str,
     control_plane: ControlPlane,
@@ -413,7 +455,7 @@ async def test_resync_after_convergence_makes_zero_mutating_requests(
         await wait_condition(kube_client, namespace, f"c{i}", "Ready", "True", timeout=120)
     running.stop()  # a restart: the new process lists everything and reconciles it all again
     before = control_plane.mutating_requests(CHILD_KINDS)
-    async with operator(control_plane, tmp_path) as again:
+    async with operator(daemon_kubeconfig, tmp_path) as again:
 
         def reconciled() -> float:
             return again.metric(
@@ -426,12 +468,15 @@ async def test_resync_after_convergence_makes_zero_mutating_requests(
 
 
 async def test_webhook_route_is_an_ingress_without_the_gateway_api_and_an_httproute_with_it(
-    running: Operator,
+    crds: None,
+    daemon_kubeconfig: Path,
     kube_client: Client,
     namespace: str,
-    control_plane: ControlPlane,
     tmp_path: Path,
 ) -> None:
+    gateway_crds = load_crds(binaries.find("gateway-api-crds.yaml"))
+    # The Gateway API is detected at start-up: an earlier run of this test installed it.
+    await remove_crds(kube_client, gateway_crds)
     class_name = f"route-{namespace}"
     await kube_client.create(
         ENGINE_CLASS,
@@ -450,15 +495,15 @@ async def test_webhook_route_is_an_ingress_without_the_gateway_api_and_an_httpro
     async def ingress() -> dict[str, Any] | None:
         return await kube_client.get_or_none(INGRESS, "acme-webhooks", namespace)
 
-    found = await eventually(ingress, timeout=60, message="Ingress written")
+    async with operator(daemon_kubeconfig, tmp_path / "without"):
+        found = await eventually(ingress, timeout=60, message="Ingress written")
     rule = found["spec"]["rules"][0]
     assert rule["host"] == "acme.example.com"
     assert rule["http"]["paths"][0]["path"] == "/webhooks"
 
-    # The Gateway API is detected at start-up: install it, then start the operator again.
-    running.stop()
-    await install_crds(kube_client, load_crds(binaries.find("gateway-api-crds.yaml")))
-    async with operator(control_plane, tmp_path):
+    # Install the Gateway API, then start the operator again.
+    await install_crds(kube_client, gateway_crds)
+    async with operator(daemon_kubeconfig, tmp_path / "with"):
 
         async def route() -> dict[str, Any] | None:
             return await kube_client.get_or_none(HTTP_ROUTE, "acme-webhooks", namespace)
@@ -467,6 +512,21 @@ async def test_webhook_route_is_an_ingress_without_the_gateway_api_and_an_httpro
         assert written["spec"]["hostnames"] == ["acme.example.com"]
         assert written["spec"]["parentRefs"][0]["name"] == "public"
         await eventually(lambda: _none(ingress()), timeout=30, message="Ingress removed")
+
+
+async def remove_crds(client: Client, crds: list[dict[str, Any]]) -> None:
+    for crd in crds:
+        with contextlib.suppress(NotFoundError):
+            await client.delete(CUSTOM_RESOURCE_DEFINITION, crd["metadata"]["name"])
+
+    async def gone() -> bool:
+        for crd in crds:
+            if await client.get_or_none(CUSTOM_RESOURCE_DEFINITION, crd["metadata"]["name"]):
+                return False
+        return True
+
+    await eventually(gone, timeout=60, message="CRDs removed")
+    client.forget_discovery()
 
 
 async def _none(awaitable: Any) -> bool:

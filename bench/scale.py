@@ -1,0 +1,61 @@
+"""How big the run is: ``BENCH_SCALE=full`` (the default: the sizes DESIGN.md names) or
+``BENCH_SCALE=small`` (a quick run on the same code paths; its figures are not the targets')."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Scale:
+    name: str
+    convergence: tuple[int, ...]
+    """Burst sizes; the convergence target is judged at the largest."""
+    memory: tuple[int, int]
+    """Companies (children included) at which the operator's memory is read."""
+    resync: int
+    """Companies a resync runs over when no convergence figure ran before it."""
+    load_rate: float
+    """Background Companies created per second while the latency probes run."""
+    load_seconds: float
+    probes: int
+    failover_burst: int
+    startup: int
+    timeout: float
+    """Seconds any one wait may take before the figure fails."""
+
+
+FULL = Scale(
+    name="full",
+    convergence=(100, 1000),
+    memory=(1000, 10000),
+    resync=1000,
+    load_rate=100.0,
+    load_seconds=30.0,
+    probes=30,
+    failover_burst=200,
+    startup=10000,
+    timeout=900.0,
+)
+SMALL = Scale(
+    name="small",
+    convergence=(50, 200),
+    memory=(200, 500),
+    resync=200,
+    load_rate=20.0,
+    load_seconds=10.0,
+    probes=10,
+    failover_burst=50,
+    startup=500,
+    timeout=300.0,
+)
+SCALES = {s.name: s for s in (FULL, SMALL)}
+
+
+def from_environment() -> Scale:
+    """``BENCH_SCALE`` (full or small)."""
+    name = os.environ.get("BENCH_SCALE", "full") or "full"
+    if name not in SCALES:
+        raise SystemExit(f"BENCH_SCALE={name!r}: expected one of {', '.join(SCALES)}")
+    return SCALES[name]
