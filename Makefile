@@ -17,7 +17,7 @@ NAMESPACE ?= crewlet-operator-system
 
 .PHONY: help
 help: ## List the targets
-	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,7 @@ lint: venv ## ruff and mypy (strict)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	bash hack/actionlint.sh
 
 .PHONY: unit
 unit: venv ## Tests that need no API server
@@ -85,3 +86,11 @@ helm-deploy: venv bins ## Install or upgrade the chart with image IMG into the c
 fmt: venv ## Format and fix what ruff can
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+
+.PHONY: actionlint
+actionlint: ## Lint .github/workflows with actionlint (built once into ~/.cache/crewlet-operator/bin/tools)
+	bash hack/actionlint.sh
+
+.PHONY: test-e2e-kind
+test-e2e-kind: venv bins ## The operator on a kind cluster (Kubernetes 1.37) with Crewlet's engine; needs Docker
+	bash hack/kind-e2e.sh

@@ -80,6 +80,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def manager_options(args: argparse.Namespace) -> ManagerOptions:
+    """The manager's settings from the daemon's flags."""
+    return ManagerOptions(
+        leader_election=args.leader_elect,
+        leader_election_id=args.leader_election_id,
+        leader_election_namespace=args.leader_election_namespace,
+        metrics_bind_address=args.metrics_bind_address,
+        metrics_secure=args.metrics_secure,
+        metrics_cert_dir=Path(args.metrics_cert_dir) if args.metrics_cert_dir else None,
+        health_probe_bind_address=args.health_probe_bind_address,
+        max_concurrent_reconciles=args.max_concurrent_reconciles,
+    )
+
+
 async def run(args: argparse.Namespace) -> int:
     """Connect, check the server, run the manager until SIGTERM; return the exit code."""
     client = await Client.from_environment(args.kubeconfig)
@@ -93,15 +107,7 @@ async def run(args: argparse.Namespace) -> int:
             )
         manager = Manager(
             client,
-            ManagerOptions(
-                leader_election=args.leader_elect,
-                leader_election_id=args.leader_election_id,
-                leader_election_namespace=args.leader_election_namespace,
-                metrics_bind_address=args.metrics_bind_address,
-                metrics_secure=args.metrics_secure,
-                metrics_cert_dir=Path(args.metrics_cert_dir) if args.metrics_cert_dir else None,
-                health_probe_bind_address=args.health_probe_bind_address,
-            ),
+            manager_options(args),
         )
         # The route kind is chosen once, at start-up, as the install page says.
         gateway_api = await client.is_served(HTTP_ROUTE.api_version, HTTP_ROUTE.kind)

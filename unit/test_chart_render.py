@@ -837,3 +837,12 @@ def test_rendered_crds_equal_manifests_and_are_kept(render: Callable[..., list[D
     assert not [
         d for d in render({"crd": {"enabled": False}}) if d["kind"] == "CustomResourceDefinition"
     ]
+
+
+@pytest.mark.parametrize("version", ["1.36.4", "1.38.0"])
+def test_the_chart_refuses_other_kubernetes_minors(version: str) -> None:
+    """'A cluster on any other minor is not supported.'"""
+    result = helm("template", RELEASE, str(CHART), "--kube-version", version)
+    assert result.returncode != 0
+    assert "kubeVersion" in result.stderr
+    assert helm("template", RELEASE, str(CHART), "--kube-version", "1.37.2").returncode == 0

@@ -1,0 +1,54 @@
+"""The daemon's flags: controller-runtime's spelling and the install page's defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from crewlet_operator.cli import manager_options, parse_args
+
+
+def test_defaults_are_controller_runtimes() -> None:
+    options = manager_options(parse_args([]))
+    assert options.leader_election is True
+    assert options.metrics_bind_address == ":8443"
+    assert options.metrics_secure is True
+    assert options.health_probe_bind_address == ":8081"
+    assert options.leader_election_namespace is None  # the pod's own namespace
+    assert options.max_concurrent_reconciles == 4
+
+
+def test_flags_reach_the_manager() -> None:
+    args = parse_args(
+        [
+            "--leader-elect=false",
+            "--leader-election-namespace",
+            "ops",
+            "--metrics-bind-address",
+            "127.0.0.1:9443",
+            "--metrics-secure=false",
+            "--metrics-cert-dir",
+            "/certs",
+            "--health-probe-bind-address",
+            ":9081",
+            "--max-concurrent-reconciles",
+            "8",
+            "--log-level",
+            "debug",
+            "--log-format",
+            "console",
+        ]
+    )
+    options = manager_options(args)
+    assert options.leader_election is False
+    assert options.leader_election_namespace == "ops"
+    assert options.metrics_bind_address == "127.0.0.1:9443"
+    assert options.metrics_secure is False
+    assert options.metrics_cert_dir == Path("/certs")
+    assert options.health_probe_bind_address == ":9081"
+    assert options.max_concurrent_reconciles == 8
+    assert (args.log_level, args.log_format) == ("debug", "console")
+
+
+def test_bare_boolean_flags_mean_true() -> None:
+    assert manager_options(parse_args(["--leader-elect"])).leader_election is True
+    assert manager_options(parse_args(["--metrics-secure"])).metrics_secure is True
