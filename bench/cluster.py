@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,8 @@ PLATFORM = "crewlet-platform"
 IMAGE = "ghcr.io/crewlet/crewlet-operator/engine:v0.2.0"
 CLASSES = ("bench-a", "bench-b", "bench-c")
 MODEL_KEYS = "bench-model-keys"
+SERVER_ARGS = ("--service-cluster-ip-range=10.96.0.0/12",)
+"""Each Company has one ClusterIP Service: envtest's /24 would run out after ~250 Companies."""
 COMPANIES_PER_NAMESPACE = 10
 CREATE_CONCURRENCY = 16
 """Requests the bench keeps in flight when it creates namespaces and Companies."""
@@ -82,9 +85,11 @@ class Cluster:
     """The control plane, an admin client, the classes, and the names handed out so far."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.plane = ControlPlane(run_dir / "envtest", workloads=False)
+        self.plane = ControlPlane(run_dir / "envtest", workloads=False, apiserver_args=SERVER_ARGS)
         self.client: Client | None = None
         self.classes: dict[str, Object] = {}
+        self.per_class: Counter[str] = Counter()
+        """Companies created, by class."""
         self.model_keys: Object = {}
         self._serial = 0
 
@@ -172,13 +177,18 @@ class Cluster:
 
         await each(names, create, CREATE_CONCURRENCY)
 
+    async def create_company(self, company: CompanyRef) -> Object:
+        """Create it; return it as created (with its uid)."""
+        created = await self.api.create(COMPANY, company.manifest())
+        self.per_class[company.class_name] += 1
+        return created
+
     async def create_companies(self, companies: Sequence[CompanyRef]) -> list[Object]:
-        """Create them in one burst, ``CREATE_CONCURRENCY`` requests in flight; return them
-        as created (with their uid)."""
+        """Create them in one burst, ``CREATE_CONCURRENCY`` requests in flight."""
         created: list[Object] = []
 
         async def create(company: CompanyRef) -> None:
-            created.append(await self.api.create(COMPANY, company.manifest()))
+            created.append(await self.create_company(company))
 
         await each(companies, create, CREATE_CONCURRENCY)
         return created

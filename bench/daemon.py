@@ -27,10 +27,14 @@ WORKERS = 4
 LEASE = "crewlet-operator-leader"
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+Sample = tuple[str, dict[str, str], float]
+"""A metric sample: name, labels, value."""
 
 
-async def until(probe: Callable[[], Awaitable[bool]], timeout: float, what: str) -> float:
-    """Poll ``probe`` every 50 ms until it is true; return when (monotonic).
+async def until(
+    probe: Callable[[], Awaitable[bool]], timeout: float, what: str, interval: float = 0.05
+) -> float:
+    """Poll ``probe`` every ``interval`` seconds until it is true; return when (monotonic).
 
     A scrape that fails counts as "not yet"; an operator that exited fails at once.
     """
@@ -41,7 +45,15 @@ async def until(probe: Callable[[], Awaitable[bool]], timeout: float, what: str)
                 return time.monotonic()
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: not within {timeout:.0f}s")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(interval)
+
+
+def _sum(samples: list[Sample], name: str, labels: dict[str, str]) -> float:
+    return sum(
+        value
+        for sample, found, value in samples
+        if sample == name and all(found.get(k) == v for k, v in labels.items())
+    )
 
 
 @dataclass(frozen=True)
@@ -107,19 +119,21 @@ class Daemon:
         status, _ = await self._get(self.health_port, "/readyz")
         return status == 200
 
-    async def metric(self, sample: str, /, **labels: str) -> float:
-        """The sum of the samples named ``sample`` whose labels include ``labels``."""
+    async def samples(self) -> list[Sample]:
+        """Every sample of /metrics: name, labels, value."""
         self.check_alive()
         _, text = await self._get(self.metrics_port, "/metrics")
-        total = 0.0
+        found = []
         for line in text.splitlines():
             match = _SAMPLE.match(line)
-            if match is None or match.group(1) != sample:
-                continue
-            found = dict(_LABEL.findall(match.group(2) or ""))
-            if all(found.get(k) == v for k, v in labels.items()):
-                total += float(match.group(3))
-        return total
+            if match is not None:
+                labels = dict(_LABEL.findall(match.group(2) or ""))
+                found.append((match.group(1), labels, float(match.group(3))))
+        return found
+
+    async def metric(self, sample: str, /, **labels: str) -> float:
+        """The sum of the samples named ``sample`` whose labels include ``labels``."""
+        return _sum(await self.samples(), sample, labels)
 
     async def reconciles(self, controller: str = "company") -> float:
         """``controller_runtime_reconcile_total`` of ``controller``, every result."""
@@ -128,6 +142,24 @@ class Daemon:
     async def leading(self) -> bool:
         """Whether it holds the Lease and runs its controllers."""
         return await self.metric("leader_election_master_status", name=LEASE) == 1
+
+    async def idle(self) -> bool:
+        """Nothing queued and no reconcile running, in any controller."""
+        samples = await self.samples()
+        return (
+            _sum(samples, "workqueue_depth", {}) == 0
+            and _sum(samples, "controller_runtime_active_workers", {}) == 0
+        )
+
+    async def quiesce(self, timeout: float) -> float:
+        """Until :meth:`idle` on two scrapes 250 ms apart; when the first one was (monotonic)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            first = await until(self.idle, left, f"{self.name} idle", interval=0.25)
+            await asyncio.sleep(0.25)
+            if await self.idle():
+                return first
 
     def memory(self) -> Memory:
         fields: dict[str, int] = {}

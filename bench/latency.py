@@ -1,14 +1,15 @@
 """Figure 4, latency under load: Companies created while background Companies are created at
 a steady rate; the time from each probe's create to its ``Accepted=True``, p50 and p99.
 
-The probes are spread evenly over the load. The figure ends when every probe is Accepted; the
-background Companies the operator has not finished by then are handed to the session, which
-completes them with the floor script before the next operator start.
+The probes are spread evenly over the load. The figure ends when every probe is Accepted (or
+:data:`PATIENCE` has run out); the Companies are then handed to the session, whose floor script
+completes what the operator has not before the next operator starts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 
@@ -16,9 +17,12 @@ from bench.cluster import CompanyRef, Object
 from bench.progress import Progress
 from bench.report import Figure
 from bench.session import Session
-from crewlet_operator.api.v1alpha1 import COMPANY
 
 TARGET_P99 = 1.0
+TARGET = f"p99 < {TARGET_P99:.0f} s at 100 creates/s"
+PATIENCE = 60.0
+"""Seconds after the load ends that probes are waited for; a probe not Accepted by then
+counts as infinitely late (the figure says "> N s")."""
 IN_FLIGHT = 64
 """Creates the load generator keeps in flight at most (more means the server is behind)."""
 
@@ -46,7 +50,7 @@ async def latency(session: Session) -> Figure:
     async def create(ref: CompanyRef) -> None:
         async with slots:
             sent[ref.key] = time.monotonic()
-            created[ref.key] = await cluster.api.create(COMPANY, ref.manifest())
+            created[ref.key] = await cluster.create_company(ref)
 
     keys = [r.key for r in (*background, *probes)]
     async with Progress(cluster.api, keys) as progress:
@@ -57,31 +61,45 @@ async def latency(session: Session) -> Figure:
             tasks.append(asyncio.create_task(create(ref)))
         await asyncio.gather(*tasks)
         load_s = time.monotonic() - started
-        await progress.wait_accepted([p.key for p in probes], scale.timeout)
+        with contextlib.suppress(TimeoutError):
+            await progress.wait_accepted([p.key for p in probes], PATIENCE)
+        waited = time.monotonic() - started
         done = [k for k in keys if progress.has_converged(k)]
         latencies = sorted((progress.accepted_at(p.key) or math.inf) - sent[p.key] for p in probes)
+    # The operator is left with a backlog (and, for what it finished, follow-up reconciles):
+    # the floor script completes all of them before the next operator starts.
     finished = set(done)
-    session.converged += len(finished)
-    session.unfilled += [created[k] for k in keys if k not in finished]
+    session.unfilled += [created[k] for k in keys]
     p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
     rate = len(background) / load_s
     data: dict[str, object] = {
         "background_per_s": round(rate, 1),
         "background_companies": len(background),
         "probes": len(probes),
-        "p50_s": round(p50, 3),
-        "p99_s": round(p99, 3),
-        "max_s": round(latencies[-1], 3),
-        "latencies_s": [round(x, 3) for x in latencies],
+        "p50_s": _seconds(p50),
+        "p99_s": _seconds(p99),
+        "max_s": _seconds(latencies[-1]),
+        "latencies_s": [_seconds(x) for x in latencies],
+        "probes_not_accepted": sum(1 for x in latencies if math.isinf(x)),
+        "waited_s": round(waited, 1),
         "background_converged_when_probes_done": sum(1 for r in background if r.key in finished),
     }
     if session.floor_rate is not None:
         data["floor_companies_per_s"] = round(session.floor_rate, 1)
     return Figure(
         "latency",
-        f"p50 {p50:.2f} s, p99 {p99:.2f} s, max {latencies[-1]:.2f} s for {len(probes)} "
-        f"probes while {rate:.0f} companies/s were created",
-        f"p99 < {TARGET_P99:.0f} s at 100 creates/s",
+        f"p50 {_text(p50)}, p99 {_text(p99)} for {len(probes)} probes while "
+        f"{rate:.0f} companies/s were created for {load_s:.0f} s",
+        TARGET,
         p99 < TARGET_P99,
         data,
     )
+
+
+def _seconds(value: float) -> float | None:
+    """JSON has no infinity: a probe never Accepted is null."""
+    return None if math.isinf(value) else round(value, 3)
+
+
+def _text(value: float) -> str:
+    return f"> {PATIENCE:.0f} s" if math.isinf(value) else f"{value:.2f} s"

@@ -1,9 +1,9 @@
 """One bench run: the control plane, the operator process, and the Companies on it.
 
 Figures share the run's world so that nothing is built twice: the floor's Companies stay (the
-operator adopts them), bursts add up, and the Companies that memory and start-up need include
-every Company created before. Every figure leaves the world converged, except the latency
-figure, whose unfinished background load the next operator start completes.
+operator finds them done), bursts add up, and the Companies that memory and start-up need
+include every Company created before. Every figure leaves the world converged, except the
+latency figure, whose unfinished background load :meth:`Session.grow` completes.
 """
 
 from __future__ import annotations
@@ -17,9 +17,6 @@ from bench import floor
 from bench.cluster import Cluster
 from bench.daemon import Daemon, Memory, until
 from bench.scale import Scale
-from crewlet_operator import find_condition
-from crewlet_operator.api.v1alpha1 import COMPANY
-from crewlet_operator.envtest.wait import eventually
 
 FILL_WORKERS = 16
 """Companies whose children the bench pre-creates at once (enough to keep the server busy)."""
@@ -28,7 +25,6 @@ SETTLE = 3.0
 WRITTEN = {
     "companies",
     "engineclasses",
-    "namespaces",
     "secrets",
     "serviceaccounts",
     "statefulsets",
@@ -45,15 +41,22 @@ Object = dict[str, Any]
 
 
 @dataclass(frozen=True)
+class Reading:
+    """An operator's memory after its first pass over ``companies`` Companies."""
+
+    companies: int
+    memory: Memory
+
+
+@dataclass(frozen=True)
 class Pass:
     """An operator process from its start to the end of its first pass over every Company."""
 
     companies: int
-    adopted: int
-    """Companies without a status, whose children were pre-created: it writes their status."""
     ready_s: float
     first_pass_s: float
     writes: dict[str, int]
+    """Mutating requests during the pass, by ``VERB resource[/subresource]`` (no Lease)."""
     lease_writes: int
     memory: Memory
     """VmRSS after the pass and :data:`SETTLE` idle seconds; VmHWM until then."""
@@ -61,7 +64,6 @@ class Pass:
     def as_json(self) -> dict[str, Any]:
         return {
             "companies": self.companies,
-            "adopted": self.adopted,
             "ready_s": round(self.ready_s, 2),
             "first_pass_s": round(self.first_pass_s, 2),
             "mutating_requests": sum(self.writes.values()),
@@ -72,10 +74,8 @@ class Pass:
         }
 
 
-def _writes(plane_counts: dict[str, int], before: dict[str, int]) -> dict[str, int]:
-    return {
-        k: v - before.get(k, 0) for k, v in sorted(plane_counts.items()) if v != before.get(k, 0)
-    }
+def _writes(counts: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: v - before.get(k, 0) for k, v in sorted(counts.items()) if v != before.get(k, 0)}
 
 
 @dataclass
@@ -87,11 +87,9 @@ class Session:
     profile: bool = False
     cluster: Cluster = field(init=False)
     daemon: Daemon | None = None
-    passes: list[Pass] = field(default_factory=list)
+    readings: list[Reading] = field(default_factory=list)
     converged: int = 0
     """Companies that are Accepted and have every child."""
-    pending: int = 0
-    """Companies whose children exist but which the operator has not accepted yet."""
     unfilled: list[Object] = field(default_factory=list)
     """Companies that may lack children (the latency figure's backlog), as created."""
     floor_rate: float | None = None
@@ -105,7 +103,7 @@ class Session:
         await self.cluster.start()
 
     async def close(self) -> None:
-        await self.stop_operator()
+        await self.stop_operator(quiesce=False)
         await self.cluster.stop()
 
     def new_daemon(self, role: str) -> Daemon:
@@ -114,8 +112,12 @@ class Session:
         name = f"operator-{self._daemons:02d}-{role}"
         return Daemon(self.cluster.plane.kubeconfig, self.run_dir, name, self.profile)
 
-    async def stop_operator(self) -> None:
+    async def stop_operator(self, quiesce: bool = True) -> None:
+        """Stop the single operator, once it has nothing left to do (unless ``quiesce`` is
+        false: then what it has not done is left to whoever comes next)."""
         if self.daemon is not None:
+            if quiesce and not self.unfilled:
+                await self.daemon.quiesce(self.scale.timeout)
             await self.daemon.stop()
             self.daemon = None
 
@@ -127,68 +129,56 @@ class Session:
         return self.daemon
 
     async def restart(self) -> Pass:
-        """Stop the operator, start a new process, and follow its first pass.
-
-        A backlog is completed first by the floor script, so the pass adopts it.
-        """
+        """Stop the operator, start a new process, and follow its first pass."""
+        await self.grow(0)
         await self.stop_operator()
-        if self.unfilled:
-            await floor.fill(self.cluster, self.unfilled, FILL_WORKERS)
-            self.pending += len(self.unfilled)
-            self.unfilled = []
         plane = self.cluster.plane
         before = plane.mutating_requests(WRITTEN | {"leases"})
-        total = self.converged + self.pending
         daemon = self.new_daemon("single")
         daemon.start()
         self.daemon = daemon
         ready = await until(daemon.ready, self.scale.timeout, f"{daemon.name} ready")
 
         async def first_pass() -> bool:
-            return await daemon.reconciles() >= total
+            return await daemon.reconciles() >= self.converged
 
-        passed = await until(first_pass, self.scale.timeout, f"{daemon.name} first pass")
+        passed = await until(
+            first_pass, self.scale.timeout, f"{daemon.name} first pass", interval=0.25
+        )
         writes = _writes(plane.mutating_requests(WRITTEN | {"leases"}), before)
-        if self.pending:
-            await self._all_accepted(total)
-        adopted, self.converged, self.pending = self.pending, total, 0
-        await asyncio.sleep(SETTLE)
-        result = Pass(
-            companies=total,
-            adopted=adopted,
+        return Pass(
+            companies=self.converged,
             ready_s=ready - daemon.started_at,
             first_pass_s=passed - daemon.started_at,
             writes={k: v for k, v in writes.items() if not k.endswith(" leases")},
             lease_writes=sum(v for k, v in writes.items() if k.endswith(" leases")),
-            memory=daemon.memory(),
+            memory=await self._read_memory(daemon),
         )
-        self.passes.append(result)
-        return result
 
-    async def _all_accepted(self, total: int) -> None:
-        async def accepted() -> bool:
-            listed = await self.cluster.api.list(COMPANY)
-            conditions = [(c.get("status") or {}).get("conditions") for c in listed.items]
-            found = [find_condition(c, "Accepted") or {} for c in conditions]
-            return sum(1 for a in found if a.get("status") == "True") >= total
-
-        await eventually(accepted, timeout=self.scale.timeout, interval=1.0)
+    async def _read_memory(self, daemon: Daemon) -> Memory:
+        """``daemon``'s memory :data:`SETTLE` seconds from now, kept as a reading."""
+        await asyncio.sleep(SETTLE)
+        memory = daemon.memory()
+        self.readings.append(Reading(self.converged, memory))
+        return memory
 
     async def grow(self, target: int) -> None:
-        """At least ``target`` converged Companies. The new ones get their children from the
-        floor script while the operator is stopped (much quicker than a burst); the operator
-        then adopts them on its next start, writing only their status."""
-        missing = target - self.converged - self.pending - len(self.unfilled)
-        if missing <= 0 and not self.unfilled and not self.pending:
+        """At least ``target`` converged Companies, and no backlog. New Companies and the
+        backlog get their children and status from the floor script while no operator runs
+        (much quicker than a burst); the next operator start finds nothing to write."""
+        missing = target - self.converged - len(self.unfilled)
+        if missing <= 0 and not self.unfilled:
             return
         await self.stop_operator()
         refs = self.cluster.allocate("grow", max(0, missing))
         await self.cluster.create_namespaces(refs)
-        self.unfilled += await self.cluster.create_companies(refs)
-        await self.restart()
+        backlog = [*self.unfilled, *await self.cluster.create_companies(refs)]
+        await floor.fill(self.cluster, backlog, FILL_WORKERS)
+        self.unfilled = []
+        self.converged += len(backlog)
 
-    def pass_with(self, companies: int) -> Pass | None:
-        """The pass over the fewest Companies, at least ``companies``, preferring one that
-        adopted none (a plain restart), if any."""
-        found = [p for p in self.passes if p.companies >= companies]
-        return min(found, key=lambda p: (p.companies, p.adopted > 0), default=None)
+    def reading(self, companies: int, more_than: int = -1) -> Reading | None:
+        """The reading with the fewest Companies, at least ``companies`` and more than
+        ``more_than``, if any."""
+        found = [r for r in self.readings if r.companies >= max(companies, more_than + 1)]
+        return min(found, key=lambda r: r.companies, default=None)

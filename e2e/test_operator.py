@@ -7,20 +7,29 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import sys
-import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
-import yaml
+from operator_helpers import (
+    IMAGE,
+    MANAGED,
+    PLATFORM,
+    ROOT,
+    Operator,
+    _none,
+    company,
+    engine_class,
+    manager_kubeconfig,
+    operator,
+    remove_crds,
+    secret,
+    wait_condition,
+)
 
 from crewlet_operator import (
-    CLUSTER_ROLE,
-    CLUSTER_ROLE_BINDING,
-    CUSTOM_RESOURCE_DEFINITION,
     HTTP_ROUTE,
     INGRESS,
     NAMESPACE,
@@ -33,84 +42,13 @@ from crewlet_operator import (
     SERVICE_ACCOUNT,
     STATEFUL_SET,
     Client,
-    NotFoundError,
     find_condition,
 )
 from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator.envtest import KWOK_NODE, ControlPlane, binaries
-from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
-from crewlet_operator.envtest.process import ManagedProcess
 from crewlet_operator.envtest.wait import eventually
-from crewlet_operator.kube.resources import (
-    VALIDATING_ADMISSION_POLICY,
-    VALIDATING_ADMISSION_POLICY_BINDING,
-)
 from reconcilers.versions import CLAIM_ANNOTATION
-
-ROOT = Path(__file__).parent.parent
-IMAGE = "ghcr.io/crewlet/crewlet-operator/engine:v0.2.0"
-PLATFORM = "crewlet-platform"
-MANAGED = {
-    "app.kubernetes.io/managed-by": "crewlet-operator",
-    "app.kubernetes.io/name": "crewlet",
-}
-
-
-class Operator:
-    """The daemon as a subprocess (dying with the test run), plain-HTTP metrics on a free port."""
-
-    def __init__(self, kubeconfig: Path, log_dir: Path) -> None:
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self.metrics_port, self.health_port = free_port(), free_port()
-        self.process = ManagedProcess(
-            "operator",
-            [
-                sys.executable,
-                "-m",
-                "crewlet_operator.cli",
-                "--kubeconfig",
-                str(kubeconfig),
-                "--leader-elect=false",
-                "--leader-election-namespace",
-                PLATFORM,
-                f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
-                "--metrics-secure=false",
-                f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
-            ],
-            log_dir,
-        )
-        self.process.start()
-
-    def ready(self) -> bool:
-        if not self.process.running():
-            raise AssertionError(f"operator exited; {self.process.log_tail(40)}")
-        with contextlib.suppress(OSError):
-            url = f"http://127.0.0.1:{self.health_port}/readyz"
-            with urllib.request.urlopen(url, timeout=2) as response:
-                return bool(response.status == 200)
-        return False
-
-    def metric(self, sample: str) -> float:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as response:
-            for line in response.read().decode().splitlines():
-                if line.startswith(sample + " "):
-                    return float(line.rsplit(" ", 1)[1])
-        return 0.0
-
-    def stop(self) -> None:
-        self.process.stop(timeout=30)
-
-
-@contextlib.asynccontextmanager
-async def operator(kubeconfig: Path, tmp: Path) -> AsyncIterator[Operator]:
-    daemon = Operator(kubeconfig, tmp)
-    try:
-        await eventually(daemon.ready, timeout=60, message="operator ready")
-        yield daemon
-    finally:
-        daemon.stop()
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
@@ -118,26 +56,6 @@ async def crds(kube_client: Client) -> None:
     await install_crds(kube_client, load_crds(ROOT / "manifests/crds"))
     with contextlib.suppress(Exception):
         await kube_client.create(NAMESPACE, {"metadata": {"name": PLATFORM}})
-
-
-async def manager_kubeconfig(kube_client: Client, control_plane: ControlPlane, tmp: Path) -> Path:
-    """A kubeconfig with a real token of the chart's manager ServiceAccount, holding only the
-    RBAC and under the admission policy of dist/install.yaml (the chart's default render)."""
-    installer = [d for d in yaml.safe_load_all((ROOT / "dist/install.yaml").read_text()) if d]
-    kinds = {
-        "Namespace": NAMESPACE,
-        "ServiceAccount": SERVICE_ACCOUNT,
-        "ClusterRole": CLUSTER_ROLE,
-        "ClusterRoleBinding": CLUSTER_ROLE_BINDING,
-        "ValidatingAdmissionPolicy": VALIDATING_ADMISSION_POLICY,
-        "ValidatingAdmissionPolicyBinding": VALIDATING_ADMISSION_POLICY_BINDING,
-    }
-    for doc in installer:
-        if doc["kind"] in kinds:
-            await kube_client.apply(kinds[doc["kind"]], doc)
-    account = next(d for d in installer if d["kind"] == "ServiceAccount")["metadata"]
-    token = control_plane.request_token(account["namespace"], account["name"])
-    return control_plane.token_config(token).write_kubeconfig(tmp / "manager.kubeconfig")
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module", params=["admin", "manager-token"])
@@ -162,50 +80,6 @@ async def running(
     """A fresh operator process for each test (some tests stop and restart it)."""
     async with operator(daemon_kubeconfig, tmp_path_factory.mktemp("operator")) as daemon:
         yield daemon
-
-
-def secret(ns: str, name: str, **data: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": ns},
-        "type": "Opaque",
-        "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
-    }
-
-
-def engine_class(name: str, **spec: Any) -> dict[str, Any]:
-    return {"metadata": {"name": name}, "spec": {"engine": {"image": IMAGE}, **spec}}
-
-
-def company(ns: str, name: str, class_name: str, **spec: Any) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": ns}, "spec": {"className": class_name, **spec}}
-
-
-async def condition_of(client: Client, ns: str, name: str, kind: str) -> dict[str, Any] | None:
-    got = await client.get(COMPANY, name, ns)
-    return find_condition(got.get("status", {}).get("conditions"), kind)
-
-
-async def wait_condition(
-    client: Client,
-    ns: str,
-    name: str,
-    kind: str,
-    status: str,
-    *,
-    reason: str | None = None,
-    timeout: float = 90,
-) -> dict[str, Any]:
-    async def matches() -> dict[str, Any] | None:
-        cond = await condition_of(client, ns, name, kind)
-        if cond and cond["status"] == status and (reason is None or cond["reason"] == reason):
-            return cond
-        return None
-
-    found: dict[str, Any] | None = await eventually(
-        matches, timeout=timeout, message=f"{kind}={status} {reason or ''}"
-    )
-    assert found is not None
-    return found
 
 
 async def test_company_runs_every_child_and_becomes_ready(
@@ -512,22 +386,3 @@ async def test_webhook_route_is_an_ingress_without_the_gateway_api_and_an_httpro
         assert written["spec"]["hostnames"] == ["acme.example.com"]
         assert written["spec"]["parentRefs"][0]["name"] == "public"
         await eventually(lambda: _none(ingress()), timeout=30, message="Ingress removed")
-
-
-async def remove_crds(client: Client, crds: list[dict[str, Any]]) -> None:
-    for crd in crds:
-        with contextlib.suppress(NotFoundError):
-            await client.delete(CUSTOM_RESOURCE_DEFINITION, crd["metadata"]["name"])
-
-    async def gone() -> bool:
-        for crd in crds:
-            if await client.get_or_none(CUSTOM_RESOURCE_DEFINITION, crd["metadata"]["name"]):
-                return False
-        return True
-
-    await eventually(gone, timeout=60, message="CRDs removed")
-    client.forget_discovery()
-
-
-async def _none(awaitable: Any) -> bool:
-    return await awaitable is None

@@ -387,6 +387,20 @@ class ControlPlane:
         """SIGCONT kube-apiserver after :meth:`pause_apiserver`."""
         self.processes["kube-apiserver"].signal(signal.SIGCONT)
 
+    def kill_etcd(self) -> None:
+        """SIGKILL etcd (a crash); its data directory and ports are kept, so :meth:`start_etcd`
+        brings the same store back. The API server keeps running and reconnects by itself."""
+        self.processes["etcd"].kill()
+
+    def start_etcd(self) -> None:
+        """Restart etcd after :meth:`kill_etcd`: the same command line (same data directory,
+        same ports), and wait until it answers /health."""
+        assert self._ports is not None, "control plane not started"
+        etcd = self.processes["etcd"]
+        etcd.start()
+        client = f"http://127.0.0.1:{self._ports.etcd_client}"
+        etcd.wait_ready(lambda: _http_ok(f"{client}/health"), self.start_timeout)
+
     def etcd_compact(self) -> int:
         """Compact etcd's history up to now (watches from older resourceVersions get 410
         Gone); returns the revision compacted to."""
