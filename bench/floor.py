@@ -57,9 +57,11 @@ async def _apply(cluster: Cluster, children: list[Apply]) -> list[Object]:
     return [await cluster.api.apply(child.resource, child.object) for child in children]
 
 
-async def timed(cluster: Cluster, companies: Sequence[Object], workers: int) -> float:
-    """Seconds to apply the companies' children, rendered before the clock starts; then
-    (off the clock) their status."""
+async def timed(
+    cluster: Cluster, companies: Sequence[Object], workers: int, cpu: Callable[[], float]
+) -> tuple[float, float]:
+    """Seconds to apply the companies' children, rendered before the clock starts, and the
+    CPU seconds ``cpu`` counted meanwhile; then (off the clock) their status."""
     rendered = deque((c, render(cluster, c)) for c in companies)
     applied: list[tuple[Object, list[Object]]] = []
 
@@ -68,13 +70,13 @@ async def timed(cluster: Cluster, companies: Sequence[Object], workers: int) -> 
             company, children = rendered.popleft()
             applied.append((company, await _apply(cluster, children)))
 
-    started = time.monotonic()
+    started, cpu_started = time.monotonic(), cpu()
     await each(range(workers), worker, workers)
-    elapsed = time.monotonic() - started
+    elapsed, used = time.monotonic() - started, cpu() - cpu_started
     statuses = Statuses(cluster)
     await each(applied, lambda item: statuses.apply(*item), workers)
     await statuses.count_classes()
-    return elapsed
+    return elapsed, used
 
 
 async def fill(cluster: Cluster, companies: Sequence[Object], workers: int) -> None:

@@ -60,10 +60,13 @@ async def run(names: Sequence[str], profile: bool) -> int:
         await session.start()
         for name in chosen:
             func, target = FIGURES[name]
+            started = time.monotonic()
             try:
-                results.add(await func(session))
+                figure = await func(session)
             except Exception as error:  # one figure failing must not hide the others
-                results.add(failed(name, target, error))
+                figure = failed(name, target, error)
+            figure.data["duration_s"] = round(time.monotonic() - started, 1)
+            results.add(figure)
     finally:
         await session.close()
         results.write()
