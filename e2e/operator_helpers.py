@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from crewlet_operator import (
@@ -304,6 +305,13 @@ async def remove_crds(client: Client, crds: list[dict[str, Any]]) -> None:
 
 async def _none(awaitable: Any) -> bool:
     return await awaitable is None
+
+
+def say(capsys: pytest.CaptureFixture[str], text: str) -> None:
+    """Print past pytest's capture: the figures a resilience test reports belong in every run's
+    output, not only in a failing one's."""
+    with capsys.disabled():
+        print(text)
 
 
 # -- what a converged Company looks like ---------------------------------------------------------

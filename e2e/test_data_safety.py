@@ -31,6 +31,7 @@ from operator_helpers import (
     manager_user,
     own_control_plane,
     remove_crds,
+    say,
     wait_condition,
     wait_converged,
 )
@@ -254,7 +255,9 @@ async def test_downgrade_refused_across_a_restart_and_a_recreated_company(
 # -- deletes in every order ------------------------------------------------------------------------
 
 
-async def test_no_order_of_deletes_loses_a_data_claim(client: Client, daemon: Daemon) -> None:
+async def test_no_order_of_deletes_loses_a_data_claim(
+    client: Client, daemon: Daemon, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Every order of: delete the Company, delete its EngineClass, delete both CRDs (then
     reinstall them). Deleting the CRDs deletes every Company and EngineClass at once, so the
     six orders run side by side, each on its own Company and class, around one CRD deletion:
@@ -309,11 +312,12 @@ async def test_no_order_of_deletes_loses_a_data_claim(client: Client, daemon: Da
         )
         assert kept is not None, order
         assert unchanged_part(kept) == unchanged_part(claims[i]), order
-    print(
+    say(
+        capsys,
         "\n"
         + "\n".join(
             f"{' -> '.join(o)}: {'; '.join(answers[i])}; claim kept" for i, o in enumerate(orders)
-        )
+        ),
     )
 
     # The operator got its kinds back: a new company converges.
@@ -327,7 +331,9 @@ async def test_no_order_of_deletes_loses_a_data_claim(client: Client, daemon: Da
 # -- the audit log ---------------------------------------------------------------------------------
 
 
-async def test_the_operator_never_deleted_a_claim(plane: ControlPlane, daemon: Daemon) -> None:
+async def test_the_operator_never_deleted_a_claim(
+    plane: ControlPlane, daemon: Daemon, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Across the whole module, as the API server recorded it."""
     writes = audited_writes(plane, {manager_user()})
     claim_writes = [w for w in writes if w.resource == "persistentvolumeclaims"]
@@ -338,7 +344,8 @@ async def test_the_operator_never_deleted_a_claim(plane: ControlPlane, daemon: D
     by_verb: dict[str, int] = {}
     for write in writes:
         by_verb[write.verb] = by_verb.get(write.verb, 0) + 1
-    print(
+    say(
+        capsys,
         f"\naudited {len(writes)} writes by {manager_user()} ({by_verb}); "
-        f"{len(claim_writes)} to claims, none a delete"
+        f"{len(claim_writes)} to claims, none a delete",
     )

@@ -1,10 +1,18 @@
 """Faults, with two replicas of the daemon as separate processes (issue: Resilience).
 
-Everything here runs on a control plane of the module's own (workloads and audit on), so that
-killing etcd, the API server and the daemon disturbs no other module. Each replica connects as a
-user of its own (a client certificate, ``crewlet-replica-<n>``), so the API server's audit log
-tells them apart: the last test derives from it when each replica held the Lease, and checks that
-no replica wrote anything while it did not.
+Everything here runs on a control plane of the module's own (workloads and audit on, a Service
+range wide enough for 300 companies), so that killing etcd, the API server and the daemon
+disturbs no other module. In file order:
+
+1. the operator's own RBAC removed, then restored (one daemon, with the chart's identity, before
+   the replicas start);
+2. SIGKILL of the leader in a burst of 300 Companies; kube-apiserver, then etcd, killed and
+   restarted mid-burst; a watch behind an etcd compaction (410 Gone); someone else's edits and
+   deletes of children, all with two replicas;
+3. the audit check: each replica connects as a user of its own (a client certificate,
+   ``crewlet-replica-<n>``), so the API server's audit log tells them apart; from it alone the
+   last test derives when each replica held the Lease, and checks that no replica wrote
+   anything while it did not.
 
 The daemon's informers keep the default 90 s read-inactivity watchdog (there is no flag for it,
 by design), so a *silent* watch is not provoked here: the library's mechanism is proven in
@@ -18,7 +26,7 @@ import asyncio
 import base64
 import datetime
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +53,7 @@ from operator_helpers import (
     manager_kubeconfig,
     operator,
     own_control_plane,
+    say,
     secret,
     wait_converged,
 )
@@ -203,7 +212,12 @@ async def count_accepted(client: Client, keys: set[Key]) -> int:
 
 
 async def burst_with_fault(
-    client: Client, prefix: str, count: int, fault_after: int, fault: Any, timeout: float
+    client: Client,
+    prefix: str,
+    count: int,
+    fault_after: int,
+    fault: Callable[[], object],
+    timeout: float,
 ) -> tuple[float, int]:
     """Create a burst, run ``fault()`` once ``fault_after`` Companies are Accepted, and wait
     until all converge; (seconds from the fault to convergence, Companies Accepted at the
@@ -220,9 +234,7 @@ async def burst_with_fault(
         )
         before = await count_accepted(client, keys)
         faulted = time.monotonic()
-        result = fault()
-        if asyncio.iscoroutine(result):
-            await result
+        fault()
     finally:
         await creating
     await wait_converged(client, keys, timeout=timeout)
@@ -237,9 +249,7 @@ async def _at_least(counting: Any, wanted: int) -> bool:
 
 
 async def test_rbac_removed_then_restored(
-    plane: ControlPlane,
-    client: Client,
-    tmp_path: Path,
+    plane: ControlPlane, client: Client, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The daemon under the chart's RBAC (the manager's token): its ClusterRoleBinding removed,
     then restored; later only its Secret reads denied, then restored. It runs first, before
@@ -285,10 +295,11 @@ async def test_rbac_removed_then_restored(
         assert await client.get_or_none(STATEFUL_SET, "during-data", ns) is None
         assert await copied("before") == b"v1"  # the rotation waits, the old copy stays
         assert daemon.alive() and daemon.healthz() == 200
-        print(
+        say(
+            capsys,
             "\nbinding removed: the new Company's status is "
             f"{(during.get('status') or {}).get('conditions')!r} (the binding also grants "
-            "companies/status: nothing can be reported)"
+            "companies/status: nothing can be reported)",
         )
         restored_at = time.monotonic()
         await client.apply(
@@ -303,7 +314,7 @@ async def test_rbac_removed_then_restored(
         )
         await eventually(lambda: _equals(copied("before"), b"v2"), timeout=90, message="rotated")
         await wait_converged(client, [(ns, "during")], timeout=90, namespace=ns)
-        print(f"binding restored: recovered in {time.monotonic() - restored_at:.1f}s")
+        say(capsys, f"binding restored: recovered in {time.monotonic() - restored_at:.1f}s")
 
         # 2. Only its Secret reads are denied (it may still write them, and its status).
         role = await client.get(CLUSTER_ROLE, MANAGER_ROLE)
@@ -326,12 +337,15 @@ async def test_rbac_removed_then_restored(
             refused = await _wait_refused(client, ns, "unread")
             assert await client.get_or_none(STATEFUL_SET, "unread-data", ns) is None
             assert daemon.alive() and daemon.healthz() == 200
-            print(f"Secret reads denied: Accepted=False {refused['reason']}: {refused['message']}")
+            say(
+                capsys,
+                f"Secret reads denied: Accepted=False {refused['reason']}: {refused['message']}",
+            )
         finally:
             await client.patch(CLUSTER_ROLE, MANAGER_ROLE, {"rules": rules})
         restored_at = time.monotonic()
         await wait_converged(client, [(ns, "unread")], timeout=90, namespace=ns)
-        print(f"Secret reads restored: recovered in {time.monotonic() - restored_at:.1f}s")
+        say(capsys, f"Secret reads restored: recovered in {time.monotonic() - restored_at:.1f}s")
         assert daemon.alive()
 
 
@@ -339,7 +353,9 @@ async def test_rbac_removed_then_restored(
 
 
 @pytest.mark.timeout(420)
-async def test_sigkill_of_the_leader_in_a_burst_of_300(client: Client, replicas: Replicas) -> None:
+async def test_sigkill_of_the_leader_in_a_burst_of_300(
+    client: Client, replicas: Replicas, capsys: pytest.CaptureFixture[str]
+) -> None:
     leader = await replicas.leader()
     took, before = await burst_with_fault(
         client, "k", BURST, fault_after=BURST // 4, fault=leader.kill, timeout=300
@@ -347,14 +363,19 @@ async def test_sigkill_of_the_leader_in_a_burst_of_300(client: Client, replicas:
     successor = await replicas.leader(timeout=30)
     assert successor is not leader
     assert not leader.alive()
-    print(
+    say(
+        capsys,
         f"\nSIGKILL of {leader.name} with {before}/{BURST} Companies Accepted: all {BURST} "
-        f"converged {took:.0f}s later under {successor.name}"
+        f"converged {took:.0f}s later under {successor.name}",
     )
 
 
 async def restart_mid_burst(
-    client: Client, replicas: Replicas, prefix: str, kill: Any, start: Any
+    client: Client,
+    replicas: Replicas,
+    prefix: str,
+    kill: Callable[[], None],
+    start: Callable[[], None],
 ) -> str:
     """A burst of 40 with one part of the control plane killed and started again a quarter
     of the way in; nobody restarts a replica. A replica may only have gone by design: a leader
@@ -396,23 +417,23 @@ async def no_replica_lost_but_by_design(
 
 
 async def test_api_server_killed_and_restarted_mid_burst(
-    plane: ControlPlane, client: Client, replicas: Replicas
+    plane: ControlPlane, client: Client, replicas: Replicas, capsys: pytest.CaptureFixture[str]
 ) -> None:
     said = await restart_mid_burst(
         client, replicas, "a", plane.kill_apiserver, plane.start_apiserver
     )
-    print(f"\nkube-apiserver SIGKILL and restart: {said}")
+    say(capsys, f"\nkube-apiserver SIGKILL and restart: {said}")
 
 
 async def test_etcd_killed_and_restarted_mid_burst(
-    plane: ControlPlane, client: Client, replicas: Replicas
+    plane: ControlPlane, client: Client, replicas: Replicas, capsys: pytest.CaptureFixture[str]
 ) -> None:
     said = await restart_mid_burst(client, replicas, "e", plane.kill_etcd, plane.start_etcd)
-    print(f"\netcd SIGKILL and restart: {said}")
+    say(capsys, f"\netcd SIGKILL and restart: {said}")
 
 
 async def test_a_watch_behind_a_compaction_relists_and_converges(
-    plane: ControlPlane, client: Client, replicas: Replicas
+    plane: ControlPlane, client: Client, replicas: Replicas, capsys: pytest.CaptureFixture[str]
 ) -> None:
     running = await replicas.ensure(2)
     leader = await replicas.leader()
@@ -454,7 +475,7 @@ async def test_a_watch_behind_a_compaction_relists_and_converges(
     said = await no_replica_lost_but_by_design(replicas, running, leader, outage)
     after = {r.name: r.count_log(RELISTED) for r in running if r.alive()}
     assert all(after[name] > relisted[name] for name in after), (relisted, after)
-    print(f"\n410 Gone after a {outage:.1f}s cut: relists {after} (before: {relisted}){said}")
+    say(capsys, f"\n410 Gone after a {outage:.1f}s cut: relists {after} (before: {relisted}){said}")
 
 
 async def test_someone_elses_edits_are_undone_and_their_own_fields_kept(
@@ -550,7 +571,7 @@ def lease_holds(
 
 
 async def test_no_replica_wrote_while_it_did_not_hold_the_lease(
-    plane: ControlPlane, replicas: Replicas
+    plane: ControlPlane, replicas: Replicas, capsys: pytest.CaptureFixture[str]
 ) -> None:
     users = replicas.users
     writes = audited_writes(plane, users)
@@ -564,10 +585,11 @@ async def test_no_replica_wrote_while_it_did_not_hold_the_lease(
     ]
     assert not outside, outside[:20]
     by_user = {u: sum(1 for w in others if w.user == u) for u in sorted(users)}
-    print(
+    say(
+        capsys,
         f"\naudited: {len(others)} writes by the replicas outside the Lease ({by_user}), "
         f"{len(writes) - len(others)} Lease writes; {len(holds)} holds "
-        f"({', '.join(f'{u} from {s.time()}' for u, s, _ in holds)}); none outside a hold"
+        f"({', '.join(f'{u} from {s.time()}' for u, s, _ in holds)}); none outside a hold",
     )
 
 
