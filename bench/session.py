@@ -17,24 +17,13 @@ from bench import floor
 from bench.cluster import Cluster
 from bench.daemon import Daemon, Memory, until
 from bench.scale import Scale
+from reconcilers.controller import WRITTEN_RESOURCES
 
 FILL_WORKERS = 16
 """Companies whose children the bench pre-creates at once (enough to keep the server busy)."""
 SETTLE = 3.0
 """Seconds an operator idles after its first pass before its steady RSS is read."""
-WRITTEN = {
-    "companies",
-    "engineclasses",
-    "secrets",
-    "serviceaccounts",
-    "statefulsets",
-    "services",
-    "poddisruptionbudgets",
-    "networkpolicies",
-    "ingresses",
-    "persistentvolumeclaims",
-    "events",
-}
+WRITTEN = WRITTEN_RESOURCES | {"events"}
 """What the operator could write, its Lease aside (renewing it is not part of a resync)."""
 
 Object = dict[str, Any]

@@ -48,6 +48,7 @@ from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator.envtest import KWOK_NODE, ControlPlane, binaries
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
+from reconcilers.controller import WRITTEN_RESOURCES
 from reconcilers.versions import CLAIM_ANNOTATION
 
 
@@ -293,20 +294,6 @@ async def test_suspend_resume_and_delete_keep_the_claim(
     assert kept["metadata"].get("deletionTimestamp") is None
 
 
-CHILD_KINDS = {
-    "companies",
-    "engineclasses",
-    "secrets",
-    "serviceaccounts",
-    "statefulsets",
-    "services",
-    "poddisruptionbudgets",
-    "networkpolicies",
-    "ingresses",
-    "persistentvolumeclaims",
-}
-
-
 async def test_resync_after_convergence_makes_zero_mutating_requests(
     running: Operator,
     daemon_kubeconfig: Path,
@@ -328,7 +315,7 @@ async def test_resync_after_convergence_makes_zero_mutating_requests(
     for i in range(3):
         await wait_condition(kube_client, namespace, f"c{i}", "Ready", "True", timeout=120)
     running.stop()  # a restart: the new process lists everything and reconciles it all again
-    before = control_plane.mutating_requests(CHILD_KINDS)
+    before = control_plane.mutating_requests(WRITTEN_RESOURCES)
     async with operator(daemon_kubeconfig, tmp_path) as again:
 
         def reconciled() -> float:
@@ -337,7 +324,7 @@ async def test_resync_after_convergence_makes_zero_mutating_requests(
             )
 
         await eventually(lambda: reconciled() >= 3, timeout=60, message="resync")
-    after = control_plane.mutating_requests(CHILD_KINDS)
+    after = control_plane.mutating_requests(WRITTEN_RESOURCES)
     assert after == before, "a converged resync wrote to the API server"
 
 

@@ -54,6 +54,25 @@ CLASS_INDEX = "class"
 Object = dict[str, Any]
 
 
+WRITTEN_RESOURCES = frozenset(
+    r.plural
+    for r in (
+        COMPANY,
+        ENGINE_CLASS,
+        SERVICE_ACCOUNT,
+        SECRET,
+        STATEFUL_SET,
+        SERVICE,
+        POD_DISRUPTION_BUDGET,
+        NETWORK_POLICY,
+        INGRESS,
+        PERSISTENT_VOLUME_CLAIM,
+    )
+)
+"""Plurals of the kinds the operator writes without the Gateway API (its Lease aside): what a
+resync must not touch."""
+
+
 def child_resources(facts: ClusterFacts) -> list[Resource]:
     """The kinds a Company owns; HTTPRoutes only when the Gateway API is served."""
     kinds = [

@@ -20,6 +20,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -225,7 +226,7 @@ class ControlPlane:
         """A client that authenticates with ``token`` only (no client certificate)."""
         return self.admin_config().with_token(token)
 
-    def mutating_requests(self, resources: set[str]) -> dict[str, int]:
+    def mutating_requests(self, resources: AbstractSet[str]) -> dict[str, int]:
         """Create/update/patch/delete requests the API server itself has counted
         (``apiserver_request_total``) for the named resources (plurals, e.g. ``secrets``), by
         ``"VERB resource[/subresource]"``; compare two readings to count the writes between."""
