@@ -26,7 +26,7 @@ import pytest_asyncio
 import yaml
 
 from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
-from crewlet_operator.envtest import ControlPlane, binaries, pki
+from crewlet_operator.envtest import ControlPlane, binaries, install_crds, pki
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import ForbiddenError, InvalidError, NotFoundError
 from crewlet_operator.kube import resources as r
@@ -108,25 +108,15 @@ class Tools:
         return [d for d in yaml.safe_load_all(out) if d]
 
 
-async def established(client: Client, name: str) -> None:
-    async def check() -> bool:
-        crd = await client.get(r.CUSTOM_RESOURCE_DEFINITION, name)
-        conditions = crd.get("status", {}).get("conditions", [])
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-    await eventually(check, message=f"{name} Established")
-
-
 async def adopt_crds(client: Client, tools: Tools) -> None:
     """Apply the chart's CRDs for real, owned by the release as helm expects, so that the dry runs
     find the crewlet.ai kinds served and a later ``helm install`` adopts them."""
-    for crd in (d for d in await tools.template() if d["kind"] == "CustomResourceDefinition"):
+    crds = [d for d in await tools.template() if d["kind"] == "CustomResourceDefinition"]
+    for crd in crds:
         crd["metadata"].setdefault("annotations", {}).update(
             {"meta.helm.sh/release-name": RELEASE, "meta.helm.sh/release-namespace": RELEASE_NS}
         )
-        await client.apply(r.CUSTOM_RESOURCE_DEFINITION, crd, field_manager="chart-test")
-        await established(client, crd["metadata"]["name"])
-    client.forget_discovery()
+    await install_crds(client, crds, field_manager="chart-test")
 
 
 SERVICE_MONITOR_CRD: Doc = {
@@ -180,9 +170,7 @@ async def cluster(kube_client: Client, tools: Tools) -> AsyncIterator[Client]:
     monitor = SERVICE_MONITOR_CRD["metadata"]["name"]
     created_monitor = await kube_client.get_or_none(r.CUSTOM_RESOURCE_DEFINITION, monitor) is None
     if created_monitor:
-        await kube_client.create(r.CUSTOM_RESOURCE_DEFINITION, SERVICE_MONITOR_CRD)
-        await established(kube_client, monitor)
-        kube_client.forget_discovery()
+        await install_crds(kube_client, [SERVICE_MONITOR_CRD])
     yield kube_client
     if created_monitor:
         with contextlib.suppress(NotFoundError):

@@ -25,12 +25,17 @@ def load_crds(*paths: Path) -> list[dict[str, Any]]:
 
 
 async def install_crds(
-    client: Client, crds: Iterable[dict[str, Any]], timeout: float = 30.0
+    client: Client,
+    crds: Iterable[dict[str, Any]],
+    timeout: float = 30.0,
+    *,
+    field_manager: str | None = None,
 ) -> None:
-    """Apply ``crds`` and wait until each is Established and its kind is served."""
+    """Apply ``crds`` (as ``field_manager``, the client's own by default) and wait until each is
+    Established and its kind is served."""
     crds = list(crds)
     for crd in crds:
-        await client.apply(CUSTOM_RESOURCE_DEFINITION, crd)
+        await client.apply(CUSTOM_RESOURCE_DEFINITION, crd, field_manager=field_manager)
 
     async def all_served() -> bool:
         client.forget_discovery()
