@@ -93,7 +93,13 @@ async def test_example_controller_for_owns_watches(kube_client: Client, namespac
 
         # for_: the Widget is rendered over the defaults.
         await eventually(lambda: rendered({"colour": "blue", "size": "xl"}), message="rendered")
-        widget = await kube_client.get(WIDGET, "w", namespace)
+
+        async def with_status() -> dict[str, Any] | None:
+            got = await kube_client.get(WIDGET, "w", namespace)
+            return got if got.get("status") else None  # the status lands after the ConfigMap
+
+        widget = await eventually(with_status, message="Widget status written")
+        assert widget is not None
         ready = widget["status"]["conditions"][0]
         assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "True", "Rendered")
         assert ready["observedGeneration"] == widget["metadata"]["generation"]
