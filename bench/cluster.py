@@ -37,8 +37,6 @@ PLATFORM = "crewlet-platform"
 IMAGE = "ghcr.io/crewlet/crewlet-operator/engine:v0.2.0"
 CLASSES = ("bench-a", "bench-b", "bench-c")
 MODEL_KEYS = "bench-model-keys"
-SERVER_ARGS = ("--service-cluster-ip-range=10.96.0.0/12",)
-"""Each Company has one ClusterIP Service: envtest's /24 would run out after ~250 Companies."""
 COMPANIES_PER_NAMESPACE = 10
 CREATE_CONCURRENCY = 16
 """Requests the bench keeps in flight when it creates namespaces and Companies."""
@@ -85,7 +83,7 @@ class Cluster:
     """The control plane, an admin client, the classes, and the names handed out so far."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.plane = ControlPlane(run_dir / "envtest", workloads=False, apiserver_args=SERVER_ARGS)
+        self.plane = ControlPlane(run_dir / "envtest", workloads=False)
         self.client: Client | None = None
         self.classes: dict[str, Object] = {}
         self.per_class: Counter[str] = Counter()

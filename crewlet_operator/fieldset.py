@@ -50,6 +50,76 @@ def keep_managed_fields_of(manager: str) -> Callable[[Object], Object]:
     return transform
 
 
+_IDENTITY = frozenset(
+    {
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "labels",
+        "annotations",
+        "ownerReferences",
+        "finalizers",
+        "managedFields",
+    }
+)
+"""Metadata a cached object keeps whoever owns it: who it is, what selects and owns it."""
+
+
+def keep_owned_fields_of(manager: str) -> Callable[[Object], Object]:
+    """A cache transform for the kinds a controller applies: every field ``manager`` does not
+    own through apply is dropped (the server's defaults, other managers' fields), except the
+    object's identity metadata and its ``status``. Often half an object's memory.
+
+    What stays is what a reconcile that compares its desired object with the cache reads
+    (:func:`apply_would_change` sees the same answer); list items keep their order.
+    """
+    trim = keep_managed_fields_of(manager)
+
+    def transform(obj: Object) -> Object:
+        trimmed = trim(obj)
+        owned = owned_fields(trimmed, manager)
+        kept = _prune(trimmed, owned) if owned else {}
+        meta = trimmed.get("metadata") or {}
+        kept["metadata"] = {k: v for k, v in meta.items() if k in _IDENTITY}
+        for key in ("apiVersion", "kind", "status"):
+            if key in trimmed:
+                kept[key] = trimmed[key]
+        return kept
+
+    return transform
+
+
+def _prune(value: Any, owned: Mapping[str, Any]) -> Any:
+    """``value`` reduced to the fields of the ``owned`` fieldsV1 tree."""
+    if not any(k != "." for k in owned):
+        return value  # owned whole (a leaf, an atomic map or list)
+    if isinstance(value, Mapping):
+        kept: dict[str, Any] = {}
+        for key, sub in owned.items():
+            kind, _, raw = key.partition(":")
+            if kind == "f" and raw in value:
+                kept[raw] = _prune(value[raw], sub) if isinstance(sub, Mapping) else value[raw]
+        return kept
+    if isinstance(value, list):
+        by_keys = [(json.loads(k[2:]), sub) for k, sub in owned.items() if k.startswith("k:")]
+        set_items = [json.loads(k[2:]) for k in owned if k.startswith("v:")]
+        items: list[Any] = []
+        for item in value:  # in the object's order, which a comparison of lists relies on
+            if item in set_items:
+                items.append(item)
+                continue
+            for wanted, sub in by_keys:
+                if isinstance(item, Mapping) and all(item.get(k) == v for k, v in wanted.items()):
+                    items.append(_prune(item, sub) if isinstance(sub, Mapping) else item)
+                    break
+        return items
+    return value
+
+
 def owned_fields(
     observed: Mapping[str, Any], manager: str, subresource: str = ""
 ) -> dict[str, Any]:

@@ -18,11 +18,13 @@ controllers.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 # Aliased: `annotations` would clash with the __future__ import.
-from crewlet_operator.objects import KubeObject, generation, resource_version
+from crewlet_operator.diff import hash_of
+from crewlet_operator.objects import KubeObject, generation, object_key, resource_version
 from crewlet_operator.objects import annotations as annotations_of
 from crewlet_operator.objects import labels as labels_of
 
@@ -30,6 +32,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
 _OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
+_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 @runtime_checkable
@@ -105,6 +109,44 @@ class AnnotationChanged(_UpdateFilter):
         return annotations_of(old) != annotations_of(new)
 
 
+class OwnStatusWrites(_UpdateFilter):
+    """Drop the update event a controller's own status write echoes back.
+
+    A controller that writes its object's status sees that write again as an update and
+    reconciles once more for nothing. Tell this predicate each status written with
+    :meth:`wrote`; an update that changes nothing but the status, into exactly that status, is
+    dropped. Anything else passes: a spec or metadata change, someone else's status write (a
+    wiped status is noticed at once), and the informer's resync replays.
+    """
+
+    def __init__(self) -> None:
+        self._written: dict[str, str] = {}  # object key -> hash of the status last written
+
+    def wrote(self, key: str, status: Mapping[str, Any]) -> None:
+        """The controller wrote ``status`` to the object ``key`` (``namespace/name``)."""
+        self._written[key] = hash_of(status)
+
+    def update(self, old: KubeObject, new: KubeObject) -> bool:
+        if resource_version(old) == resource_version(new):
+            return True  # a resync replay
+        if _apart_from_status(old) != _apart_from_status(new):
+            return True
+        return self._written.get(object_key(new)) != hash_of(new.get("status") or {})
+
+    def delete(self, obj: KubeObject) -> bool:
+        self._written.pop(object_key(obj), None)
+        return True
+
+
+def _apart_from_status(obj: KubeObject) -> dict[str, Any]:
+    meta = {
+        k: v
+        for k, v in (obj.get("metadata") or {}).items()
+        if k not in ("resourceVersion", "managedFields")
+    }
+    return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": meta}
+
+
 class LabelSelectorPredicate:
     """Pass events for objects whose labels match a ``metav1.LabelSelector``.
 
@@ -138,16 +180,21 @@ def validate_label_selector(selector: Mapping[str, Any]) -> None:
     Raises:
         ValueError: an operator other than ``In``, ``NotIn``, ``Exists`` and ``DoesNotExist``;
             ``In``/``NotIn`` without values; ``Exists``/``DoesNotExist`` with values; a
-            requirement without a key; or a non-string label in ``matchLabels``.
+            requirement without a key; a non-string label in ``matchLabels``; or a key or
+            value that no label can have.
     """
     for key, value in (selector.get("matchLabels") or {}).items():
         if not isinstance(value, str):
             raise ValueError(f"matchLabels[{key!r}] must be a string, not {value!r}")
+        _check_label(key, value)
     for expression in selector.get("matchExpressions") or ():
         key, operator = expression.get("key"), expression.get("operator")
         values = expression.get("values") or []
         if not key:
             raise ValueError(f"label selector requirement without a key: {expression!r}")
+        for value in values:
+            _check_label(key, value)
+        _check_label(key, "")
         if operator not in _OPERATORS:
             raise ValueError(
                 f"label selector operator {operator!r} for key {key!r} is not one of "
@@ -157,6 +204,28 @@ def validate_label_selector(selector: Mapping[str, Any]) -> None:
             raise ValueError(f"operator {operator} for key {key!r} needs at least one value")
         if operator in ("Exists", "DoesNotExist") and values:
             raise ValueError(f"operator {operator} for key {key!r} takes no values")
+
+
+def _check_label(key: str, value: str) -> None:
+    """A label key is ``[prefix/]name`` (a DNS subdomain of at most 253, a name of at most 63);
+    a value is empty or a name of at most 63 (apimachinery's IsQualifiedName, IsValidLabelValue).
+    """
+    prefix, _, key_name = key.rpartition("/")
+    if (
+        len(key_name) > 63
+        or not _LABEL_NAME.fullmatch(key_name)
+        or (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)))
+        or ("/" in key and not prefix)
+    ):
+        raise ValueError(
+            f"{key!r} is not a label key: [prefix/]name, the name at most 63 letters, digits, "
+            "'-', '_' or '.' starting and ending with a letter or digit, the prefix a DNS subdomain"
+        )
+    if value and (len(value) > 63 or not _LABEL_NAME.fullmatch(value)):
+        raise ValueError(
+            f"{value!r} (for {key!r}) is not a label value: at most 63 letters, digits, '-', '_' "
+            "or '.', starting and ending with a letter or digit"
+        )
 
 
 def label_selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:

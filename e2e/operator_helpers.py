@@ -71,9 +71,6 @@ RENEW_DEADLINE = 10.0
 MANAGER_NAMESPACE = "crewlet-operator-system"
 MANAGER_BINDING = "crewlet-operator-manager-rolebinding"
 MANAGER_ROLE = "crewlet-operator-manager-role"
-WIDE_SERVICE_RANGE = "--service-cluster-ip-range=10.0.0.0/16"
-"""envtest's default Service range is a /24: about 250 ClusterIPs, fewer than 300 companies'
-``<company>-api`` Services. The last flag given wins, so this widens it."""
 TEST_FIELD_MANAGER = "e2e-someone-else"
 """The tests' own field manager: never the operator's, so that an edit by a test is an edit by
 someone else, as server-side apply sees it."""
@@ -192,12 +189,12 @@ async def operator(kubeconfig: Path, tmp: Path, **kwargs: Any) -> AsyncIterator[
 
 
 @contextlib.contextmanager
-def own_control_plane(directory: Path, *apiserver_args: str) -> Iterator[ControlPlane]:
+def own_control_plane(directory: Path) -> Iterator[ControlPlane]:
     """A control plane of the module's own (workloads and audit on), stopped in dependency
     order: the workload binaries first, while the API server they talk to is still up (after
     :meth:`ControlPlane.kill_apiserver` it is the newest process, and stopping newest first
     would leave them waiting on it)."""
-    plane = ControlPlane(directory, workloads=True, audit=True, apiserver_args=apiserver_args)
+    plane = ControlPlane(directory, workloads=True, audit=True)
     with plane:
         try:
             yield plane

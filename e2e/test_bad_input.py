@@ -160,6 +160,26 @@ def selector(**expression: Any) -> dict[str, Any]:
 
 API_REFUSALS = [
     Refusal(
+        "EngineClass image Ghcr.io//X/Y:a:b",
+        ec({"engine": {"image": "Ghcr.io//X/Y:a:b"}}),
+        "must be an image reference",
+    ),
+    Refusal(
+        "EngineClass selector: matchLabels key 'bad key!'",
+        ec(with_image(allowedNamespaces={"matchLabels": {"bad key!": "x"}})),
+        "a label key is [prefix/]name",
+    ),
+    Refusal(
+        "EngineClass selector: matchLabels value 'bad value!'",
+        ec(with_image(allowedNamespaces={"matchLabels": {"tier": "bad value!"}})),
+        "should match",
+    ),
+    Refusal(
+        "EngineClass selector: expression key '-tier'",
+        ec(selector(key="-tier", operator="Exists")),
+        "should match",
+    ),
+    Refusal(
         "EngineClass selector: Exists with values",
         ec(selector(key="tier", operator="Exists", values=["a"])),
         "Exists or DoesNotExist takes none",
@@ -469,10 +489,19 @@ BYPASSED_CLASSES: list[tuple[str, dict[str, Any], str]] = [
         with_image(allowedNamespaces={"matchExpressions": [{"key": "k", "operator": "Gt"}]}),
         "invalid spec.allowedNamespaces",
     ),
+    (
+        "stored EngineClass selector key 'bad key!'",
+        with_image(allowedNamespaces={"matchLabels": {"bad key!": "x"}}),
+        "is not a label key",
+    ),
+    (
+        "stored EngineClass image Ghcr.io//X/Y:a:b",
+        {"engine": {"image": "Ghcr.io//X/Y:a:b"}},
+        "not an image reference",
+    ),
 ]
-"""Classes stored under a loosened CRD. (A class the operator's model cannot parse at all, and
-Companies whose stored name or field types the real CRD refuses, are not answered: see the
-findings in the resilience report.)"""
+"""Classes stored under a loosened CRD. (A class the model cannot parse at all, and Companies
+whose stored name or field types the real CRD refuses, are in e2e/test_refusals.py.)"""
 
 
 async def test_objects_that_bypassed_validation_are_reported_not_crashed_on(

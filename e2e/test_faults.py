@@ -41,7 +41,6 @@ from operator_helpers import (
     RENEW_DEADLINE,
     ROOT,
     TEST_FIELD_MANAGER,
-    WIDE_SERVICE_RANGE,
     AuditedWrite,
     Key,
     Operator,
@@ -106,7 +105,7 @@ def b64(text: str) -> str:
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    with own_control_plane(tmp_path_factory.mktemp("faults"), WIDE_SERVICE_RANGE) as plane:
+    with own_control_plane(tmp_path_factory.mktemp("faults")) as plane:
         yield plane
 
 
@@ -289,7 +288,7 @@ async def test_rbac_removed_then_restored(
                 e.get("event") == failed and e.get("name") == name for e in daemon.log_events()
             )
 
-        # The reconcile waits up to 10 s for the Secret's first list, then fails to write.
+        # The Secret's first list is refused at once; then so is the status write.
         await eventually(lambda: tried("during"), timeout=60, message="the operator tried")
         during = await client.get(COMPANY, "during", ns)
         assert await client.get_or_none(STATEFUL_SET, "during-data", ns) is None
@@ -335,6 +334,8 @@ async def test_rbac_removed_then_restored(
             )
             await client.create(COMPANY, company(ns, "unread", "rbac-three"))
             refused = await _wait_refused(client, ns, "unread")
+            assert refused["reason"] == "SecretUnreadable", refused
+            assert f"{PLATFORM}/rbac-read" in refused["message"], refused
             assert await client.get_or_none(STATEFUL_SET, "unread-data", ns) is None
             assert daemon.alive() and daemon.healthz() == 200
             say(

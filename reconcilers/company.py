@@ -354,6 +354,12 @@ def _refused_plan(
     )
 
 
+def refusal_plan(company: Object, observed: Observed, reason: str, message: str) -> Plan:
+    """Report a refusal found outside :func:`reconcile` (the API server refused a child) and
+    touch nothing else, exactly as a refusal found inside it."""
+    return _refused_plan(company, observed, Refused(reason, message), None)
+
+
 def _suspended_refused(suspend: bool, generation: int | None) -> dict[str, Any]:
     if suspend:
         return dict(
@@ -375,10 +381,11 @@ def _suspended_refused(suspend: bool, generation: int | None) -> dict[str, Any]:
 def _desired(ctx: _Context) -> _Desired:
     """Build every child; refuses when the class cannot be rendered or a Secret is missing."""
     _check_storage(ctx)
+    _check_resources(ctx)
     copies = _secret_copies(ctx)
     env_data = _copied_values(ctx, copies)
     token = _token(ctx)
-    configs = _configs(ctx)
+    configs, config_files = _configs(ctx)
     secrets_hash = hash_of({"env": env_data, "token": token})
     desired = _Desired(image=ctx.engine_class.spec.engine.image)
     add = desired.children.append
@@ -390,19 +397,7 @@ def _desired(ctx: _Context) -> _Desired:
         )
     )
     add(Apply(SECRET, _opaque_secret(ctx, naming.env_secret(ctx.name), env_data)))
-    add(
-        Apply(
-            SECRET,
-            _opaque_secret(
-                ctx,
-                naming.config_secret(ctx.name),
-                {
-                    engine.config_file_key(component): _b64(engine.to_yaml(config))
-                    for component, config in configs.items()
-                },
-            ),
-        )
-    )
+    add(Apply(SECRET, _opaque_secret(ctx, naming.config_secret(ctx.name), config_files)))
     for component in (DATA, SEATS):
         add(Apply(NETWORK_POLICY, _network_policy(ctx, component)))
     add(Apply(SERVICE, _headless_service(ctx, DATA)))
@@ -410,16 +405,36 @@ def _desired(ctx: _Context) -> _Desired:
     add(Apply(SERVICE, _api_service(ctx)))
     for component in (DATA, SEATS):
         add(Apply(POD_DISRUPTION_BUDGET, _disruption_budget(ctx, component)))
+    route = _webhook_route(ctx, desired.notes)
+    if route is not None:
+        add(route)
+    # The StatefulSets last: they start the engine, so a child the API server refuses is met
+    # before anything runs.
     for component in (DATA, SEATS):
         annotations = {
             naming.CONFIG_HASH_ANNOTATION: hash_of(configs[component]),
             naming.SECRETS_HASH_ANNOTATION: secrets_hash,
         }
         add(Apply(STATEFUL_SET, _statefulset(ctx, component, copies, annotations, desired)))
-    route = _webhook_route(ctx, desired.notes)
-    if route is not None:
-        add(route)
     return desired
+
+
+def _check_resources(ctx: _Context) -> None:
+    """Every request and limit is a quantity: the API server cannot even decode a StatefulSet
+    holding another (a 500, not a 422 naming the field), so the reconcile names it."""
+    resources = ctx.engine_class.spec.resources
+    for component, requirements in (("data", resources.data), ("seats", resources.seats)):
+        for section in ("requests", "limits"):
+            for resource, amount in ((requirements or {}).get(section) or {}).items():
+                try:
+                    parse_quantity(amount)
+                except (TypeError, ValueError):
+                    raise Refused(
+                        "InvalidClass",
+                        f"EngineClass {ctx.class_name}: spec.resources.{component}.{section}."
+                        f"{resource} is {amount!r}, not a Kubernetes quantity (e.g. 500m, 2Gi); "
+                        f"ask the platform's administrators to fix the class",
+                    ) from None
 
 
 def _check_storage(ctx: _Context) -> None:
@@ -443,8 +458,9 @@ def _volume_bytes(ctx: _Context) -> int:
     return int(parse_quantity(ctx.engine_class.spec.storage.size))
 
 
-def _configs(ctx: _Context) -> dict[Component, engine.Config]:
-    """Both components' crewlet.yaml, each validated against the engine's schema."""
+def _configs(ctx: _Context) -> tuple[dict[Component, engine.Config], dict[str, str]]:
+    """Both components' crewlet.yaml, and the config Secret's data (base64 files), each checked
+    against the engine's schema unless the Secret already holds exactly that file."""
     s3 = ctx.engine_class.spec.files.s3
     prefix = engine.s3_prefix(s3.prefix if s3 else None, ctx.namespace, ctx.name)
     data = engine.render_data_config(s3=s3, s3_key_prefix=prefix, volume_bytes=_volume_bytes(ctx))
@@ -453,10 +469,18 @@ def _configs(ctx: _Context) -> dict[Component, engine.Config]:
         s3_key_prefix=prefix,
         data_hosts=[naming.data_pod_host(ctx.name, ctx.namespace)],
     )
+    configs: dict[Component, engine.Config] = {DATA: data, SEATS: seats}
+    existing = (ctx.child(SECRET, naming.config_secret(ctx.name)) or {}).get("data") or {}
+    files: dict[str, str] = {}
     try:
-        return {DATA: engine.validate(DATA, data), SEATS: engine.validate(SEATS, seats)}
+        for component, config in configs.items():
+            key = engine.config_file_key(component)
+            files[key] = _b64(engine.to_yaml(config))
+            if existing.get(key) != files[key]:  # what was written passed this check then
+                engine.validate(component, config)
     except engine.EngineConfigError as error:
         raise Refused("EngineConfigInvalid", f"{error}; this is a bug of the operator") from None
+    return configs, files
 
 
 def _secret_copies(ctx: _Context) -> list[_SecretCopy]:
@@ -520,6 +544,20 @@ def _copied_values(ctx: _Context, copies: list[_SecretCopy]) -> dict[str, str]:
     Refuses with every missing Secret or key named (names only: a value never reaches a
     message).
     """
+    unreadable = sorted(
+        {
+            f"Secret {c.ref.namespace}/{c.ref.name} ({reason})"
+            for c in copies
+            if (reason := ctx.observed.unreadable_secrets.get((c.ref.namespace, c.ref.name)))
+        }
+    )
+    if unreadable:
+        raise Refused(
+            "SecretUnreadable",
+            f"EngineClass {ctx.class_name} references what the operator may not read: "
+            f"{'; '.join(unreadable)}. Grant the operator's ServiceAccount get, list and watch "
+            f"on Secrets, as the chart's ClusterRole does",
+        )
     values: dict[str, str] = {}
     missing: list[str] = []
     for copy_ in copies:

@@ -25,12 +25,19 @@ from crewlet_operator import (
     SERVICE,
     SERVICE_ACCOUNT,
     STATEFUL_SET,
+    CrewletError,
+    ForbiddenError,
+    GenerationChanged,
     InformerOptions,
+    InvalidError,
     LabelChanged,
     Manager,
     NotFoundError,
+    OwnStatusWrites,
     Request,
     Resource,
+    ServerError,
+    UnauthorizedError,
     condition,
     labels,
     name,
@@ -39,9 +46,10 @@ from crewlet_operator import (
 )
 from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator.cache.named import NamedObjects
+from crewlet_operator.fieldset import keep_owned_fields_of
 from crewlet_operator.handler import EnqueueHandler
-from crewlet_operator.objects import is_being_deleted
-from reconcilers.company import reconcile
+from crewlet_operator.objects import generation, is_being_deleted, uid
+from reconcilers.company import reconcile, refusal_plan
 from reconcilers.plan import ClusterFacts, Observed, Plan
 from reconcilers.references import referenced_secrets, secret_refs
 
@@ -50,6 +58,10 @@ log = structlog.get_logger("crewlet_operator.company")
 MANAGED_BY = "app.kubernetes.io/managed-by=crewlet-operator"
 COMPANY_LABEL = "crewlet.ai/company"
 CLASS_INDEX = "class"
+SECRET_ANSWER_TIMEOUT = 10.0
+"""Seconds a reconcile waits for a newly watched Secret's first answer before it retries."""
+TYPED_LIVE_OBJECT = "failed to create typed live object"
+"""The API server's 500 when server-side apply meets a stored object its schema cannot type."""
 
 Object = dict[str, Any]
 
@@ -102,15 +114,27 @@ class CrewletControllers:
         self.facts = facts
         self.children = child_resources(facts)
         self.secrets = NamedObjects(manager.client, SECRET)
+        self._admitted: dict[str, int | None] = {}
+        """EngineClass uid to the generation a company of it was last written whole with."""
         company_options = InformerOptions(indexers={CLASS_INDEX: _class_of})
-        owned = InformerOptions(label_selector=MANAGED_BY)
+        labelled = InformerOptions(label_selector=MANAGED_BY)
+        # Children are cached as far as the operator applied them (and their status): the
+        # server's defaults are a large share of a StatefulSet, and no reconcile reads them.
+        owned = InformerOptions(
+            label_selector=MANAGED_BY, transform=keep_owned_fields_of(manager.client.field_manager)
+        )
 
-        builder = manager.controller("company").for_(COMPANY, options=company_options)
+        self.status_echoes = OwnStatusWrites()
+        builder = manager.controller("company").for_(
+            COMPANY, predicates=[self.status_echoes], options=company_options
+        )
         for resource in self.children:
             builder.owns(resource, options=owned)
-        builder.watches(ENGINE_CLASS, self._companies_of_class)
+        # A class's status (its companies count) changes with every company: only its spec
+        # concerns them, else one new company would reconcile every other of its class.
+        builder.watches(ENGINE_CLASS, self._companies_of_class, predicates=[GenerationChanged()])
         builder.watches(NAMESPACE, self._companies_in_namespace, predicates=[LabelChanged()])
-        builder.watches(PERSISTENT_VOLUME_CLAIM, self._company_of_labels, options=owned)
+        builder.watches(PERSISTENT_VOLUME_CLAIM, self._company_of_labels, options=labelled)
         self.company_controller = builder.complete(self.reconcile_company)
         self.secrets.add_handler(
             EnqueueHandler(self.company_controller.queue, self._companies_of_secret)
@@ -147,6 +171,25 @@ class CrewletControllers:
         return requests
 
     # -- the Company ----------------------------------------------------------------------------
+    async def read_secret(self, ns: str, secret_name: str) -> Object | None:
+        """A referenced Secret, from its own informer once the API server has answered it.
+
+        Raises:
+            ForbiddenError, UnauthorizedError: the operator may not read it.
+            CrewletError: no answer yet (the reconcile is retried with backoff).
+        """
+        informer = self.secrets.watch(ns, secret_name)
+        try:
+            await informer.wait_for_answer(SECRET_ANSWER_TIMEOUT)
+        except TimeoutError:
+            raise CrewletError(
+                f"Secret {ns}/{secret_name}: no answer from the API server in "
+                f"{SECRET_ANSWER_TIMEOUT:g}s"
+            ) from None
+        if informer.has_synced:
+            return self.secrets.get(ns, secret_name)
+        raise informer.last_error or CrewletError(f"Secret {ns}/{secret_name}: not listed yet")
+
     async def observe(self, company: Object, engine_class: Object | None) -> Observed:
         """Read everything the reconcile needs from the caches."""
         ns, company_name = namespace(company) or "", name(company)
@@ -156,14 +199,17 @@ class CrewletControllers:
             for child in self.cache.list(resource, ns, labels=selector):
                 children[(resource.kind, name(child))] = child
         secrets: dict[tuple[str, str], Object | None] = {}
+        unreadable: dict[tuple[str, str], str] = {}
         if engine_class is not None:
             for ref in sorted(referenced_secrets(engine_class)):
-                informer = self.secrets.watch(*ref)
-                with contextlib.suppress(TimeoutError):
-                    await informer.wait_for_sync(10)
-                secrets[ref] = self.secrets.get(*ref)
+                try:
+                    secrets[ref] = await self.read_secret(*ref)
+                except (ForbiddenError, UnauthorizedError) as denied:
+                    unreadable[ref] = denied.message or denied.reason
         claim = self.cache.get(PERSISTENT_VOLUME_CLAIM, f"data-{company_name}-data-0", ns)
-        return Observed(children=children, secrets=secrets, data_claim=claim)
+        return Observed(
+            children=children, secrets=secrets, unreadable_secrets=unreadable, data_claim=claim
+        )
 
     async def reconcile_company(self, request: Request) -> None:
         """Converge one Company."""
@@ -178,17 +224,28 @@ class CrewletControllers:
         ns_labels = labels(ns)
         observed = await self.observe(company, engine_class)
         plan = reconcile(company, engine_class, ns_labels, observed, self.facts)
-        await self.execute(company, plan, observed)
+        await self.execute(company, engine_class, plan, observed)
 
-    async def execute(self, company: Object, plan: Plan, observed: Observed) -> None:
-        """Write what the plan says, and nothing else."""
-        for apply in plan.applies:
-            await self.client.apply(apply.resource, apply.object)
-        for delete in plan.deletes:
-            with contextlib.suppress(NotFoundError):
-                await self.client.delete(
-                    delete.resource, delete.name, delete.namespace, uid=delete.uid
-                )
+    async def execute(
+        self, company: Object, engine_class: Object | None, plan: Plan, observed: Observed
+    ) -> None:
+        """Write what the plan says, and nothing else.
+
+        A child the API server refuses (a class field only it can judge, such as a toleration
+        or a storage class name) refuses the company with ``InvalidClass`` and its message,
+        and leaves nothing half-written.
+        """
+        try:
+            await self._write_children(plan, engine_class)
+        except InvalidError as refused:
+            plan = refusal_plan(
+                company,
+                observed,
+                "InvalidClass",
+                f"the API server refused a child of the company: {refused.message}; ask the "
+                f"platform's administrators to fix EngineClass "
+                f"{(company.get('spec') or {}).get('className')}",
+            )
         if plan.claim_annotations and observed.data_claim is not None:
             await self.client.patch(
                 PERSISTENT_VOLUME_CLAIM,
@@ -197,14 +254,59 @@ class CrewletControllers:
                 namespace(observed.data_claim),
             )
         if plan.status is not None:
+            meta = {"name": name(company), "namespace": namespace(company)}
+            await self._write_status(COMPANY, meta, plan.status)
+            self.status_echoes.wrote(f"{meta['namespace']}/{meta['name']}", plan.status)
+
+    async def _write_children(self, plan: Plan, engine_class: Object | None) -> None:
+        """Apply and delete the plan's children.
+
+        Until one company of a class's generation has been written whole, every child is first
+        applied as a dry run: a child the API server refuses (a class field only it can judge)
+        must refuse the company before anything of it is written, not halfway through. The
+        companies after it skip that second round trip.
+
+        Raises:
+            InvalidError: the API server refused a child; nothing was written.
+        """
+        admitted = engine_class is not None and self._admitted.get(
+            uid(engine_class) or ""
+        ) == generation(engine_class)
+        if plan.applies and not admitted:
+            for apply in plan.applies:
+                await self.client.apply(apply.resource, apply.object, dry_run=True)
+        for apply in plan.applies:
+            await self.client.apply(apply.resource, apply.object)
+        if plan.applies and engine_class is not None:
+            self._admitted[uid(engine_class) or ""] = generation(engine_class)
+        for delete in plan.deletes:
+            with contextlib.suppress(NotFoundError):
+                await self.client.delete(
+                    delete.resource, delete.name, delete.namespace, uid=delete.uid
+                )
+
+    async def _write_status(self, resource: Resource, meta: Object, status: Object) -> None:
+        """Apply an object's status; by a merge patch when the stored object no longer fits the
+        schema's types (written before the CRD tightened), which apply cannot handle."""
+        try:
             await self.client.apply_status(
-                COMPANY,
+                resource,
                 {
-                    "apiVersion": COMPANY.api_version,
-                    "kind": COMPANY.kind,
-                    "metadata": {"name": name(company), "namespace": namespace(company)},
-                    "status": plan.status,
+                    "apiVersion": resource.api_version,
+                    "kind": resource.kind,
+                    "metadata": meta,
+                    "status": status,
                 },
+            )
+        except ServerError as error:
+            if TYPED_LIVE_OBJECT not in error.message:
+                raise
+            await self.client.patch(
+                resource,
+                meta["name"],
+                {"status": status},
+                meta.get("namespace"),
+                subresource="status",
             )
 
     # -- the EngineClass ------------------------------------------------------------------------
@@ -215,20 +317,32 @@ class CrewletControllers:
             return
         self.secrets.forget(self._every_reference())
         missing: list[str] = []
+        unreadable: list[str] = []
         for ref in secret_refs(engine_class):
-            informer = self.secrets.watch(ref.namespace, ref.name)
-            with contextlib.suppress(TimeoutError):
-                await informer.wait_for_sync(10)
-            secret = self.secrets.get(ref.namespace, ref.name)
+            where = f"{ref.namespace}/{ref.name}[{ref.key}]"
+            try:
+                secret = await self.read_secret(ref.namespace, ref.name)
+            except (ForbiddenError, UnauthorizedError):
+                unreadable.append(where)
+                continue
             if secret is None or ref.key not in (secret.get("data") or {}):
-                missing.append(f"{ref.namespace}/{ref.name}[{ref.key}]")
-        if missing:
+                missing.append(where)
+        generation = engine_class["metadata"].get("generation")
+        if unreadable:
+            resolved = condition(
+                "ReferencesResolved",
+                False,
+                "SecretUnreadable",
+                "the operator may not read Secrets: " + ", ".join(unreadable),
+                observed_generation=generation,
+            )
+        elif missing:
             resolved = condition(
                 "ReferencesResolved",
                 False,
                 "SecretNotFound",
                 "missing Secret keys: " + ", ".join(missing),
-                observed_generation=engine_class["metadata"].get("generation"),
+                observed_generation=generation,
             )
         else:
             resolved = condition(
@@ -236,7 +350,7 @@ class CrewletControllers:
                 True,
                 "Resolved",
                 "every referenced Secret key exists",
-                observed_generation=engine_class["metadata"].get("generation"),
+                observed_generation=generation,
             )
         old = engine_class.get("status") or {}
         status = {
@@ -244,15 +358,7 @@ class CrewletControllers:
             "conditions": set_condition(old.get("conditions") or [], resolved),
         }
         if status != {"companies": old.get("companies", 0), "conditions": old.get("conditions")}:
-            await self.client.apply_status(
-                ENGINE_CLASS,
-                {
-                    "apiVersion": ENGINE_CLASS.api_version,
-                    "kind": ENGINE_CLASS.kind,
-                    "metadata": {"name": request.name},
-                    "status": status,
-                },
-            )
+            await self._write_status(ENGINE_CLASS, {"name": request.name}, status)
 
     def _every_reference(self) -> set[tuple[str | None, str]]:
         refs: set[tuple[str | None, str]] = set()

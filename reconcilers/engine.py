@@ -233,7 +233,11 @@ def render_seats_config(*, s3: S3Files | None, s3_key_prefix: str, data_hosts: l
 
 def to_yaml(config: Config) -> str:
     """The file as written: block style, keys in the order rendered (deterministic)."""
-    return yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
+    # libyaml's dumper: the pure-Python one was a third of a converged reconcile's time.
+    text: str = yaml.dump(
+        config, Dumper=yaml.CSafeDumper, sort_keys=False, default_flow_style=False
+    )
+    return text
 
 
 @cache

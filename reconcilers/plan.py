@@ -32,12 +32,14 @@ class Observed:
 
     ``children`` maps ``(kind, name)`` to the existing object in the company's namespace (only
     objects labelled as the company's). ``secrets`` maps ``(namespace, name)`` of every Secret the
-    class references to the Secret, or None when it does not exist. ``data_claim`` is the data
-    StatefulSet's volume claim (``data-<company>-data-0``) when it exists.
+    class references to the Secret, or None when it does not exist; ``unreadable_secrets``
+    maps those the operator may not read to why (the API server's answer). ``data_claim`` is
+    the data StatefulSet's volume claim (``data-<company>-data-0``) when it exists.
     """
 
     children: dict[tuple[str, str], Object] = field(default_factory=dict)
     secrets: dict[tuple[str, str], Object | None] = field(default_factory=dict)
+    unreadable_secrets: dict[tuple[str, str], str] = field(default_factory=dict)
     data_claim: Object | None = None
 
 

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
 from crewlet_operator.api.v1alpha1 import EngineClassSpec, SecretKeyRef
 
 
 def secret_refs(engine_class: dict[str, Any]) -> list[SecretKeyRef]:
-    """Every Secret key the class references, in a stable order."""
-    spec = EngineClassSpec.model_validate(engine_class.get("spec") or {})
+    """Every Secret key the class references, in a stable order; none for a class the model
+    cannot parse (stored before the CRD tightened), which the reconcile reports as invalid."""
+    try:
+        spec = EngineClassSpec.model_validate(engine_class.get("spec") or {})
+    except ValidationError:
+        return []
     refs = [k.secret_ref for k in spec.model_keys]
     refs += [e.secret_ref for e in spec.env if e.secret_ref is not None]
     if spec.telemetry.headers is not None:

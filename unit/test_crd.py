@@ -9,7 +9,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from crewlet_operator.api import v1alpha1
 from crewlet_operator.api.__main__ import main
@@ -334,7 +334,9 @@ def test_cel_rules_sit_where_they_check() -> None:
     assert rules_at(at(engine_class, "spec.storage")) == {
         "isQuantity(self.size)": "spec.storage.size must be a Kubernetes quantity, e.g. 12Gi"
     }
-    assert list(rules_at(at(engine_class, "spec.engine"))) == ["self.image.matches('^\\\\S+$')"]
+    assert list(rules_at(at(engine_class, "spec.engine"))) == [
+        f"self.image.matches({v1alpha1.cel_string(v1alpha1.IMAGE_PATTERN)})"
+    ]
     assert list(rules_at(at(engine_class, "spec.seats"))) == [
         "self.minReplicas <= self.replicas && self.replicas <= self.maxReplicas"
     ]
@@ -342,10 +344,48 @@ def test_cel_rules_sit_where_they_check() -> None:
         "has(self.value) != has(self.secretRef)"
     ]
     assert "x-kubernetes-validations" not in at(engine_class, "spec.exposure")  # both allowed
-    root = rules_at(company)
-    assert f"size(self.metadata.name) <= {v1alpha1.MAX_COMPANY_NAME_LENGTH}" in root
-    assert "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')" in root
+    # Checked on create only (a rule at the root is not ratcheted: checked on every write, it
+    # would refuse the status writes of a Company stored before it).
+    root = company["x-kubernetes-validations"]
+    assert all(
+        r["optionalOldSelf"] and r["rule"].startswith("oldSelf.hasValue() || ") for r in root
+    )
+    rules = {r["rule"] for r in root}
+    assert (
+        f"oldSelf.hasValue() || (size(self.metadata.name) <= {v1alpha1.MAX_COMPANY_NAME_LENGTH})"
+        in rules
+    )
+    assert (
+        "oldSelf.hasValue() || (self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$'))"
+        in rules
+    )
     assert "x-kubernetes-validations" not in at(company, "spec.className")  # may change
+
+
+@pytest.mark.parametrize(
+    ("image", "valid"),
+    [
+        ("ghcr.io/crewlet/crewlet:main", True),
+        ("crewlet", True),
+        ("localhost:5000/team/engine:v1.2.3", True),
+        ("[::1]:5000/engine", True),
+        ("ghcr.io/crewlet/crewlet@sha256:" + "a" * 64, True),
+        ("ghcr.io/crewlet/crewlet:v0.2.0@sha256:" + "0" * 64, True),
+        ("Ghcr.io//X/Y:a:b", False),
+        ("ghcr.io/Crewlet/crewlet", False),
+        ("ghcr.io/crewlet/crewlet:", False),
+        ("ghcr.io/crewlet/crewlet:main\n", False),
+        ("ghcr.io/crewlet crewlet", False),
+        ("ghcr.io/crewlet/crewlet@sha256:abc", False),
+    ],
+)
+def test_image_references_follow_the_registries_grammar(image: str, valid: bool) -> None:
+    engine = {"image": image}
+    if valid:
+        assert v1alpha1.Engine.model_validate(engine).image == image
+    else:
+        with pytest.raises(ValidationError, match="not an image reference"):
+            v1alpha1.Engine.model_validate(engine)
 
 
 def test_company_name_bound_fits_every_child() -> None:

@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 
 from crewlet_operator.fieldset import (
+    apply_would_change,
     keep_managed_fields_of,
+    keep_owned_fields_of,
     owned_fields,
     would_remove_owned_fields,
 )
@@ -124,3 +126,117 @@ def test_cache_transform_keeps_only_the_managers_apply_entries() -> None:
     assert trimmed["metadata"]["annotations"] == {"k": "v"}
     assert len(obj["metadata"]["managedFields"]) == 2  # the input is not mutated
     assert "managedFields" not in keep_managed_fields_of("nobody")(obj)["metadata"]
+
+
+def stateful_set() -> dict[str, Any]:
+    """A StatefulSet as the API server returns it: ours, defaulted, and another manager's."""
+    mine = {
+        "f:metadata": {"f:labels": {"f:app": {}}},
+        "f:spec": {
+            "f:replicas": {},
+            "f:template": {
+                "f:spec": {
+                    "f:containers": {
+                        'k:{"name":"engine"}': {".": {}, "f:name": {}, "f:image": {}},
+                        'k:{"name":"sidecar"}': {".": {}, "f:name": {}, "f:args": {}},
+                    },
+                    "f:nodeSelector": {},
+                }
+            },
+        },
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {
+            "name": "acme-data",
+            "namespace": "t",
+            "uid": "u1",
+            "resourceVersion": "7",
+            "generation": 2,
+            "labels": {"app": "acme", "team": "theirs"},
+            "ownerReferences": [{"uid": "c1"}],
+            "selfLink": "/apis/apps/v1/x",
+            "managedFields": [
+                {"manager": "me", "operation": "Apply", "fieldsV1": mine},
+                {"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {}}},
+            ],
+        },
+        "spec": {
+            "replicas": 1,
+            "revisionHistoryLimit": 10,
+            "podManagementPolicy": "OrderedReady",
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "sidecar", "args": ["a", "b"], "imagePullPolicy": "Always"},
+                        {"name": "theirs", "image": "x"},
+                        {"name": "engine", "image": "e:1", "terminationMessagePath": "/dev/t"},
+                    ],
+                    "nodeSelector": {"pool": "a", "zone": "b"},
+                    "dnsPolicy": "ClusterFirst",
+                }
+            },
+        },
+        "status": {"replicas": 1, "readyReplicas": 1},
+    }
+
+
+def test_owned_fields_transform_keeps_what_the_manager_applied_identity_and_status() -> None:
+    kept = keep_owned_fields_of("me")(stateful_set())
+    assert kept["spec"] == {
+        "replicas": 1,
+        "template": {
+            "spec": {
+                "containers": [  # in the object's order; the other manager's container gone
+                    {"name": "sidecar", "args": ["a", "b"]},
+                    {"name": "engine", "image": "e:1"},
+                ],
+                "nodeSelector": {"pool": "a", "zone": "b"},  # owned whole (atomic)
+            }
+        },
+    }
+    assert kept["status"] == {"replicas": 1, "readyReplicas": 1}
+    assert kept["metadata"]["labels"] == {"app": "acme", "team": "theirs"}
+    assert [e["manager"] for e in kept["metadata"]["managedFields"]] == ["me"]
+    assert "selfLink" not in kept["metadata"]
+    assert (kept["apiVersion"], kept["kind"], kept["metadata"]["uid"]) == (
+        "apps/v1",
+        "StatefulSet",
+        "u1",
+    )
+
+
+@pytest.mark.parametrize(
+    "desired_spec",
+    [
+        {"replicas": 1},
+        {"replicas": 2},
+        {"replicas": 1, "template": {"spec": {"containers": [{"name": "engine", "image": "e:2"}]}}},
+        {"replicas": 1, "template": {"spec": {"dnsPolicy": "ClusterFirst"}}},
+        {
+            "replicas": 1,
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "sidecar", "args": ["a", "b"]},
+                        {"name": "engine", "image": "e:1"},
+                    ],
+                    "nodeSelector": {"pool": "a", "zone": "b"},
+                }
+            },
+        },
+    ],
+)
+def test_owned_fields_transform_gives_the_same_apply_answer(desired_spec: dict[str, Any]) -> None:
+    full = stateful_set()
+    desired = {"metadata": {"name": "acme-data", "labels": {"app": "acme"}}, "spec": desired_spec}
+    expected = apply_would_change(desired, keep_managed_fields_of("me")(full), "me")
+    assert apply_would_change(desired, keep_owned_fields_of("me")(full), "me") == expected
+
+
+def test_an_object_the_manager_never_applied_keeps_identity_and_status_only() -> None:
+    obj = stateful_set()
+    obj["metadata"]["managedFields"] = []
+    kept = keep_owned_fields_of("me")(obj)
+    assert set(kept) == {"apiVersion", "kind", "metadata", "status"}

@@ -11,6 +11,7 @@ from crewlet_operator.predicate import (
     GenerationChanged,
     LabelChanged,
     LabelSelectorPredicate,
+    OwnStatusWrites,
     Predicate,
     ResourceVersionChanged,
     and_,
@@ -247,6 +248,18 @@ def test_label_selector_predicate_judges_the_new_object_on_update() -> None:
 
 
 @pytest.mark.parametrize(
+    "selector",
+    [
+        {"matchLabels": {"kubernetes.io/metadata.name": "tenant-a", "a": ""}},
+        {"matchLabels": {"team.example.com/Tier_1.x": "A-1_b.c", "a" * 63: "v" * 63}},
+        {"matchExpressions": [{"key": "crewlet.ai/tenant", "operator": "In", "values": ["x"]}]},
+    ],
+)
+def test_label_keys_and_values_at_their_limits_are_valid(selector: dict[str, Any]) -> None:
+    validate_label_selector(selector)
+
+
+@pytest.mark.parametrize(
     ("selector", "error"),
     [
         ({"matchExpressions": [{"key": "a", "operator": "Equals", "values": ["x"]}]}, "operator"),
@@ -260,6 +273,15 @@ def test_label_selector_predicate_judges_the_new_object_on_update() -> None:
         ),
         ({"matchExpressions": [{"operator": "Exists"}]}, "without a key"),
         ({"matchLabels": {"a": 1}}, "must be a string"),
+        ({"matchLabels": {"bad key!": "x"}}, "not a label key"),
+        ({"matchLabels": {"a/b/c": "x"}}, "not a label key"),
+        ({"matchLabels": {"/a": "x"}}, "not a label key"),
+        ({"matchLabels": {"Example.com/a": "x"}}, "not a label key"),
+        ({"matchLabels": {"a" * 64: "x"}}, "not a label key"),
+        ({"matchLabels": {"a": "bad value!"}}, "not a label value"),
+        ({"matchLabels": {"a": "v" * 64}}, "not a label value"),
+        ({"matchExpressions": [{"key": "-a", "operator": "Exists"}]}, "not a label key"),
+        ({"matchExpressions": [{"key": "a", "operator": "In", "values": ["x y"]}]}, "label value"),
     ],
 )
 def test_invalid_selectors_are_rejected(selector: dict[str, Any], error: str) -> None:
@@ -269,3 +291,35 @@ def test_invalid_selectors_are_rejected(selector: dict[str, Any], error: str) ->
         LabelSelectorPredicate(selector)
     with pytest.raises(ValueError, match=error):
         label_selector_matches(selector, LABELS)
+
+
+def company(rv: str, status: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "metadata": {"name": "acme", "namespace": "t", "resourceVersion": rv, "generation": 1}
+        | meta,
+        "spec": {"className": "standard"},
+    }
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+def test_own_status_writes_drops_only_the_echo_of_what_was_written() -> None:
+    echoes = OwnStatusWrites()
+    mine = {"conditions": [{"type": "Accepted", "status": "True"}], "observedGeneration": 1}
+    echoes.wrote("t/acme", mine)
+    assert not echoes.update(company("1"), company("2", mine))  # our own write, echoed
+    assert echoes.update(company("2", mine), company("3", {}))  # someone wiped it
+    assert echoes.update(company("2", mine), company("3", {"observedGeneration": 1}))
+    assert echoes.update(company("1", mine), company("2", mine, generation=2))  # spec changed
+    assert echoes.update(company("1", mine), company("2", mine, labels={"a": "b"}))
+    assert echoes.update(company("2", mine), company("2", mine))  # a resync replay
+    other = {**company("1"), "metadata": {**company("1")["metadata"], "name": "other"}}
+    assert echoes.update(other, {**other, "status": mine})  # nothing written to that one
+
+
+def test_own_status_writes_forgets_a_deleted_object() -> None:
+    echoes = OwnStatusWrites()
+    echoes.wrote("t/acme", {"observedGeneration": 1})
+    assert echoes.delete(company("2")) and echoes.create(company("3"))
+    assert echoes.update(company("3"), company("4", {"observedGeneration": 1}))

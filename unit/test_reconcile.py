@@ -39,6 +39,8 @@ from reconcilers import (
     reconcile,
     versions,
 )
+from reconcilers.company import refusal_plan
+from reconcilers.references import referenced_secrets, secret_refs
 
 Object = dict[str, Any]
 
@@ -909,6 +911,67 @@ def test_secret_not_found(secrets: dict[tuple[str, str], Object | None]) -> None
     assert found["reason"] == "SecretNotFound"
     assert "platform/s3" in found["message"]
     assert_no_secret_values(plan)
+
+
+def test_a_secret_the_operator_may_not_read_is_reported_as_unreadable() -> None:
+    case = CASES["s3-static-gateway"]
+    denied = 'secrets "s3" is forbidden: cannot list resource "secrets"'
+    observed = Observed(
+        secrets={k: v for k, v in SOURCES.items() if k != ("platform", "s3")},
+        unreadable_secrets={("platform", "s3"): denied},
+    )
+    plan = reconcile(case.company, case.engine_class, {}, observed, facts(True), now=NOW)
+    assert_touches_nothing(plan)
+    found = accepted(plan)
+    assert found["reason"] == "SecretUnreadable"
+    assert "platform/s3" in found["message"] and denied in found["message"]
+    assert "does not exist" not in found["message"]
+    assert_no_secret_values(plan)
+
+
+def test_a_refusal_from_outside_the_reconcile_touches_nothing_but_the_status() -> None:
+    case = CASES["s3-static-gateway"]
+    world = converge(case.company, case.engine_class, True)
+    plan = refusal_plan(
+        world.with_status(case.company), world.observed(), "InvalidClass", "refused it"
+    )
+    assert_touches_nothing(plan)
+    assert (accepted(plan)["status"], accepted(plan)["reason"]) == ("False", "InvalidClass")
+    assert accepted(plan)["message"] == "refused it"
+
+
+@pytest.mark.parametrize(
+    ("resources", "named"),
+    [
+        ({"data": {"requests": {"cpu": "lots"}}}, "spec.resources.data.requests.cpu is 'lots'"),
+        ({"seats": {"limits": {"memory": "1 Gi"}}}, "spec.resources.seats.limits.memory"),
+        ({"seats": {"limits": {"memory": None}}}, "spec.resources.seats.limits.memory"),
+    ],
+)
+def test_a_request_or_limit_that_is_no_quantity_is_an_invalid_class(
+    resources: Object, named: str
+) -> None:
+    plan = reconcile(
+        make_company(), make_class(resources=resources), {}, Observed(), facts(False), now=NOW
+    )
+    assert_touches_nothing(plan)
+    assert accepted(plan)["reason"] == "InvalidClass"
+    assert named in accepted(plan)["message"]
+
+
+def test_quantities_in_every_spelling_are_accepted() -> None:
+    resources = {
+        "data": {"requests": {"cpu": "500m", "memory": 1073741824}, "limits": {"x": "1e3"}}
+    }
+    plan = reconcile(
+        make_company(), make_class(resources=resources), {}, Observed(), facts(False), now=NOW
+    )
+    assert accepted(plan)["status"] == "True"
+
+
+def test_an_unparseable_class_references_no_secret() -> None:
+    assert secret_refs({"spec": {"storage": {"size": "12Gi"}}}) == []
+    assert referenced_secrets({"spec": {"engine": {"image": "Ghcr.io//X"}}}) == set()
 
 
 def test_secret_not_found_leaves_a_running_company_untouched() -> None:

@@ -8,9 +8,10 @@ schema can check, so bad input is refused by the API server with a message, not 
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from crewlet_operator.conditions import MAX_MESSAGE_LENGTH, MAX_REASON_LENGTH, MAX_TYPE_LENGTH
 from crewlet_operator.kube.resources import Resource
@@ -43,8 +44,17 @@ DNS1035_LABEL_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 """A Company's name names its Services, which must be DNS-1035 labels."""
 HOSTNAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 """A lowercase DNS name (RFC 1123 subdomain), as HTTPRoute and Ingress hosts must be."""
-IMAGE_PATTERN = r"^\S+$"
-"""An image reference: not empty, no whitespace (the registry parses the rest)."""
+_HOST_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_IMAGE_DOMAIN = rf"(?:{_HOST_LABEL}(?:\.{_HOST_LABEL})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
+_IMAGE_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_TAG = r"[\w][\w.-]{0,127}"
+_IMAGE_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,}"
+IMAGE_PATTERN = (
+    rf"^(?:{_IMAGE_DOMAIN}/)?{_IMAGE_PATH_COMPONENT}(?:/{_IMAGE_PATH_COMPONENT})*"
+    rf"(?::{_IMAGE_TAG})?(?:@{_IMAGE_DIGEST})?$"
+)
+"""An image reference, in the grammar of the registries' own parser (distribution/reference):
+``[host[:port]/]path[:tag][@digest]``, the path in lowercase components."""
 
 JsonSchema = dict[str, Any]
 """A piece of (OpenAPI v3) JSON schema."""
@@ -63,6 +73,16 @@ def cel(rule: str, message: str, *, field_path: str | None = None) -> JsonSchema
     return entry
 
 
+def on_create(rule: str, message: str) -> JsonSchema:
+    """A CEL ``rule`` checked when the object is created only.
+
+    For rules on what cannot change (``metadata.name``) at the schema's root, where the API
+    server does not ratchet: checked on every write, a rule added later would refuse even the
+    status writes that tell the owner of an older object what is wrong with it.
+    """
+    return {"rule": f"oldSelf.hasValue() || ({rule})", "message": message, "optionalOldSelf": True}
+
+
 def validations(*rules: JsonSchema) -> JsonSchema:
     """``json_schema_extra`` carrying CEL rules into the generated CRD schema."""
     return {"x-kubernetes-validations": list(rules)}
@@ -74,6 +94,23 @@ def list_map(*keys: str) -> JsonSchema:
     return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}
 
 
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$"
+)
+"""A label key: ``[prefix/]name``, the prefix a DNS subdomain, the name at most 63 characters."""
+LABEL_KEY_MESSAGE = (
+    "a label key is [prefix/]name: the name at most 63 letters, digits, '-', '_' or '.', "
+    "starting and ending with a letter or digit; the prefix a DNS subdomain"
+)
+LABEL_VALUE_SCHEMA: JsonSchema = {
+    "type": "string",
+    "maxLength": 63,
+    "pattern": r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$",
+    "description": "A label value: empty, or letters, digits, '-', '_' and '.' between two "
+    "letters or digits.",
+}
+
 LABEL_SELECTOR_SCHEMA: JsonSchema = {
     "type": "object",
     "description": (
@@ -84,8 +121,16 @@ LABEL_SELECTOR_SCHEMA: JsonSchema = {
     "properties": {
         "matchLabels": {
             "type": "object",
-            "additionalProperties": {"type": "string"},
+            "maxProperties": 64,
+            "additionalProperties": LABEL_VALUE_SCHEMA,
             "description": "Labels that must all be present with these values.",
+            "x-kubernetes-validations": [
+                cel(
+                    "self.all(key, size(key) <= 317 && "
+                    f"key.matches({cel_string(LABEL_KEY_PATTERN)}))",
+                    LABEL_KEY_MESSAGE,
+                )
+            ],
         },
         "matchExpressions": {
             "type": "array",
@@ -96,7 +141,12 @@ LABEL_SELECTOR_SCHEMA: JsonSchema = {
                 "description": "A requirement on one label.",
                 "required": ["key", "operator"],
                 "properties": {
-                    "key": {"type": "string", "description": "The label key."},
+                    "key": {
+                        "type": "string",
+                        "maxLength": 317,
+                        "pattern": LABEL_KEY_PATTERN,
+                        "description": "The label key.",
+                    },
                     "operator": {
                         "type": "string",
                         "enum": ["In", "NotIn", "Exists", "DoesNotExist"],
@@ -104,7 +154,8 @@ LABEL_SELECTOR_SCHEMA: JsonSchema = {
                     },
                     "values": {
                         "type": "array",
-                        "items": {"type": "string"},
+                        "maxItems": 64,
+                        "items": LABEL_VALUE_SCHEMA,
                         "x-kubernetes-list-type": "atomic",
                         "description": (
                             "The values, for In and NotIn (at least one); empty for Exists "
@@ -244,8 +295,8 @@ class Engine(Model):
         json_schema_extra=validations(
             cel(
                 f"self.image.matches({cel_string(IMAGE_PATTERN)})",
-                "spec.engine.image must name the engine image, without whitespace, "
-                "e.g. ghcr.io/crewlet/crewlet:main",
+                "spec.engine.image must be an image reference, [host[:port]/]path[:tag][@digest] "
+                "with a lowercase path, e.g. ghcr.io/crewlet/crewlet:main",
                 field_path=".image",
             )
         )
@@ -260,6 +311,15 @@ class Engine(Model):
             "commit tag is not."
         ),
     )
+
+    @field_validator("image")
+    @classmethod
+    def _image_reference(cls, image: str) -> str:
+        """The CEL rule above, for a class stored before it (the reconcile reads the model)."""
+        if not re.fullmatch(IMAGE_PATTERN, image):
+            raise ValueError("not an image reference, [host[:port]/]path[:tag][@digest]")
+        return image
+
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
         default=None, description="Pull policy of the engine containers."
     )
@@ -557,13 +617,13 @@ class Company(Model):
 
     model_config = ConfigDict(
         json_schema_extra=validations(
-            cel(
+            on_create(
                 f"size(self.metadata.name) <= {MAX_COMPANY_NAME_LENGTH}",
                 f"a Company's name is at most {MAX_COMPANY_NAME_LENGTH} characters: its "
                 "StatefulSet <name>-seats must stay within 52 so that its pods' label "
                 "controller-revision-hash (<name>-seats-<hash>) fits 63 characters",
             ),
-            cel(
+            on_create(
                 f"self.metadata.name.matches({cel_string(DNS1035_LABEL_PATTERN)})",
                 "a Company's name must be a DNS-1035 label (lowercase letters, digits and '-', "
                 "starting with a letter and ending with a letter or digit): it names the "

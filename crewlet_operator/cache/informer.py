@@ -79,6 +79,9 @@ class Informer:
         self.store = Store(self.options.indexers)
         self._handlers: list[EventHandler] = []
         self._synced = asyncio.Event()
+        self._answered = asyncio.Event()
+        self.last_error: CrewletError | None = None
+        """Why the latest list or watch failed; None once a list has succeeded since."""
         self._resource_version: str | None = None
         self.relists = 0
         self.watch_failures = 0
@@ -102,6 +105,12 @@ class Informer:
         """Wait until the first list has been stored."""
         await asyncio.wait_for(self._synced.wait(), timeout)
 
+    async def wait_for_answer(self, timeout: float | None = None) -> None:
+        """Wait until the first list has been stored or a list or watch has failed (see
+        :attr:`last_error`): a caller that may not read the kind learns it at once, instead of
+        after a sync timeout."""
+        await asyncio.wait_for(self._answered.wait(), timeout)
+
     async def run(self) -> None:
         """List and watch until cancelled."""
         failures = 0
@@ -117,6 +126,8 @@ class Informer:
             except (TransportError, ApiError, CrewletError, ValueError) as exc:
                 failures += 1
                 self.watch_failures += 1
+                self.last_error = exc if isinstance(exc, CrewletError) else CrewletError(str(exc))
+                self._answered.set()
                 delay = min(self.options.max_backoff, 0.2 * 2 ** min(failures, 10))
                 delay *= random.uniform(0.8, 1.2)
                 self._log.warning("list/watch failed; retrying", error=str(exc), delay=delay)
@@ -148,7 +159,9 @@ class Informer:
                     self._emit_delete(gone)
         self._resource_version = listed.resource_version
         self.last_event_at = time.monotonic()
+        self.last_error = None
         self._synced.set()
+        self._answered.set()
 
     async def _watch(self) -> None:
         opts = self.options

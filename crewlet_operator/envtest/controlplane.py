@@ -29,9 +29,10 @@ from crewlet_operator.envtest import binaries, pki
 from crewlet_operator.envtest.process import ManagedProcess, ProcessFailedError
 from crewlet_operator.kube.config import RestConfig
 
-SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
-# kwok's default pod CIDR (10.0.0.0/24) overlaps the service range above.
+SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/12"
+"""kubeadm's: room for a million Services (a /24 ran out at ~250 Companies of one Service each)."""
 POD_CIDR = "10.244.0.0/16"
+"""Apart from the Service range (kwok's default pod CIDR, 10.0.0.0/24, is not)."""
 KWOK_NODE = "kwok-node-0"
 KWOK_STORAGE_CLASS = "kwok-volume"
 MUTATING_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
