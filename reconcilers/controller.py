@@ -3,7 +3,9 @@ call :func:`reconcilers.company.reconcile`, and execute its plan.
 
 What is cached, and why it stays small: Companies and EngineClasses (all of them: they are the
 operator's own kinds), Namespaces (for ``allowedNamespaces``), and children only when they carry
-``app.kubernetes.io/managed-by: crewlet-operator``. Referenced Secrets are watched one by one
+``app.kubernetes.io/managed-by: crewlet-operator``, trimmed to the fields the operator applied.
+Companies and children are kept compressed (a few hundred bytes each) and indexed by class and
+by company, so a reconcile decodes only its own. Referenced Secrets are watched one by one
 (:class:`~crewlet_operator.cache.named.NamedObjects`), never the cluster's Secrets wholesale.
 """
 
@@ -58,6 +60,7 @@ log = structlog.get_logger("crewlet_operator.company")
 MANAGED_BY = "app.kubernetes.io/managed-by=crewlet-operator"
 COMPANY_LABEL = "crewlet.ai/company"
 CLASS_INDEX = "class"
+COMPANY_INDEX = "company"
 SECRET_ANSWER_TIMEOUT = 10.0
 """Seconds a reconcile waits for a newly watched Secret's first answer before it retries."""
 TYPED_LIVE_OBJECT = "failed to create typed live object"
@@ -99,6 +102,11 @@ def child_resources(facts: ClusterFacts) -> list[Resource]:
     return [*kinds, HTTP_ROUTE] if facts.gateway_api else kinds
 
 
+def _company_of_child(child: Object) -> list[str]:
+    company = labels(child).get(COMPANY_LABEL)
+    return [f"{namespace(child)}/{company}"] if company else []
+
+
 def _class_of(company: Object) -> list[str]:
     class_name = (company.get("spec") or {}).get("className")
     return [class_name] if class_name else []
@@ -116,12 +124,16 @@ class CrewletControllers:
         self.secrets = NamedObjects(manager.client, SECRET)
         self._admitted: dict[str, int | None] = {}
         """EngineClass uid to the generation a company of it was last written whole with."""
-        company_options = InformerOptions(indexers={CLASS_INDEX: _class_of})
-        labelled = InformerOptions(label_selector=MANAGED_BY)
+        # Companies and children are held by the thousand and read a few at a time: compact.
+        company_options = InformerOptions(indexers={CLASS_INDEX: _class_of}, compact=True)
+        labelled = InformerOptions(label_selector=MANAGED_BY, compact=True)
         # Children are cached as far as the operator applied them (and their status): the
         # server's defaults are a large share of a StatefulSet, and no reconcile reads them.
         owned = InformerOptions(
-            label_selector=MANAGED_BY, transform=keep_owned_fields_of(manager.client.field_manager)
+            label_selector=MANAGED_BY,
+            transform=keep_owned_fields_of(manager.client.field_manager),
+            indexers={COMPANY_INDEX: _company_of_child},
+            compact=True,
         )
 
         self.status_echoes = OwnStatusWrites()
@@ -151,8 +163,8 @@ class CrewletControllers:
     # -- mapping events to requests -----------------------------------------------------------
     def _companies_of_class(self, engine_class: Object) -> list[Request]:
         return [
-            Request(namespace(c), name(c))
-            for c in self.cache.list(COMPANY, index=(CLASS_INDEX, name(engine_class)))
+            Request(*key.split("/", 1))
+            for key in self.cache.keys(COMPANY, (CLASS_INDEX, name(engine_class)))
         ]
 
     def _companies_in_namespace(self, ns: Object) -> list[Request]:
@@ -193,10 +205,9 @@ class CrewletControllers:
     async def observe(self, company: Object, engine_class: Object | None) -> Observed:
         """Read everything the reconcile needs from the caches."""
         ns, company_name = namespace(company) or "", name(company)
-        selector = {"matchLabels": {COMPANY_LABEL: company_name}}
         children: dict[tuple[str, str], Object] = {}
         for resource in self.children:
-            for child in self.cache.list(resource, ns, labels=selector):
+            for child in self.cache.list(resource, index=(COMPANY_INDEX, f"{ns}/{company_name}")):
                 children[(resource.kind, name(child))] = child
         secrets: dict[tuple[str, str], Object | None] = {}
         unreadable: dict[tuple[str, str], str] = {}
@@ -354,7 +365,7 @@ class CrewletControllers:
             )
         old = engine_class.get("status") or {}
         status = {
-            "companies": len(self.cache.list(COMPANY, index=(CLASS_INDEX, request.name))),
+            "companies": len(self.cache.keys(COMPANY, (CLASS_INDEX, request.name))),
             "conditions": set_condition(old.get("conditions") or [], resolved),
         }
         if status != {"companies": old.get("companies", 0), "conditions": old.get("conditions")}:

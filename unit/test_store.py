@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -21,8 +22,9 @@ def by_app(o: dict[str, Any]) -> list[str]:
     return [app] if app else []
 
 
-def test_put_get_delete_and_indexes_stay_consistent() -> None:
-    store = Store({"app": by_app})
+@pytest.mark.parametrize("compact", [False, True])
+def test_put_get_delete_and_indexes_stay_consistent(compact: bool) -> None:
+    store = Store({"app": by_app}, compact=compact)
     store.put(obj("a", "x", app="web"))
     store.put(obj("b", "y", app="web"))
     store.put(obj(None, "cluster"))
@@ -39,8 +41,11 @@ def test_put_get_delete_and_indexes_stay_consistent() -> None:
     assert len(store) == 2
 
 
-def test_indexer_added_later_covers_existing_objects_and_unknown_index_errors() -> None:
-    store = Store()
+@pytest.mark.parametrize("compact", [False, True])
+def test_indexer_added_later_covers_existing_objects_and_unknown_index_errors(
+    compact: bool,
+) -> None:
+    store = Store(compact=compact)
     store.put(obj("a", "x", app="web"))
     store.add_indexer("app", by_app)
     assert len(store.by_index("app", "web")) == 1
@@ -48,3 +53,40 @@ def test_indexer_added_later_covers_existing_objects_and_unknown_index_errors() 
         store.add_indexer("app", by_app)
     with pytest.raises(KeyError, match="no index"):
         store.by_index("missing", "v")
+
+
+def stateful_set(i: int) -> dict[str, Any]:
+    containers = [
+        {"name": n, "image": f"ghcr.io/crewlet/crewlet:v0.{i}.0", "args": ["run", "-config"]}
+        for n in ("engine", "sidecar")
+    ]
+    return {
+        "metadata": {"name": f"c{i}-data", "namespace": f"t{i % 7}", "labels": {"app": "web"}},
+        "spec": {"replicas": 1, "template": {"spec": {"containers": containers}}},
+        "status": {"replicas": 1, "readyReplicas": i % 2},
+    }
+
+
+def test_a_compact_store_returns_what_was_put_as_fresh_copies() -> None:
+    store = Store({"app": by_app}, compact=True)
+    for i in range(50):
+        store.put(stateful_set(i))
+    assert [store.get(f"t{i % 7}/c{i}-data") for i in range(50)] == [
+        stateful_set(i) for i in range(50)
+    ]
+    first = store.get("t0/c0-data")
+    assert first is not None
+    first["spec"]["replicas"] = 5  # a reader's change stays the reader's
+    assert store.get("t0/c0-data") == stateful_set(0)
+    assert store.put(stateful_set(0) | {"status": {}}) == stateful_set(0)
+    assert sorted(store.keys_by_index("app", "web")) == sorted(store.keys())
+    assert store.delete("t1/c1-data") == stateful_set(1)
+
+
+def test_a_compact_store_keeps_objects_of_a_kind_in_a_fraction_of_their_json() -> None:
+    store = Store(compact=True)
+    for i in range(50):
+        store.put(stateful_set(i))
+    packed = sum(len(v) for v in store._items.values())
+    as_json = sum(len(json.dumps(stateful_set(i), separators=(",", ":"))) for i in range(50))
+    assert packed * 3 < as_json

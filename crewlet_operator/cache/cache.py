@@ -116,6 +116,11 @@ class Cache:
         key = f"{namespace}/{name}" if namespace else name
         return self._reader(resource).store.get(key)
 
+    def keys(self, resource: Resource, index: tuple[str, str]) -> builtins.list[str]:
+        """The keys (``namespace/name``, or ``name``) of the cached objects found under an index
+        value: cheaper than :meth:`list` when the keys are all a caller needs."""
+        return self._reader(resource).store.keys_by_index(*index)
+
     def list(
         self,
         resource: Resource,

@@ -66,6 +66,9 @@ class InformerOptions:
     inactivity_timeout: float = 90.0
     """Seconds without a byte before the watch is presumed dead (bookmarks come every minute)."""
     page_size: int = 500
+    compact: bool = False
+    """Keep the objects compressed (see :mod:`crewlet_operator.cache.compact`): for kinds held
+    by the thousand, whose reads are few per reconcile."""
     max_backoff: float = 30.0
 
 
@@ -76,7 +79,7 @@ class Informer:
         self.client = client
         self.resource = resource
         self.options = options or InformerOptions()
-        self.store = Store(self.options.indexers)
+        self.store = Store(self.options.indexers, compact=self.options.compact)
         self._handlers: list[EventHandler] = []
         self._synced = asyncio.Event()
         self._answered = asyncio.Event()

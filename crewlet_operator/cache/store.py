@@ -6,6 +6,7 @@ import builtins
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from crewlet_operator.cache.compact import CompactCodec
 from crewlet_operator.objects import object_key
 
 Object = dict[str, Any]
@@ -24,17 +25,24 @@ def namespace_index(obj: Object) -> list[str]:
 class Store:
     """Objects by ``namespace/name`` key, and indexes from value to keys.
 
-    Invariant: for every index, ``self._indices[index][value]`` holds exactly the keys of the
-    stored objects whose index function yields ``value``; ``_put`` and ``_drop`` keep it.
+    With ``compact``, objects are kept compressed (:class:`~.compact.CompactCodec`) and every
+    read returns a fresh copy; otherwise reads return the stored objects themselves.
+
+    Invariants: ``self._index_values[key]`` holds the ``(index, value)`` pairs the stored
+    object under ``key`` yields, and ``self._indices[index][value]`` exactly the keys whose
+    pairs include ``(index, value)``; ``_put`` and ``_drop`` keep both (so an object need not
+    be decoded to be dropped).
     """
 
-    def __init__(self, indexers: dict[str, IndexFunc] | None = None) -> None:
-        self._items: dict[str, Object] = {}
+    def __init__(self, indexers: dict[str, IndexFunc] | None = None, *, compact: bool = False):
+        self._items: dict[str, Any] = {}
+        self._codec = CompactCodec() if compact else None
         self._indexers: dict[str, IndexFunc] = {
             NAMESPACE_INDEX: namespace_index,
             **(indexers or {}),
         }
         self._indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
+        self._index_values: dict[str, tuple[tuple[str, str], ...]] = {}
 
     def add_indexer(self, name: str, func: IndexFunc) -> None:
         """Add an index (it is built over the objects already stored)."""
@@ -42,8 +50,10 @@ class Store:
             raise ValueError(f"index {name!r} already exists")
         self._indexers[name] = func
         self._indices[name] = {}
-        for key, obj in self._items.items():
-            for value in func(obj):
+        for key in self._items:
+            values = tuple((name, value) for value in func(self._read(key)))
+            self._index_values[key] += values
+            for _, value in values:
                 self._indices[name].setdefault(value, set()).add(key)
 
     def __len__(self) -> int:
@@ -54,7 +64,7 @@ class Store:
 
     def get(self, key: str) -> Object | None:
         """The object stored under ``key``."""
-        return self._items.get(key)
+        return self._read(key) if key in self._items else None
 
     def keys(self) -> builtins.list[str]:
         """Every key."""
@@ -62,13 +72,17 @@ class Store:
 
     def list(self) -> builtins.list[Object]:
         """Every object."""
-        return list(self._items.values())
+        return [self._read(key) for key in self._items]
 
     def by_index(self, index: str, value: str) -> builtins.list[Object]:
         """The objects whose ``index`` function yields ``value``."""
+        return [self._read(k) for k in self.keys_by_index(index, value)]
+
+    def keys_by_index(self, index: str, value: str) -> builtins.list[str]:
+        """The keys of the objects whose ``index`` function yields ``value`` (nothing decoded)."""
         if index not in self._indices:
             raise KeyError(f"no index {index!r}; add it with add_indexer")
-        return [self._items[k] for k in self._indices[index].get(value, ())]
+        return list(self._indices[index].get(value, ()))
 
     def put(self, obj: Object) -> Object | None:
         """Store ``obj``; return the object it replaced."""
@@ -81,20 +95,26 @@ class Store:
         """Remove ``key``; return what was stored."""
         return self._drop(key)
 
+    def _read(self, key: str) -> Object:
+        stored = self._items[key]
+        return self._codec.unpack(stored) if self._codec is not None else stored
+
     def _put(self, key: str, obj: Object) -> None:
-        self._items[key] = obj
-        for name, func in self._indexers.items():
-            for value in func(obj):
-                self._indices[name].setdefault(value, set()).add(key)
+        self._items[key] = self._codec.pack(obj) if self._codec is not None else obj
+        values = tuple((name, v) for name, func in self._indexers.items() for v in func(obj))
+        self._index_values[key] = values
+        for name, value in values:
+            self._indices[name].setdefault(value, set()).add(key)
 
     def _drop(self, key: str) -> Object | None:
-        old = self._items.pop(key, None)
-        if old is not None:
-            for name, func in self._indexers.items():
-                for value in func(old):
-                    keys = self._indices[name].get(value)
-                    if keys is not None:
-                        keys.discard(key)
-                        if not keys:
-                            del self._indices[name][value]
+        if key not in self._items:
+            return None
+        old = self._read(key)
+        del self._items[key]
+        for name, value in self._index_values.pop(key):
+            keys = self._indices[name].get(value)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._indices[name][value]
         return old

