@@ -75,6 +75,8 @@ from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Any
 
+import orjson
+
 _SERVER_OWNED_METADATA = frozenset(
     {"resourceVersion", "uid", "generation", "creationTimestamp", "managedFields", "selfLink"}
 )
@@ -241,6 +243,8 @@ def hash_of(obj: Any) -> str:
 
 def _mismatch(desired: Any, observed: Any, keys: tuple[str, ...], where: str) -> str | None:
     """Return ``where`` (or a deeper path) if ``desired`` is no subset of ``observed``."""
+    if _identical(desired, observed):
+        return None
     if isinstance(desired, Mapping):
         if not isinstance(observed, Mapping):
             return where or "."
@@ -263,6 +267,20 @@ def _mismatch(desired: Any, observed: Any, keys: tuple[str, ...], where: str) ->
             return where or "."
         return _list_mismatch(desired, observed, keys, where)
     return None if _scalar_equal(desired, observed, keys) else (where or ".")
+
+
+def _identical(desired: Any, observed: Any) -> bool:
+    """The same JSON container: a subset of itself at C speed, which spares the walk below for
+    most of an object a controller applied (its cache holds what it applied, see
+    :func:`~crewlet_operator.fieldset.keep_owned_fields_of`). Python's ``==`` says ``True == 1``;
+    the JSON texts, compared only when ``==`` holds, do not."""
+    if not isinstance(desired, dict | list) or desired != observed:
+        return False
+    try:
+        sort = orjson.OPT_SORT_KEYS
+        return orjson.dumps(desired, option=sort) == orjson.dumps(observed, option=sort)
+    except TypeError:  # an integer beyond 64 bits: the walk below compares it
+        return False
 
 
 def _ignored(keys: tuple[str, ...], key: str) -> bool:

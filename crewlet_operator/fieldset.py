@@ -13,6 +13,7 @@ manager's own ``managedFields`` entry, which the cache keeps (and only that entr
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -82,7 +83,7 @@ def keep_owned_fields_of(manager: str) -> Callable[[Object], Object]:
     def transform(obj: Object) -> Object:
         trimmed = trim(obj)
         owned = owned_fields(trimmed, manager)
-        kept = _prune(trimmed, owned) if owned else {}
+        kept = _prune(trimmed, owned) if _has_children(owned) else {}
         meta = trimmed.get("metadata") or {}
         kept["metadata"] = {k: v for k, v in meta.items() if k in _IDENTITY}
         for key in ("apiVersion", "kind", "status"):
@@ -94,30 +95,39 @@ def keep_owned_fields_of(manager: str) -> Callable[[Object], Object]:
 
 
 def _prune(value: Any, owned: Mapping[str, Any]) -> Any:
-    """``value`` reduced to the fields of the ``owned`` fieldsV1 tree."""
-    if not any(k != "." for k in owned):
-        return value  # owned whole (a leaf, an atomic map or list)
-    if isinstance(value, Mapping):
+    """``value`` reduced to the fields of the ``owned`` fieldsV1 tree (which has children)."""
+    if isinstance(value, dict):
         kept: dict[str, Any] = {}
         for key, sub in owned.items():
-            kind, _, raw = key.partition(":")
-            if kind == "f" and raw in value:
-                kept[raw] = _prune(value[raw], sub) if isinstance(sub, Mapping) else value[raw]
+            if key.startswith("f:") and (name := key[2:]) in value:
+                child = value[name]
+                kept[name] = _prune(child, sub) if _has_children(sub) else child
         return kept
     if isinstance(value, list):
-        by_keys = [(json.loads(k[2:]), sub) for k, sub in owned.items() if k.startswith("k:")]
-        set_items = [json.loads(k[2:]) for k in owned if k.startswith("v:")]
+        by_keys = [(_parsed(k[2:]), sub) for k, sub in owned.items() if k.startswith("k:")]
+        set_items = [_parsed(k[2:]) for k in owned if k.startswith("v:")]
         items: list[Any] = []
         for item in value:  # in the object's order, which a comparison of lists relies on
             if item in set_items:
                 items.append(item)
                 continue
             for wanted, sub in by_keys:
-                if isinstance(item, Mapping) and all(item.get(k) == v for k, v in wanted.items()):
-                    items.append(_prune(item, sub) if isinstance(sub, Mapping) else item)
+                if isinstance(item, dict) and all(item.get(k) == v for k, v in wanted.items()):
+                    items.append(_prune(item, sub) if _has_children(sub) else item)
                     break
         return items
     return value
+
+
+def _has_children(owned: Mapping[str, Any]) -> bool:
+    """Whether a fieldsV1 node names fields below it (else it is owned whole)."""
+    return len(owned) > 1 or (len(owned) == 1 and "." not in owned)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(raw: str) -> Any:
+    """A ``k:`` or ``v:`` key's JSON (the same few recur in every object of a kind)."""
+    return json.loads(raw)
 
 
 def owned_fields(
@@ -159,29 +169,27 @@ def would_remove_owned_fields(desired: Mapping[str, Any], owned: Mapping[str, An
 
 def _removes(desired: Any, owned: Mapping[str, Any]) -> bool:
     for key, sub in owned.items():
-        if key == ".":
-            continue
-        kind, _, raw = key.partition(":")
-        if kind == "f":
-            if not isinstance(desired, Mapping) or raw not in desired:
+        kind = key[:2]
+        if kind == "f:":
+            if not isinstance(desired, dict) or (name := key[2:]) not in desired:
                 return True
-            child: Any = desired[raw]
-        elif kind == "k":
-            wanted = json.loads(raw)
-            match = [
+            child: Any = desired[name]
+        elif kind == "k:":
+            wanted = _parsed(key[2:])
+            found = [
                 item
-                for item in (desired if isinstance(desired, list) else [])
-                if isinstance(item, Mapping) and all(item.get(k) == v for k, v in wanted.items())
+                for item in (desired if isinstance(desired, list) else ())
+                if isinstance(item, dict) and all(item.get(k) == v for k, v in wanted.items())
             ]
-            if not match:
+            if not found:
                 return True
-            child = match[0]
-        elif kind == "v":
-            if not isinstance(desired, list) or json.loads(raw) not in desired:
+            child = found[0]
+        elif kind == "v:":
+            if not isinstance(desired, list) or _parsed(key[2:]) not in desired:
                 return True
             continue
-        else:  # "i:" (by index) is not produced for the lists controllers write
+        else:  # "." (the node itself); "i:" (by index) is not produced for the lists we write
             continue
-        if isinstance(sub, Mapping) and any(k != "." for k in sub) and _removes(child, sub):
+        if _has_children(sub) and _removes(child, sub):
             return True
     return False

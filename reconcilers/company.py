@@ -250,7 +250,26 @@ def _parse_company(raw: Object) -> Company:
         raise Refused("InvalidSpec", f"the Company is invalid: {_errors(error)}") from None
 
 
+_PARSED_CLASSES: dict[tuple[str, str], EngineClass] = {}
+"""Parsed EngineClasses by (uid, resourceVersion): a class is read by every reconcile of its
+companies, and one resourceVersion is one content. Bounded by the classes in use."""
+
+
 def _parse_class(class_name: str, raw: Object) -> EngineClass:
+    meta = raw.get("metadata") or {}
+    uid, version = meta.get("uid"), meta.get("resourceVersion")
+    if not (isinstance(uid, str) and isinstance(version, str)):
+        return _validate_class(class_name, raw)
+    parsed = _PARSED_CLASSES.get((uid, version))
+    if parsed is None:
+        parsed = _validate_class(class_name, raw)
+        if len(_PARSED_CLASSES) >= 256:
+            _PARSED_CLASSES.clear()
+        _PARSED_CLASSES[(uid, version)] = parsed
+    return parsed
+
+
+def _validate_class(class_name: str, raw: Object) -> EngineClass:
     try:
         return EngineClass.model_validate(raw)
     except ValidationError as error:

@@ -80,6 +80,13 @@ CASES: list[tuple[str, Any, Any, bool]] = [
     ("int vs bool", {"replicas": 0}, {"replicas": False}, False),
     ("int equals float", {"replicas": 3}, {"replicas": 3.0}, True),
     ("bool equal", {"paused": False}, {"paused": False}, True),
+    (
+        "bool vs int inside equal-looking containers",
+        {"a": [True, {"b": 1}]},
+        {"a": [1, {"b": True}]},
+        False,
+    ),
+    ("identical nested containers", {"a": [{"b": [1, "x"]}]}, {"a": [{"b": [1, "x"]}]}, True),
     ("string case matters", {"policy": "Always"}, {"policy": "always"}, False),
     # --- metadata
     (

@@ -1268,3 +1268,17 @@ def test_a_field_the_operator_applied_and_no_longer_wants_is_applied_away() -> N
         ("Secret", "acme-env")
     ]
     assert "RETIRED_KEY" not in plan.applies[0].object["data"]
+
+
+def test_a_class_parsed_once_per_resource_version_still_sees_every_edit() -> None:
+    company = make_company()
+    first = make_class(image="ghcr.io/crewlet/crewlet-operator/engine:v0.2.0")
+    first["metadata"] |= {"uid": "class-uid", "resourceVersion": "1"}
+    edited = make_class(image="ghcr.io/crewlet/crewlet-operator/engine:v0.3.0")
+    edited["metadata"] |= {"uid": "class-uid", "resourceVersion": "2"}
+    images = []
+    for engine_class in (first, edited, first):
+        plan = reconcile(company, engine_class, {}, Observed(), facts(False), now=NOW)
+        assert plan.status is not None
+        images.append(plan.status["engineImage"])
+    assert [i.rsplit(":", 1)[1] for i in images] == ["v0.2.0", "v0.3.0", "v0.2.0"]

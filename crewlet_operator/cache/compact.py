@@ -10,9 +10,10 @@ dicts becomes about 600 bytes).
 
 from __future__ import annotations
 
-import json
 import zlib
 from typing import Any
+
+import orjson
 
 Object = dict[str, Any]
 
@@ -29,7 +30,7 @@ class CompactCodec:
 
     def pack(self, obj: Object) -> bytes:
         """``obj`` as compressed JSON."""
-        text = json.dumps(obj, separators=(",", ":")).encode()
+        text = orjson.dumps(obj)
         if self._dictionary is None:
             self._dictionary = text
         compressor = zlib.compressobj(_LEVEL, zdict=self._dictionary)
@@ -39,5 +40,5 @@ class CompactCodec:
         """A fresh copy of the object :meth:`pack` was given."""
         assert self._dictionary is not None, "unpack before any pack"
         decompressor = zlib.decompressobj(zdict=self._dictionary)
-        obj: Object = json.loads(decompressor.decompress(packed) + decompressor.flush())
+        obj: Object = orjson.loads(decompressor.decompress(packed) + decompressor.flush())
         return obj

@@ -138,29 +138,33 @@ class Informer:
 
     async def _relist(self) -> None:
         opts = self.options
-        listed = await self.client.list(
+        seen = set()
+        version = ""
+        # Page by page: only one page of whole objects is ever held, however many are cached.
+        async for page in self.client.list_pages(
             self.resource,
             opts.namespace,
             label_selector=opts.label_selector,
             field_selector=opts.field_selector,
             page_size=opts.page_size,
-        )
+        ):
+            version = page.resource_version
+            for listed in page.items:
+                obj = self._transform(listed)
+                seen.add(object_key(obj))
+                old = self.store.put(obj)
+                if old is None:
+                    self._emit_add(obj)
+                elif resource_version(old) != resource_version(obj):
+                    self._emit_update(old, obj)
+            page.items.clear()
         self.relists += 1
-        fresh = [self._transform(o) for o in listed.items]
-        seen = set()
-        for obj in fresh:
-            seen.add(object_key(obj))
-            old = self.store.put(obj)
-            if old is None:
-                self._emit_add(obj)
-            elif resource_version(old) != resource_version(obj):
-                self._emit_update(old, obj)
         for key in list(self.store.keys()):
             if key not in seen:
                 gone = self.store.delete(key)
                 if gone is not None:
                     self._emit_delete(gone)
-        self._resource_version = listed.resource_version
+        self._resource_version = version
         self.last_event_at = time.monotonic()
         self.last_error = None
         self._synced.set()

@@ -8,7 +8,6 @@ Python clients), and any kind, including custom resources, works the same way.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any, Self
 from urllib.parse import urlsplit
 
 import aiohttp
+import orjson
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 from multidict import CIMultiDict
@@ -164,7 +164,7 @@ class Client:
         and :class:`~crewlet_operator.errors.TransportError` when no answer arrives.
         """
         headers = await self._headers(content_type)
-        data = json.dumps(body, separators=(",", ":")) if body is not None else None
+        data = orjson.dumps(body) if body is not None else None
         started = time.monotonic()
         try:
             async with self._api.rest_client.pool_manager.request(
@@ -231,6 +231,31 @@ class Client:
         Items carry their ``apiVersion`` and ``kind`` (the API server omits them in lists).
         """
         items: list[Object] = []
+        version = ""
+        async for page in self.list_pages(
+            resource,
+            namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            page_size=page_size,
+            resource_version=resource_version,
+        ):
+            items += page.items
+            version = page.resource_version
+        return ObjectList(items, version)
+
+    async def list_pages(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+        resource_version: str | None = None,
+    ) -> AsyncIterator[ObjectList]:
+        """:meth:`list`, a page at a time: a caller that keeps something smaller than each
+        object (a cache) never holds more than one page of whole objects."""
         token: str | None = None
         while True:
             query: dict[str, QueryValue] = {
@@ -241,14 +266,15 @@ class Client:
                 "resourceVersion": resource_version if token is None else None,
             }
             page: Object = await self.request("GET", resource.path(namespace), query=query)
-            for item in page.get("items") or []:
+            items = page.get("items") or []
+            for item in items:
                 item.setdefault("apiVersion", resource.api_version)
                 item.setdefault("kind", resource.kind)
-                items.append(item)
             meta = page.get("metadata") or {}
+            yield ObjectList(items, meta.get("resourceVersion", ""))
             token = meta.get("continue")
             if not token:
-                return ObjectList(items, meta.get("resourceVersion", ""))
+                return
 
     async def watch(
         self,
@@ -299,7 +325,7 @@ class Client:
                 async for line in response.content:
                     if not line.strip():
                         continue
-                    event = json.loads(line)
+                    event = orjson.loads(line)
                     obj = event.get("object") or {}
                     if event.get("type") == "ERROR":
                         raise api_error(int(obj.get("code") or 500), obj, method="WATCH", path=path)
@@ -496,7 +522,7 @@ def _decode(payload: bytes) -> Any:
     if not payload:
         return None
     try:
-        return json.loads(payload)
+        return orjson.loads(payload)
     except ValueError:
         return {"message": payload[:1024].decode(errors="replace")}
 
