@@ -47,6 +47,7 @@ from crewlet_operator import (
 from crewlet_operator.api.v1alpha1 import COMPANY
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.controlplane import free_port
+from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.process import ManagedProcess
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.kube.resources import (
@@ -203,6 +204,17 @@ def own_control_plane(directory: Path) -> Iterator[ControlPlane]:
                 process = plane.processes.pop(name, None)
                 if process is not None:
                     process.stop(timeout=5)
+
+
+@contextlib.asynccontextmanager
+async def admin_client(plane: ControlPlane, *namespaces: str) -> AsyncIterator[Client]:
+    """A module's admin client (as someone else: the tests' own field manager), with the
+    operator's CRDs installed and ``namespaces`` created."""
+    async with Client(plane.admin_config(), field_manager=TEST_FIELD_MANAGER) as admin:
+        await install_crds(admin, load_crds(ROOT / "manifests/crds"))
+        for ns in namespaces:
+            await admin.create(NAMESPACE, {"metadata": {"name": ns}})
+        yield admin
 
 
 def installer_documents() -> list[dict[str, Any]]:

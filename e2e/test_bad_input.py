@@ -28,9 +28,8 @@ import pytest_asyncio
 from operator_helpers import (
     IMAGE,
     PLATFORM,
-    ROOT,
-    TEST_FIELD_MANAGER,
     Operator,
+    admin_client,
     children_by_company,
     company,
     engine_class,
@@ -44,7 +43,6 @@ from operator_helpers import (
 from test_crds import COMPANY_TABLE, ENGINE_CLASS_TABLE
 
 from crewlet_operator import (
-    NAMESPACE,
     POD,
     SECRET,
     STATEFUL_SET,
@@ -56,7 +54,7 @@ from crewlet_operator import (
 from crewlet_operator.api.crd import all_crds
 from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS, MAX_COMPANY_NAME_LENGTH
 from crewlet_operator.envtest import ControlPlane
-from crewlet_operator.envtest.crds import install_crds, load_crds
+from crewlet_operator.envtest.crds import install_crds
 from crewlet_operator.envtest.wait import eventually
 
 TENANT = "tenant"
@@ -94,10 +92,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
 async def client(plane: ControlPlane) -> AsyncIterator[Client]:
-    async with Client(plane.admin_config(), field_manager=TEST_FIELD_MANAGER) as admin:
-        await install_crds(admin, load_crds(ROOT / "manifests/crds"))
-        for ns in (PLATFORM, TENANT):
-            await admin.create(NAMESPACE, {"metadata": {"name": ns}})
+    async with admin_client(plane, PLATFORM, TENANT) as admin:
         await admin.create(SECRET, secret(PLATFORM, KEYS, anthropic="sk-test"))
         await admin.create(
             ENGINE_CLASS, engine_class(GOOD, seats={"replicas": 1, "minReplicas": 1})

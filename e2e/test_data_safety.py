@@ -22,8 +22,8 @@ import pytest_asyncio
 from operator_helpers import (
     PLATFORM,
     ROOT,
-    TEST_FIELD_MANAGER,
     Operator,
+    admin_client,
     audited_writes,
     company,
     engine_class,
@@ -73,9 +73,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
 async def client(plane: ControlPlane) -> AsyncIterator[Client]:
-    async with Client(plane.admin_config(), field_manager=TEST_FIELD_MANAGER) as admin:
-        await install_crds(admin, load_crds(ROOT / "manifests/crds"))
-        await admin.create(NAMESPACE, {"metadata": {"name": PLATFORM}})
+    async with admin_client(plane, PLATFORM) as admin:
         yield admin
 
 

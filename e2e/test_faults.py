@@ -39,12 +39,11 @@ from operator_helpers import (
     MANAGER_ROLE,
     PLATFORM,
     RENEW_DEADLINE,
-    ROOT,
-    TEST_FIELD_MANAGER,
     AuditedWrite,
     Key,
     Operator,
     accepted,
+    admin_client,
     audited_writes,
     company,
     create_retrying,
@@ -70,7 +69,6 @@ from crewlet_operator import (
 )
 from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator.envtest import ControlPlane
-from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
 
 BURST = 300
@@ -113,10 +111,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 async def client(plane: ControlPlane) -> AsyncIterator[Client]:
     """An admin client (as someone else: its own field manager), with the CRDs, the platform
     namespace and its Secret, the burst's namespaces and three classes."""
-    async with Client(plane.admin_config(), field_manager=TEST_FIELD_MANAGER) as admin:
-        await install_crds(admin, load_crds(ROOT / "manifests/crds"))
-        for ns in (PLATFORM, *NAMESPACES):
-            await admin.create(NAMESPACE, {"metadata": {"name": ns}})
+    async with admin_client(plane, PLATFORM, *NAMESPACES) as admin:
         await admin.create(SECRET, secret(PLATFORM, MODEL_KEYS, anthropic="sk-one"))
         for name, spec in CLASSES.items():
             await admin.create(ENGINE_CLASS, engine_class(name, **spec))

@@ -20,9 +20,8 @@ import pytest_asyncio
 from operator_helpers import (
     MANAGER_NAMESPACE,
     PLATFORM,
-    ROOT,
-    TEST_FIELD_MANAGER,
     Operator,
+    admin_client,
     children_by_company,
     company,
     engine_class,
@@ -34,11 +33,11 @@ from operator_helpers import (
 )
 from test_bad_input import loosened
 
-from crewlet_operator import NAMESPACE, SECRET, Client, find_condition
+from crewlet_operator import SECRET, Client, find_condition
 from crewlet_operator.api.crd import all_crds
 from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator.envtest import ControlPlane
-from crewlet_operator.envtest.crds import install_crds, load_crds
+from crewlet_operator.envtest.crds import install_crds
 from crewlet_operator.envtest.wait import eventually
 
 NS = "refusals"
@@ -54,10 +53,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
 async def client(plane: ControlPlane) -> AsyncIterator[Client]:
-    async with Client(plane.admin_config(), field_manager=TEST_FIELD_MANAGER) as admin:
-        await install_crds(admin, load_crds(ROOT / "manifests/crds"))
-        for ns in (PLATFORM, NS):
-            await admin.create(NAMESPACE, {"metadata": {"name": ns}})
+    async with admin_client(plane, PLATFORM, NS) as admin:
         await admin.create(SECRET, secret(PLATFORM, KEYS, k="v1"))
         yield admin
 
