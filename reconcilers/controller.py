@@ -70,20 +70,19 @@ TYPED_LIVE_OBJECT = "failed to create typed live object"
 Object = dict[str, Any]
 
 
+CHILD_RESOURCES = (
+    SERVICE_ACCOUNT,
+    SECRET,
+    STATEFUL_SET,
+    SERVICE,
+    POD_DISRUPTION_BUDGET,
+    NETWORK_POLICY,
+    INGRESS,
+)
+"""The kinds a Company owns without the Gateway API."""
+
 WRITTEN_RESOURCES = frozenset(
-    r.plural
-    for r in (
-        COMPANY,
-        ENGINE_CLASS,
-        SERVICE_ACCOUNT,
-        SECRET,
-        STATEFUL_SET,
-        SERVICE,
-        POD_DISRUPTION_BUDGET,
-        NETWORK_POLICY,
-        INGRESS,
-        PERSISTENT_VOLUME_CLAIM,
-    )
+    r.plural for r in (COMPANY, ENGINE_CLASS, *CHILD_RESOURCES, PERSISTENT_VOLUME_CLAIM)
 )
 """Plurals of the kinds the operator writes without the Gateway API (its Lease aside): what a
 resync must not touch."""
@@ -91,16 +90,7 @@ resync must not touch."""
 
 def child_resources(facts: ClusterFacts) -> list[Resource]:
     """The kinds a Company owns; HTTPRoutes only when the Gateway API is served."""
-    kinds = [
-        SERVICE_ACCOUNT,
-        SECRET,
-        STATEFUL_SET,
-        SERVICE,
-        POD_DISRUPTION_BUDGET,
-        NETWORK_POLICY,
-        INGRESS,
-    ]
-    return [*kinds, HTTP_ROUTE] if facts.gateway_api else kinds
+    return [*CHILD_RESOURCES, HTTP_ROUTE] if facts.gateway_api else list(CHILD_RESOURCES)
 
 
 def _company_of_child(child: Object) -> list[str]:
