@@ -23,7 +23,6 @@ from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.resources import Resource
 
 ALL_BINARIES = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
-ALL_BINARIES = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
 WIDGET = Resource("example.crewlet.ai", "v1", "Widget", "widgets")
 
 
@@ -358,10 +357,19 @@ def _all_gone(pids: list[int], timeout: float = 30) -> list[int]:
     return alive
 
 
+def _environment(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
 def test_stopping_a_control_plane_leaves_no_process(tmp_path: Path) -> None:
-    plane = ControlPlane(tmp_path / "cp", workloads=True).start()
+    plane = ControlPlane(tmp_path / "cp", workloads=True, go_gc_percent=250).start()
     pids = plane.pids()
     assert set(pids) == ALL_BINARIES
+    # Every binary gets the collector setting (the default trades memory for CPU).
+    assert {name: _environment(pid).get("GOGC") for name, pid in pids.items()} == dict.fromkeys(
+        ALL_BINARIES, "250"
+    )
     plane.stop()
     assert _all_gone(list(pids.values())) == []
 

@@ -14,7 +14,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
@@ -32,9 +32,17 @@ class ProcessFailedError(RuntimeError):
 class ManagedProcess:
     """One binary of the control plane: started, probed until ready, stopped."""
 
-    def __init__(self, name: str, args: Sequence[str], log_dir: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        args: Sequence[str],
+        log_dir: Path,
+        environment: Mapping[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.args = list(args)
+        self.environment = dict(environment or {})
+        """Variables set on top of this process's own environment."""
         self.log_path = log_dir / f"{name}.log"
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -50,6 +58,7 @@ class ManagedProcess:
             # calling thread, so start control planes from a thread that outlives them.
             self._proc = subprocess.Popen(
                 self.args,
+                env={**os.environ, **self.environment},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
