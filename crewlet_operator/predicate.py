@@ -13,7 +13,8 @@ objects: ``create(obj)``, ``update(old, new)``, ``delete(obj)`` and ``generic(ob
 
 Predicates compose with :func:`and_`, :func:`or_` and :func:`not_`; :func:`new_predicate_funcs`
 builds one from plain callables. Every predicate here is stateless and safe to share between
-controllers.
+controllers, but :class:`OwnStatusWrites` and :class:`OwnWrites`, which a controller tells
+what it wrote.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 # Aliased: `annotations` would clash with the __future__ import.
 from crewlet_operator.diff import hash_of
-from crewlet_operator.objects import KubeObject, generation, object_key, resource_version
+from crewlet_operator.objects import KubeObject, generation, object_key, resource_version, uid
 from crewlet_operator.objects import annotations as annotations_of
 from crewlet_operator.objects import labels as labels_of
 
@@ -135,6 +136,52 @@ class OwnStatusWrites(_UpdateFilter):
 
     def delete(self, obj: KubeObject) -> bool:
         self._written.pop(object_key(obj), None)
+        return True
+
+
+class OwnWrites(_UpdateFilter):
+    """Drop the create or update event that echoes an object the controller itself wrote.
+
+    A controller that creates or applies its children sees each write come back through its
+    watches and reconciles the owner once more, to find the children as it wrote them. Pass
+    each object the API server returned from a write to :meth:`wrote`; the one event that
+    carries exactly that ``resourceVersion`` for that ``uid`` is dropped. Every other event
+    passes, someone else's change included (it has another resourceVersion), as do resync
+    replays and relists.
+
+    A written object is remembered until the next event for its uid arrives, and at most
+    ``remember`` of them are (the oldest forgotten first): an echo can beat the write's own
+    answer to the process, and then no later event may come to clear the entry. The default is
+    far more than the writes a controller has in flight, and under half a MiB.
+    """
+
+    def __init__(self, remember: int = 4096) -> None:
+        self.remember = remember
+        # uid -> resourceVersion the write returned; insertion order is age.
+        self._written: dict[str, str] = {}
+
+    def wrote(self, obj: KubeObject) -> None:
+        """The controller wrote ``obj`` (as the API server returned it)."""
+        written_uid, version = uid(obj), resource_version(obj)
+        if written_uid and version:
+            self._written.pop(written_uid, None)
+            self._written[written_uid] = version
+            if len(self._written) > self.remember:
+                del self._written[next(iter(self._written))]
+
+    def _is_echo(self, obj: KubeObject) -> bool:
+        return self._written.pop(uid(obj) or "", None) == resource_version(obj)
+
+    def create(self, obj: KubeObject) -> bool:
+        return not self._is_echo(obj)
+
+    def update(self, old: KubeObject, new: KubeObject) -> bool:
+        if resource_version(old) == resource_version(new):
+            return True  # a resync replay
+        return not self._is_echo(new)
+
+    def delete(self, obj: KubeObject) -> bool:
+        self._written.pop(uid(obj) or "", None)
         return True
 
 

@@ -1170,22 +1170,29 @@ def _ready(
                 observed_generation=generation,
             )
         )
-    if sts is None:
-        reason, message = (
-            ("NotAccepted", "the company is not accepted (see the Accepted condition)")
-            if refused
-            else ("Progressing", "the data StatefulSet is being created")
+    if sts is None and refused:
+        return dict(
+            condition(
+                READY,
+                False,
+                "NotAccepted",
+                "the company is not accepted (see the Accepted condition)",
+                observed_generation=generation,
+            )
         )
-        return dict(condition(READY, False, reason, message, observed_generation=generation))
-    status = sts.get("status") or {}
-    current = (status.get("observedGeneration") or 0) >= (object_generation(sts) or 0)
+    status = (sts or {}).get("status") or {}
+    current = sts is not None and (status.get("observedGeneration") or 0) >= (
+        object_generation(sts) or 0
+    )
     if applying or not current:
+        # One message whether the StatefulSet is being created or changed: the reconcile that
+        # applies it and the one that next finds it, not yet rolled out, decide the same status.
         return dict(
             condition(
                 READY,
                 False,
                 "Progressing",
-                "the data StatefulSet is rolling out a change",
+                "the data StatefulSet is rolling out",
                 observed_generation=generation,
             )
         )

@@ -12,6 +12,7 @@ from crewlet_operator.predicate import (
     LabelChanged,
     LabelSelectorPredicate,
     OwnStatusWrites,
+    OwnWrites,
     Predicate,
     ResourceVersionChanged,
     and_,
@@ -323,3 +324,33 @@ def test_own_status_writes_forgets_a_deleted_object() -> None:
     echoes.wrote("t/acme", {"observedGeneration": 1})
     assert echoes.delete(company("2")) and echoes.create(company("3"))
     assert echoes.update(company("3"), company("4", {"observedGeneration": 1}))
+
+
+def child(resource_version: str, uid: str = "u-1") -> dict[str, Any]:
+    return {"metadata": {"name": "acme-data", "uid": uid, "resourceVersion": resource_version}}
+
+
+def test_own_writes_drops_only_the_echo_of_each_write() -> None:
+    echoes = OwnWrites()
+    echoes.wrote(child("5"))
+    assert not echoes.create(child("5"))  # the create, echoed
+    assert echoes.update(child("5"), child("6"))  # then someone else's change
+    echoes.wrote(child("7"))
+    assert echoes.update(child("6"), child("8"))  # a change after ours: ours was superseded
+    assert echoes.update(child("8"), child("7"))  # the entry went with the first event
+    echoes.wrote(child("9"))
+    assert echoes.update(child("9"), child("9"))  # a resync replay passes, and keeps the entry
+    assert not echoes.update(child("8"), child("9"))
+    echoes.wrote(child("3", uid="u-2"))
+    assert echoes.create(child("3"))  # another object with that resourceVersion
+
+
+def test_own_writes_forgets_deleted_objects_and_the_oldest_beyond_its_limit() -> None:
+    echoes = OwnWrites(remember=2)
+    echoes.wrote(child("5"))
+    assert echoes.delete(child("5"))
+    assert echoes.create(child("5"))
+    for n in range(3):
+        echoes.wrote(child("1", uid=f"u-{n}"))
+    assert echoes.create(child("1", uid="u-0"))  # forgotten: the oldest of three
+    assert not echoes.create(child("1", uid="u-2"))
