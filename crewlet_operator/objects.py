@@ -22,7 +22,7 @@ KubeObject = dict[str, Any]
 def metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """Return ``obj.metadata``, or an empty mapping when it is missing or null."""
     meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
+    return meta if isinstance(meta, dict) else {}  # dict: an ABC check costs more, per call
 
 
 def name(obj: Mapping[str, Any]) -> str:

@@ -28,10 +28,11 @@ class Store:
     With ``compact``, objects are kept compressed (:class:`~.compact.CompactCodec`) and every
     read returns a fresh copy; otherwise reads return the stored objects themselves.
 
-    Invariants: ``self._index_values[key]`` holds the ``(index, value)`` pairs the stored
-    object under ``key`` yields, and ``self._indices[index][value]`` exactly the keys whose
-    pairs include ``(index, value)``; ``_put`` and ``_drop`` keep both (so an object need not
-    be decoded to be dropped).
+    Invariant: ``self._indices[index][value]`` holds exactly the keys of the stored objects
+    for which the ``index`` function yields ``value``, and no value maps to an empty set;
+    ``_put`` and ``_drop`` keep it. Index functions must be pure: ``_drop`` finds the values to
+    remove by running them again on the stored object (which it decodes anyway, to return it),
+    rather than keeping every object's values, ~0.3 KiB an object.
     """
 
     def __init__(self, indexers: dict[str, IndexFunc] | None = None, *, compact: bool = False):
@@ -42,7 +43,6 @@ class Store:
             **(indexers or {}),
         }
         self._indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
-        self._index_values: dict[str, tuple[tuple[str, str], ...]] = {}
 
     def add_indexer(self, name: str, func: IndexFunc) -> None:
         """Add an index (it is built over the objects already stored)."""
@@ -51,9 +51,7 @@ class Store:
         self._indexers[name] = func
         self._indices[name] = {}
         for key in self._items:
-            values = tuple((name, value) for value in func(self._read(key)))
-            self._index_values[key] += values
-            for _, value in values:
+            for value in func(self._read(key)):
                 self._indices[name].setdefault(value, set()).add(key)
 
     def __len__(self) -> int:
@@ -101,17 +99,18 @@ class Store:
 
     def _put(self, key: str, obj: Object) -> None:
         self._items[key] = self._codec.pack(obj) if self._codec is not None else obj
-        values = tuple((name, v) for name, func in self._indexers.items() for v in func(obj))
-        self._index_values[key] = values
-        for name, value in values:
+        for name, value in self._index_pairs(obj):
             self._indices[name].setdefault(value, set()).add(key)
+
+    def _index_pairs(self, obj: Object) -> builtins.list[tuple[str, str]]:
+        return [(name, value) for name, func in self._indexers.items() for value in func(obj)]
 
     def _drop(self, key: str) -> Object | None:
         if key not in self._items:
             return None
         old = self._read(key)
         del self._items[key]
-        for name, value in self._index_values.pop(key):
+        for name, value in self._index_pairs(old):
             keys = self._indices[name].get(value)
             if keys is not None:
                 keys.discard(key)
