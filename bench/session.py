@@ -9,6 +9,7 @@ latency figure, whose unfinished background load :meth:`Session.grow` completes.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,10 +162,17 @@ class Session:
         await self.stop_operator()
         refs = self.cluster.allocate("grow", max(0, missing))
         await self.cluster.create_namespaces(refs)
+        started = time.monotonic()
         backlog = [*self.unfilled, *await self.cluster.create_companies(refs)]
         await floor.fill(self.cluster, backlog, FILL_WORKERS)
+        elapsed = time.monotonic() - started
         self.unfilled = []
         self.converged += len(backlog)
+        print(
+            f"bench: the floor script built {len(backlog)} companies in {elapsed:.0f} s "
+            f"({len(backlog) / elapsed:.1f} a second; {self.converged} now)",
+            flush=True,
+        )
 
     def reading(self, companies: int, more_than: int = -1) -> Reading | None:
         """The reading with the fewest Companies, at least ``companies`` and more than
