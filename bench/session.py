@@ -16,7 +16,7 @@ from typing import Any
 
 from bench import floor
 from bench.cluster import Cluster
-from bench.daemon import Daemon, Memory, until
+from bench.daemon import Daemon, Memory, cpu_seconds, until
 from bench.scale import Scale
 from reconcilers.controller import WRITTEN_RESOURCES
 
@@ -162,15 +162,20 @@ class Session:
         await self.stop_operator()
         refs = self.cluster.allocate("grow", max(0, missing))
         await self.cluster.create_namespaces(refs)
-        started = time.monotonic()
+        pids = self.cluster.plane.pids()
+        cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        started, script = time.monotonic(), time.process_time()
         backlog = [*self.unfilled, *await self.cluster.create_companies(refs)]
         await floor.fill(self.cluster, backlog, FILL_WORKERS)
         elapsed = time.monotonic() - started
+        used = {name: cpu_seconds(pid) - cpu[name] for name, pid in pids.items()}
+        used["script"] = time.process_time() - script
         self.unfilled = []
         self.converged += len(backlog)
         print(
             f"bench: the floor script built {len(backlog)} companies in {elapsed:.0f} s "
-            f"({len(backlog) / elapsed:.1f} a second; {self.converged} now)",
+            f"({len(backlog) / elapsed:.1f} a second; {self.converged} now); CPU seconds: "
+            + ", ".join(f"{name} {seconds:.0f}" for name, seconds in used.items()),
             flush=True,
         )
 
