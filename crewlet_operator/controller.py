@@ -162,10 +162,15 @@ class Controller:
                     exc_info=not isinstance(exc, CrewletError),
                 )
             else:
-                self.queue.forget(request)
                 if isinstance(result, Result) and result.requeue_after:
+                    self.queue.forget(request)
                     result_label = "requeue_after"
                     self.queue.add_after(request, result.requeue_after)
+                elif isinstance(result, Result) and result.requeue:
+                    result_label = "requeue"
+                    self.queue.add_rate_limited(request)  # the backoff is kept, and grows
+                else:
+                    self.queue.forget(request)
             finally:
                 active.dec()
                 metrics.RECONCILE_TIME.labels(controller=self.name).observe(

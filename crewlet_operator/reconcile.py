@@ -9,6 +9,8 @@ Outcomes, as the controller treats them:
 - returns ``None`` or ``Result()`` → done; the item's backoff is forgotten;
 - returns ``Result(requeue_after=s)`` → backoff forgotten; reconciled again after ``s`` seconds
   (use this for polling, instead of a periodic resync);
+- returns ``Result(requeue=True)`` → reconciled again after the item's backoff, which grows as
+  for an error (use this for a state that may be transient but is no error of the reconciler);
 - raises :class:`~crewlet_operator.errors.TerminalError` → logged and counted, not retried;
 - raises anything else → retried with per-item exponential backoff (5 ms doubling to 1000 s)
   under an overall token bucket.
@@ -34,9 +36,12 @@ class Request:
 
 @dataclass(frozen=True)
 class Result:
-    """What a successful reconcile asks for next; ``requeue_after`` in seconds."""
+    """What a successful reconcile asks for next: ``requeue_after`` seconds from now, or (with
+    ``requeue``) again after the item's growing backoff. ``requeue_after`` wins when both are set,
+    as in controller-runtime."""
 
     requeue_after: float | None = None
+    requeue: bool = False
 
 
 @runtime_checkable

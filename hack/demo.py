@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import yaml
@@ -21,6 +20,7 @@ from crewlet_operator import Client, find_condition
 from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator.envtest import ControlPlane, binaries
 from crewlet_operator.envtest.crds import install_crds, load_crds
+from crewlet_operator.envtest.process import StopSignals
 from crewlet_operator.envtest.wait import eventually
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,9 +51,7 @@ async def apply_samples(plane: ControlPlane) -> None:
 def main() -> int:
     run_dir = Path(os.environ.get("RUN_DIR", ROOT / ".run")).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = StopSignals()
     with ControlPlane(run_dir / "envtest", workloads=True) as plane:
         print(f"control plane up at {plane.host}; export KUBECONFIG={plane.kubeconfig}", flush=True)
         asyncio.run(install_crewlet_crds(plane))

@@ -230,33 +230,37 @@ class CrewletControllers:
             children=children, secrets=secrets, unreadable_secrets=unreadable, data_claim=claim
         )
 
-    async def reconcile_company(self, request: Request) -> None:
+    async def reconcile_company(self, request: Request) -> Result | None:
         """Converge one Company."""
         company = self.cache.get(COMPANY, request.name, request.namespace)
         if company is None:
-            return  # deleted: owner references garbage-collect the children; claims stay
+            return None  # deleted: owner references garbage-collect the children; claims stay
         class_name = (company.get("spec") or {}).get("className", "")
         engine_class = self.cache.get(ENGINE_CLASS, class_name)
         ns = self.cache.get(NAMESPACE, request.namespace or "") or {}
         if is_being_deleted(ns):
-            return  # the namespace controller is deleting everything in it: do not fight it
+            return None  # the namespace controller is deleting everything in it: do not fight it
         ns_labels = labels(ns)
         observed = await self.observe(company, engine_class)
         plan = reconcile(company, engine_class, ns_labels, observed, self.facts)
-        await self.execute(company, engine_class, plan, observed)
+        return await self.execute(company, engine_class, plan, observed)
 
     async def execute(
         self, company: Object, engine_class: Object | None, plan: Plan, observed: Observed
-    ) -> None:
+    ) -> Result | None:
         """Write what the plan says, and nothing else.
 
         A child the API server refuses (a class field only it can judge, such as a toleration
         or a storage class name) refuses the company with ``InvalidClass`` and its message,
-        and leaves nothing half-written.
+        and leaves nothing half-written. The company is tried again after a growing backoff:
+        some refusals pass by themselves (a Service's "failed to allocate IP" while etcd is
+        away is a 422 too), and no event would announce it.
         """
+        retry: Result | None = None
         try:
             await self._write_children(plan, engine_class)
         except InvalidError as refused:
+            retry = Result(requeue=True)
             plan = refusal_plan(
                 company,
                 observed,
@@ -276,6 +280,7 @@ class CrewletControllers:
             meta = {"name": name(company), "namespace": namespace(company)}
             await self._write_status(COMPANY, meta, plan.status)
             self.status_echoes.wrote(f"{meta['namespace']}/{meta['name']}", plan.status)
+        return retry
 
     async def _write_children(self, plan: Plan, engine_class: Object | None) -> None:
         """Apply and delete the plan's children.

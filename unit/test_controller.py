@@ -85,6 +85,19 @@ async def test_requeue_after_schedules_a_delayed_add() -> None:
     assert await c.queue.get() == REQ  # arrives after the delay
 
 
+async def test_requeue_adds_again_after_a_backoff_that_grows() -> None:
+    c = make(Result(requeue=True), "unit-requeue-backoff")
+    await c.reconcile_once(REQ)
+    await c.reconcile_once(REQ)
+    assert total("unit-requeue-backoff", "requeue") == 2
+    assert c.queue.num_requeues(REQ) == 2  # kept, unlike after a success
+    assert await c.queue.get() == REQ
+    errors = metrics.REGISTRY.get_sample_value(
+        "controller_runtime_reconcile_errors_total", {"controller": "unit-requeue-backoff"}
+    )
+    assert not errors
+
+
 def test_handlers_map_objects_and_owners_and_respect_predicates() -> None:
     queue: RateLimitingQueue[Request] = RateLimitingQueue("unit-handlers")
     child = {

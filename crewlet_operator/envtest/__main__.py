@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import threading
 from pathlib import Path
 
 from crewlet_operator.envtest import ControlPlane
+from crewlet_operator.envtest.process import StopSignals
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,9 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = StopSignals()
 
     args.dir.mkdir(parents=True, exist_ok=True)
     with ControlPlane(args.dir.resolve(), workloads=args.workloads) as plane:

@@ -125,3 +125,24 @@ class ManagedProcess:
         except OSError:
             return f"no log at {self.log_path}"
         return f"last lines of {self.log_path}:\n" + "\n".join(text)
+
+
+class StopSignals:
+    """SIGINT and SIGTERM, noted from now on and waited for with :meth:`wait`.
+
+    A handler only lets the signal's number reach a pipe (``signal.set_wakeup_fd``), which
+    :meth:`wait` reads: setting a ``threading.Event`` from a handler instead deadlocks when the
+    signal lands while the main thread holds the Event's lock inside its own ``wait``. A signal
+    that came before :meth:`wait` makes it return at once. Main thread only.
+    """
+
+    def __init__(self) -> None:
+        self._read, write = os.pipe()
+        os.set_blocking(write, False)
+        signal.set_wakeup_fd(write)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: None)
+
+    def wait(self) -> None:
+        """Block until SIGINT or SIGTERM has arrived."""
+        os.read(self._read, 1)
