@@ -147,7 +147,7 @@ class OwnWrites(_UpdateFilter):
     each object the API server returned from a write to :meth:`wrote`; the one event that
     carries exactly that ``resourceVersion`` for that ``uid`` is dropped. Every other event
     passes, someone else's change included (it has another resourceVersion), as do resync
-    replays and relists.
+    replays.
 
     A written object is remembered until the next event for its uid arrives, and at most
     ``remember`` of them are (the oldest forgotten first): an echo can beat the write's own
