@@ -263,6 +263,40 @@ async def test_downgrade_is_refused_and_the_statefulset_left_alone(
     await eventually(rolled, message="StatefulSet on the newer engine")
 
 
+async def test_a_tag_pinned_by_digest_is_ordered_and_a_bare_digest_is_not(
+    running: Operator, kube_client: Client, namespace: str
+) -> None:
+    """ "Its tag is a semantic version, so the operator orders it": also when a digest pins it
+    (v0.3.0@sha256:a... then v0.2.0@sha256:b... is refused); an image named by a bare digest is
+    no semantic version and is accepted, unprotected."""
+    engine = "ghcr.io/crewlet/crewlet-operator/engine"
+    class_name = f"pin-{namespace}"
+    await kube_client.create(
+        ENGINE_CLASS,
+        engine_class(class_name, engine={"image": f"{engine}:v0.3.0@sha256:" + "a" * 64}),
+    )
+    await kube_client.create(COMPANY, company(namespace, "acme", class_name))
+    await wait_condition(kube_client, namespace, "acme", "Ready", "True", timeout=120)
+    status = (await kube_client.get(COMPANY, "acme", namespace))["status"]
+    assert (status["versionProtection"], status["highestEngineVersion"]) == ("Ordered", "0.3.0")
+
+    older = f"{engine}:v0.2.0@sha256:" + "b" * 64
+    await kube_client.patch(ENGINE_CLASS, class_name, {"spec": {"engine": {"image": older}}})
+    refused = await wait_condition(
+        kube_client, namespace, "acme", "Accepted", "False", reason="DowngradeRefused"
+    )
+    assert "0.3.0" in refused["message"]
+    data = await kube_client.get(STATEFUL_SET, "acme-data", namespace)
+    assert data["spec"]["template"]["spec"]["containers"][0]["image"].startswith(f"{engine}:v0.3.0")
+
+    bare = f"{engine}@sha256:" + "c" * 64
+    await kube_client.patch(ENGINE_CLASS, class_name, {"spec": {"engine": {"image": bare}}})
+    accepted = await wait_condition(kube_client, namespace, "acme", "Accepted", "True")
+    assert "DowngradeRefused does not protect this company" in accepted["message"]
+    status = (await kube_client.get(COMPANY, "acme", namespace))["status"]
+    assert status["versionProtection"] == "Unordered"
+
+
 async def test_suspend_resume_and_delete_keep_the_claim(
     running: Operator, kube_client: Client, namespace: str
 ) -> None:

@@ -1,9 +1,11 @@
 """Engine versions: which images the operator can order, and the high-water mark it keeps.
 
 The engine migrates its data forward only, so once a company has run a version, an older one
-must never start on its volume (DowngradeRefused). Only a semantic-version tag can be ordered: an
-image named by digest, by ``main`` or by a commit says nothing about which Crewlet commit is newer,
-so such images are reported as ``Unordered`` and are not protected.
+must never start on its volume (DowngradeRefused). An image is ordered by its tag when the tag is
+a semantic version, whether or not a digest follows it (``engine:v0.2.0@sha256:...``, the way a
+release is pinned): the tag is what says which release it is. An image with no such tag (a bare
+digest, ``main``, a commit) says nothing about which Crewlet commit is newer, so it is reported as
+``Unordered`` and is not protected.
 
 The mark is kept twice: in the Company's ``status.highestEngineVersion`` and as an annotation on
 the data claim, which outlives the Company (its retention policy is Retain), so a Company recreated
@@ -40,22 +42,22 @@ def parse_version(text: str | None) -> semver.Version | None:
 
 
 def image_tag(image: str) -> str | None:
-    """The tag of ``image``, or None when it has none or is pinned by digest.
+    """The tag of ``image``, or None when it has none (a bare digest has none).
 
-    A registry port (``registry:5000/crewlet``) is not a tag: only the last path segment is read.
-    An image with both a tag and a digest runs the digest, whatever the tag claims, so it counts
-    as pinned by digest.
+    A reference is ``name[:tag][@digest]`` (distribution/reference's grammar): the digest, if
+    any, is dropped first, so ``engine:v0.2.0@sha256:...`` has the tag ``v0.2.0``. A registry
+    port (``registry:5000/crewlet``) is not a tag: only the last path segment is read.
     """
-    if "@" in image:
-        return None
-    last = image.rsplit("/", 1)[-1]
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
     if ":" not in last:
         return None
     return last.split(":", 1)[1] or None
 
 
 def image_version(image: str) -> semver.Version | None:
-    """The semantic version ``image`` is tagged with, or None for a digest, ``main``, a commit."""
+    """The semantic version ``image`` is tagged with (a digest beside it or not), or None for a
+    bare digest, ``main`` or a commit."""
     return parse_version(image_tag(image))
 
 

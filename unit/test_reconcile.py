@@ -1045,6 +1045,23 @@ def test_a_lower_claim_annotation_is_raised_to_the_status_mark() -> None:
     assert plan.applies == []
 
 
+def test_a_tag_pinned_by_digest_is_still_ordered() -> None:
+    """``engine:v0.3.0@sha256:a...`` then ``engine:v0.2.0@sha256:b...`` is DowngradeRefused: the
+    tag orders the image whether or not a digest follows it (RELEASING.md pins releases so)."""
+    company = make_company()
+    engine = "ghcr.io/crewlet/crewlet-operator/engine"
+    newer = make_class(image=f"{engine}:v0.3.0@sha256:" + "a" * 64)
+    world = converge(company, newer, False)
+    assert world.status is not None
+    assert world.status["versionProtection"] == "Ordered"
+    assert world.status["highestEngineVersion"] == "0.3.0"
+    plan = plan_for(world, company, make_class(image=f"{engine}:v0.2.0@sha256:" + "b" * 64))
+    assert_touches_nothing(plan)
+    found = accepted(plan)
+    assert found["reason"] == "DowngradeRefused"
+    assert "older than 0.3.0" in found["message"]
+
+
 def test_digest_images_are_unordered_and_not_protected() -> None:
     company = make_company()
     world = converge(

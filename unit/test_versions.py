@@ -50,6 +50,9 @@ def test_a_leading_v_is_accepted_and_dropped_when_formatted() -> None:
         ("ghcr.io/crewlet/crewlet:1.4.0-rc.1", "1.4.0-rc.1"),
         ("registry:5000/crewlet:v2.0.0", "2.0.0"),
         ("crewlet:v0.10.0", "0.10.0"),
+        # Pinned by digest, as RELEASING.md advises: still ordered by its tag.
+        ("ghcr.io/crewlet/crewlet-operator/engine:v0.2.0@sha256:" + "1" * 64, "0.2.0"),
+        ("registry:5000/crewlet:v0.3.0@sha256:" + "a" * 64, "0.3.0"),
     ],
 )
 def test_semantic_version_tags_are_ordered(image: str, expected: str) -> None:
@@ -62,7 +65,7 @@ def test_semantic_version_tags_are_ordered(image: str, expected: str) -> None:
     [
         "ghcr.io/crewlet/crewlet:main",
         "ghcr.io/crewlet/crewlet@sha256:" + "0" * 64,
-        "ghcr.io/crewlet/crewlet-operator/engine:v0.2.0@sha256:" + "1" * 64,
+        "registry.example.com/crewlet:main@sha256:" + "1" * 64,
         "registry.example.com/crewlet:4e6414dc",
         "registry.example.com/crewlet:199b205ad571ef53c2b1c52d9cc7726ec0dc461f",
         "registry.example.com/crewlet:1234567",
