@@ -698,14 +698,13 @@ def _statefulset(
         "replicas": replicas,
         "serviceName": naming.headless_service(ctx.name, component),
         "selector": {"matchLabels": naming.selector(ctx.name, component)},
+        # Claims outlive their pods and the StatefulSet. Written on both components, though the
+        # seats have no claim: the manager's admission policy admits no StatefulSet without it.
+        "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
     }
     if component == SEATS:
         spec["podManagementPolicy"] = "Parallel"  # Disposable pods: start and stop together.
     else:
-        spec["persistentVolumeClaimRetentionPolicy"] = {
-            "whenDeleted": "Retain",
-            "whenScaled": "Retain",
-        }
         spec["volumeClaimTemplates"] = [_data_claim_template(ctx, desired.notes)]
     spec["template"] = {
         "metadata": {"labels": naming.labels(ctx.name, component), "annotations": annotations},
