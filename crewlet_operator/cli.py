@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -25,6 +26,30 @@ from reconcilers.plan import ClusterFacts
 
 SUPPORTED_MINOR = "37"
 """The Kubernetes minor the operator is tested against (the install page supports one)."""
+
+
+def served_minor(version: Mapping[str, Any]) -> str:
+    """The Kubernetes minor the API server behaves as, from its ``/version``.
+
+    An API server that emulates an older release (``--emulated-version``, KEP-4330) serves that
+    release's APIs and features, so its emulated minor counts, not its binary's. Providers append
+    ``+`` to the minor (``"37+"``), which says nothing about the API.
+    """
+    minor = version.get("emulationMinor") or version.get("minor") or ""
+    return str(minor).rstrip("+")
+
+
+def unsupported_kubernetes(version: Mapping[str, Any]) -> str | None:
+    """Why the server's Kubernetes is not the one the operator supports, or None."""
+    major = str(version.get("emulationMajor") or version.get("major") or "")
+    minor = served_minor(version)
+    if (major, minor) == ("1", SUPPORTED_MINOR):
+        return None
+    emulated = " (emulated)" if version.get("emulationMinor") else ""
+    return (
+        f"the API server serves Kubernetes {major}.{minor}{emulated}; the operator supports "
+        f"1.{SUPPORTED_MINOR} only, the minor its tests ran on"
+    )
 
 log = structlog.get_logger("crewlet_operator.cli")
 
@@ -100,9 +125,13 @@ async def run(args: argparse.Namespace) -> int:
     try:
         version = await client.server_version()
         log.info("connected", server=client.host, kubernetes=version.get("gitVersion"))
-        if str(version.get("minor", "")).rstrip("+") != SUPPORTED_MINOR:
+        unsupported = unsupported_kubernetes(version)
+        if unsupported is not None:
+            # A warning, not a refusal: the install page says such a cluster is unsupported,
+            # and an operator that stops on it would leave every company unmanaged.
             log.warning(
-                "unsupported Kubernetes minor; the operator is tested on 1.37 only",
+                "unsupported Kubernetes minor",
+                reason=unsupported,
                 kubernetes=version.get("gitVersion"),
             )
         manager = Manager(

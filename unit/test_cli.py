@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from crewlet_operator.cli import manager_options, parse_args
+import pytest
+
+from crewlet_operator.cli import manager_options, parse_args, unsupported_kubernetes
 
 
 def test_defaults_are_controller_runtimes() -> None:
@@ -52,3 +55,33 @@ def test_flags_reach_the_manager() -> None:
 def test_bare_boolean_flags_mean_true() -> None:
     assert manager_options(parse_args(["--leader-elect"])).leader_election is True
     assert manager_options(parse_args(["--metrics-secure"])).metrics_secure is True
+
+
+@pytest.mark.parametrize(
+    "version",
+    [
+        {"major": "1", "minor": "37", "gitVersion": "v1.37.2"},
+        {"major": "1", "minor": "37+", "gitVersion": "v1.37.2-gke.100"},
+        # A newer binary emulating 1.37 serves 1.37's APIs.
+        {"major": "1", "minor": "38", "emulationMajor": "1", "emulationMinor": "37"},
+    ],
+)
+def test_the_supported_minor_is_1_37_as_the_server_serves_it(version: dict[str, Any]) -> None:
+    assert unsupported_kubernetes(version) is None
+
+
+@pytest.mark.parametrize(
+    ("version", "served"),
+    [
+        ({"major": "1", "minor": "36", "gitVersion": "v1.36.4"}, "1.36;"),
+        ({"major": "1", "minor": "38+"}, "1.38;"),
+        ({"major": "1", "minor": "37", "emulationMajor": "1", "emulationMinor": "36"}, "1.36 "),
+        ({}, "."),
+    ],
+)
+def test_any_other_minor_is_unsupported(version: dict[str, Any], served: str) -> None:
+    """ "A cluster on any other minor is not supported." """
+    reason = unsupported_kubernetes(version)
+    assert reason is not None
+    assert f"serves Kubernetes {served}" in reason
+    assert "supports 1.37 only" in reason
