@@ -5,7 +5,10 @@ The policies are rendered from the chart with the real helm and applied as they 
 identities under test are bound to cluster-admin, so RBAC allows every write and only the policy
 decides. Writes are dry runs where they can be: policies are enforced on dry runs.
 
-The install page is the contract:
+The install page is the contract (and issue 13 the list of what a stolen manager token must not
+do to a company's data or traffic: delete or disown a claim, have the StatefulSet controller delete
+claims, mount another company's claim, or take traffic with a LoadBalancer, NodePort or
+externalIPs Service):
 
     "every object it writes, changes or deletes carries app.kubernetes.io/managed-by:
     crewlet-operator (a Secret it adopts may gain the label, with its data unchanged), every
@@ -73,6 +76,10 @@ ENGINE = {
     "crewlet.ai/company": "acme",
 }
 
+# Release names other than the chart's: one that Helm's usual name helper kept as it is (it holds
+# the chart's name, which unhooked the policy), one that ends with it, and the longest Helm takes.
+RELEASES = ["prod", "crewlet-operator-prod", "team-crewlet-operator", "r" * 53]
+
 Doc = dict[str, Any]
 ClientFor = Callable[[RestConfig], Client]
 T = TypeVar("T")
@@ -90,8 +97,14 @@ MANAGER_RULES = {
     "sts-privileged": "no privileged containers (containers, initContainers)",
     "pdb-selector": "a PodDisruptionBudget selects one company's engine pods",
     "netpol-selector": "a NetworkPolicy selects one company's engine pods",
+    "claim-never-deleted": "no PersistentVolumeClaim is ever deleted",
+    "claim-owners-kept": "no claim is given (or loses) an owner the garbage collector follows",
+    "sts-claims-retained": "every StatefulSet keeps its claims on delete and on scale-down",
+    "sts-no-claim-volumes": "no pod template mounts a persistentVolumeClaim volume",
+    "sts-claim-templates-data": "claim templates are named data (never another's claim)",
+    "service-cluster-ip": "every Service is ClusterIP or headless, without externalIPs",
     "manager-only": "the same writes by another ServiceAccount are unaffected",
-    "release-prefix": "a release's name prefix keeps the manager checked",
+    "release-prefix": "every release name keeps the manager checked (the chart name kept last)",
     "fullname-override": "a fullnameOverride that renames the ServiceAccount leaves it unchecked",
 }
 TENANT_RULES = {
@@ -247,10 +260,10 @@ def service_account(namespace: str, name: str, labelled: bool = True) -> Doc:
     return {"metadata": meta(namespace, name, labelled)}
 
 
-def service(namespace: str, name: str, labelled: bool = True) -> Doc:
+def service(namespace: str, name: str, labelled: bool = True, **spec: Any) -> Doc:
     return {
         "metadata": meta(namespace, name, labelled),
-        "spec": {"ports": [{"name": "api", "port": 8080}], "selector": ENGINE},
+        "spec": {"ports": [{"name": "api", "port": 8080}], "selector": ENGINE, **spec},
     }
 
 
@@ -261,7 +274,10 @@ def claim(namespace: str, name: str, labelled: bool = True) -> Doc:
     }
 
 
-def statefulset(namespace: str, name: str, labelled: bool = True, **pod: Any) -> Doc:
+def statefulset(
+    namespace: str, name: str, labelled: bool = True, *, sts: Doc | None = None, **pod: Any
+) -> Doc:
+    """An engine-shaped StatefulSet; ``pod`` sets pod-spec fields, ``sts`` StatefulSet-spec ones."""
     spec: Doc = {
         "serviceAccountName": "acme-engine",
         "containers": [{"name": "engine", "image": "ghcr.io/crewlet/crewlet:main"}],
@@ -274,8 +290,23 @@ def statefulset(namespace: str, name: str, labelled: bool = True, **pod: Any) ->
             "serviceName": name,
             "selector": {"matchLabels": ENGINE},
             "template": {"metadata": {"labels": ENGINE}, "spec": spec},
+            **(sts or {}),
         },
     }
+
+
+def retention(when_deleted: str, when_scaled: str) -> Doc:
+    return {
+        "persistentVolumeClaimRetentionPolicy": {
+            "whenDeleted": when_deleted,
+            "whenScaled": when_scaled,
+        }
+    }
+
+
+def claim_templates(*names: str) -> Doc:
+    spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "12Gi"}}}
+    return {"volumeClaimTemplates": [{"metadata": {"name": n}, "spec": spec} for n in names]}
 
 
 def pdb(namespace: str, name: str, selector: Doc | None = None, labelled: bool = True) -> Doc:
@@ -366,6 +397,32 @@ def violations(ns: str) -> list[tuple[str, str, Resource, Doc]]:
             pdb(ns, "v7", {"matchLabels": {"k8s-app": "kube-dns"}}),
         ),
         ("netpol-selector", "every-pod", r.NETWORK_POLICY, network_policy(ns, "v8", {})),
+        (
+            "sts-claims-retained",
+            "claims-deleted",
+            r.STATEFUL_SET,
+            statefulset(ns, "v9", sts=retention("Delete", "Retain")),
+        ),
+        (
+            "sts-no-claim-volumes",
+            "claim-volume",
+            r.STATEFUL_SET,
+            statefulset(
+                ns, "v10", volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "x"}}]
+            ),
+        ),
+        (
+            "sts-claim-templates-data",
+            "anothers-claim",
+            r.STATEFUL_SET,
+            statefulset(ns, "data", sts=claim_templates("data-acme")),
+        ),
+        (
+            "service-cluster-ip",
+            "load-balancer",
+            r.SERVICE,
+            service(ns, "v11", type="LoadBalancer"),
+        ),
     ]
 
 
@@ -435,7 +492,7 @@ async def manager_policy(
         MANAGER,
         "other",
         "platform-ops-controller-manager",
-        "prod-crewlet-operator-controller-manager",
+        *(f"{release[:46]}-{MANAGER}" for release in RELEASES),
     ]
     binding = "crewlet-policies-manager-admin"
     await cluster_admin(kube_client, binding, [sa_subject(RELEASE_NS, a) for a in accounts])
@@ -512,9 +569,16 @@ async def test_changes_and_deletes_only_objects_with_the_label(
     await admitted(
         "label-to-change-or-delete", merge_patch(manager, resource, "mine", namespace, note)
     )
-    await admitted(
-        "label-to-change-or-delete", manager.delete(resource, "mine", namespace, dry_run=True)
-    )
+    if resource == r.PERSISTENT_VOLUME_CLAIM:
+        await refused_by_manager_policy(
+            "claim-never-deleted",
+            manager.delete(resource, "mine", namespace, dry_run=True),
+            f"may never delete a PersistentVolumeClaim: PersistentVolumeClaim {namespace}/mine",
+        )
+    else:
+        await admitted(
+            "label-to-change-or-delete", manager.delete(resource, "mine", namespace, dry_run=True)
+        )
     # Dropping the label is a write without it.
     unlabel = {"metadata": {"labels": {"app.kubernetes.io/managed-by": None}}}
     await refused_by_manager_policy(
@@ -657,16 +721,19 @@ async def test_statefulset_pods_run_as_an_engine_service_account(
 async def test_statefulset_pods_stay_out_of_the_nodes_namespaces(
     manager: Client, namespace: str, field: str
 ) -> None:
+    def pod(on: bool) -> Doc:
+        return {field: on}
+
     await admitted(
         "sts-host-namespaces",
         manager.create(
-            r.STATEFUL_SET, statefulset(namespace, "acme-data", **{field: False}), dry_run=True
+            r.STATEFUL_SET, statefulset(namespace, "acme-data", **pod(False)), dry_run=True
         ),
     )
     await refused_by_manager_policy(
         "sts-host-namespaces",
         manager.create(
-            r.STATEFUL_SET, statefulset(namespace, "acme-data", **{field: True}), dry_run=True
+            r.STATEFUL_SET, statefulset(namespace, "acme-data", **pod(True)), dry_run=True
         ),
         "only with pods that do not use the node's network, PID or IPC namespaces",
     )
@@ -781,6 +848,205 @@ async def test_budgets_and_network_policies_select_one_companys_engine_pods(
         )
 
 
+@pytest_asyncio.fixture(loop_scope="session", params=["impersonation", "token"])
+async def held(
+    request: pytest.FixtureRequest,
+    kube_client: Client,
+    control_plane: ControlPlane,
+    client_for: ClientFor,
+    manager: Client,
+) -> Client:
+    """The manager, impersonated or with its ServiceAccount's own token (TokenRequest API)."""
+    if request.param == "impersonation":
+        return manager
+    if await kube_client.get_or_none(r.SERVICE_ACCOUNT, MANAGER, RELEASE_NS) is None:
+        await kube_client.create(
+            r.SERVICE_ACCOUNT, {"metadata": {"name": MANAGER, "namespace": RELEASE_NS}}
+        )
+    return client_for(control_plane.token_config(control_plane.request_token(RELEASE_NS, MANAGER)))
+
+
+async def test_a_claim_is_never_deleted_nor_given_an_owner(
+    kube_client: Client, held: Client, other: Client, namespace: str
+) -> None:
+    """A company's data outlives it: not even a labelled claim is deleted by the manager, and it
+    cannot hand a claim to an owner whose deletion would have the garbage collector delete it."""
+    claims = r.PERSISTENT_VOLUME_CLAIM
+    await kube_client.create(claims, claim(namespace, "data-acme-data-0"))
+    await refused_by_manager_policy(
+        "claim-never-deleted",
+        held.delete(claims, "data-acme-data-0", namespace, dry_run=True),
+        f"may never delete a PersistentVolumeClaim: PersistentVolumeClaim "
+        f"{namespace}/data-acme-data-0 holds a company's data",
+    )
+    # What the operator does write on it: the engine version's mark.
+    mark = {"metadata": {"annotations": {CLAIM_ANNOTATION: "0.2.0"}}}
+    await admitted(
+        "claim-owners-kept", merge_patch(held, claims, "data-acme-data-0", namespace, mark)
+    )
+    owner = await kube_client.create(
+        r.CONFIG_MAP, {"metadata": {"name": "doomed", "namespace": namespace}}
+    )
+    owned = {
+        "metadata": {
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "name": "doomed",
+                    "uid": owner["metadata"]["uid"],
+                }
+            ]
+        }
+    }
+    await refused_by_manager_policy(
+        "claim-owners-kept",
+        merge_patch(held, claims, "data-acme-data-0", namespace, owned),
+        f"may not change the owners of PersistentVolumeClaim {namespace}/data-acme-data-0",
+    )
+    # Someone else's owners are not removed by it either.
+    await kube_client.patch(claims, "data-acme-data-0", owned, namespace)
+    await refused_by_manager_policy(
+        "claim-owners-kept",
+        merge_patch(
+            held, claims, "data-acme-data-0", namespace, {"metadata": {"ownerReferences": None}}
+        ),
+        "may not change the owners of",
+    )
+    # Other users are not held.
+    await admitted("claim-never-deleted", other.delete(claims, "data-acme-data-0", namespace))
+
+
+async def test_a_statefulset_keeps_its_claims_on_delete_and_scale_down(
+    kube_client: Client, held: Client, namespace: str
+) -> None:
+    """ "the StatefulSet controller deletes the claims" of a StatefulSet whose retention policy
+    says Delete: the manager writes Retain, Retain or nothing, and deletes only such a one."""
+    for name, sts in (("explicit", retention("Retain", "Retain")), ("defaulted", None)):
+        written = await admitted(
+            "sts-claims-retained",
+            held.create(r.STATEFUL_SET, statefulset(namespace, name, sts=sts), dry_run=True),
+        )
+        assert written["spec"]["persistentVolumeClaimRetentionPolicy"] == {
+            "whenDeleted": "Retain",
+            "whenScaled": "Retain",
+        }
+    for deleted, scaled in (("Delete", "Retain"), ("Retain", "Delete"), ("Delete", "Delete")):
+        await refused_by_manager_policy(
+            "sts-claims-retained",
+            held.create(
+                r.STATEFUL_SET,
+                statefulset(namespace, "acme-data", sts=retention(deleted, scaled)),
+                dry_run=True,
+            ),
+            f"may write StatefulSet {namespace}/acme-data only if it keeps its claims: "
+            "persistentVolumeClaimRetentionPolicy whenDeleted Retain and whenScaled Retain, not "
+            f"whenDeleted {deleted} and whenScaled {scaled}",
+        )
+    # Turning Retain into Delete on one it wrote, then deleting it, is the attack: both refused.
+    await kube_client.create(r.STATEFUL_SET, statefulset(namespace, "acme-data"))
+    await refused_by_manager_policy(
+        "sts-claims-retained",
+        merge_patch(
+            held, r.STATEFUL_SET, "acme-data", namespace, {"spec": retention("Delete", "Delete")}
+        ),
+        "only if it keeps its claims",
+    )
+    await kube_client.create(
+        r.STATEFUL_SET, statefulset(namespace, "set-by-hand", sts=retention("Delete", "Retain"))
+    )
+    await refused_by_manager_policy(
+        "sts-claims-retained",
+        held.delete(r.STATEFUL_SET, "set-by-hand", namespace, dry_run=True),
+        f"may delete StatefulSet {namespace}/set-by-hand only if it keeps its claims",
+    )
+    await admitted(
+        "sts-claims-retained", held.delete(r.STATEFUL_SET, "acme-data", namespace, dry_run=True)
+    )
+
+
+async def test_a_pod_template_mounts_no_claim(held: Client, namespace: str) -> None:
+    """ "mount another company's claim into an engine-shaped pod": not by a claim volume in the
+    pod template, and not by a claim template whose claims are named like another's (a
+    StatefulSet named data with a template data-acme would get data-acme-data-0)."""
+    await admitted(
+        "sts-no-claim-volumes",
+        held.create(
+            r.STATEFUL_SET,
+            statefulset(
+                namespace,
+                "acme-data",
+                sts=claim_templates("data"),
+                volumes=[{"name": "scratch", "emptyDir": {}}],
+            ),
+            dry_run=True,
+        ),
+    )
+    volume = {"name": "theirs", "persistentVolumeClaim": {"claimName": "data-other-data-0"}}
+    await refused_by_manager_policy(
+        "sts-no-claim-volumes",
+        held.create(
+            r.STATEFUL_SET, statefulset(namespace, "acme-data", volumes=[volume]), dry_run=True
+        ),
+        f"may write StatefulSet {namespace}/acme-data only without persistentVolumeClaim "
+        "volumes in its pod template",
+    )
+    await admitted(
+        "sts-claim-templates-data",
+        held.create(
+            r.STATEFUL_SET,
+            statefulset(namespace, "other-data", sts=claim_templates("data")),
+            dry_run=True,
+        ),
+    )
+    for templates in (("data-acme",), ("data", "extra")):
+        await refused_by_manager_policy(
+            "sts-claim-templates-data",
+            held.create(
+                r.STATEFUL_SET,
+                statefulset(namespace, "data", sts=claim_templates(*templates)),
+                dry_run=True,
+            ),
+            f"may write StatefulSet {namespace}/data only with claim templates named data "
+            "(its claims are then data-data-<n>, never another's)",
+        )
+
+
+@pytest.mark.parametrize(
+    ("spec", "shown"),
+    [
+        ({"type": "LoadBalancer"}, "of type LoadBalancer"),
+        ({"type": "NodePort"}, "of type NodePort"),
+        ({"type": "ExternalName", "externalName": "evil.example.com"}, "of type ExternalName"),
+        ({"externalIPs": ["203.0.113.7"]}, "of type ClusterIP with externalIPs"),
+    ],
+    ids=["load-balancer", "node-port", "external-name", "external-ips"],
+)
+async def test_every_service_is_cluster_ip_without_external_ips(
+    held: Client, other: Client, namespace: str, spec: Doc, shown: str
+) -> None:
+    """Nothing the manager writes takes traffic from outside the cluster or for an address it
+    does not own."""
+    cluster_ip: list[tuple[str, Doc]] = [
+        ("acme-api", {"type": "ClusterIP"}),
+        ("acme-data", {"clusterIP": "None"}),
+    ]
+    for name, admitted_spec in cluster_ip:
+        await admitted(
+            "service-cluster-ip",
+            held.create(r.SERVICE, service(namespace, name, **admitted_spec), dry_run=True),
+        )
+    await refused_by_manager_policy(
+        "service-cluster-ip",
+        held.create(r.SERVICE, service(namespace, "acme-api", **spec), dry_run=True),
+        f"may write Service {namespace}/acme-api only of type ClusterIP (headless or not) and "
+        f"without externalIPs, not {shown}",
+    )
+    await admitted(
+        "manager-only", other.create(r.SERVICE, service(namespace, "x", **spec), dry_run=True)
+    )
+
+
 async def test_another_service_account_is_unaffected(
     manager: Client, other: Client, namespace: str
 ) -> None:
@@ -811,21 +1077,44 @@ async def test_the_managers_real_token_is_held_too(
     )
 
 
-async def test_a_release_name_prefix_keeps_the_manager_checked(
-    control_plane: ControlPlane, client_for: ClientFor, manager_policy: list[Doc], namespace: str
+@pytest.mark.parametrize("release", RELEASES, ids=lambda n: n if len(n) < 30 else "53-chars")
+async def test_every_release_name_keeps_the_manager_checked(
+    kube_client: Client,
+    control_plane: ControlPlane,
+    client_for: ClientFor,
+    manager: Client,
+    namespace: str,
+    release: str,
 ) -> None:
-    """A release named prod names its manager prod-crewlet-operator-controller-manager: the
-    policy still matches it by the end of its name."""
-    prod_docs = await helm_template({}, release="prod")
-    account = next(d for d in prod_docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
-    assert account == "prod-crewlet-operator-controller-manager"
-    prod = client_for(manager_identity(control_plane, account))
-    for rule, _, resource, obj in violations(namespace):
-        await refused_by_manager_policy(rule, prod.create(resource, obj, dry_run=True))
-    await refused_by_manager_policy(
-        "release-prefix", prod.create(r.SECRET, secret(namespace, "x", False), dry_run=True)
-    )
-    await admitted("release-prefix", prod.create(r.SECRET, secret(namespace, "x"), dry_run=True))
+    """ "the chart prefixes them with the release's name otherwise": a release named prod names
+    its manager prod-crewlet-operator-controller-manager, and so does one whose name holds the
+    chart's (crewlet-operator-prod-crewlet-operator-...), so the policy that release installs,
+    alone, holds its manager by the end of its name."""
+    docs = await helm_template({}, release=release)
+    account = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
+    assert account == f"{release[:46]}-{MANAGER}"
+    policy = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")["metadata"]["name"]
+    assert policy == f"{release[:46]}-{MANAGER_POLICY}"
+    held = client_for(manager_identity(control_plane, account))
+    await delete_policies(kube_client, MANAGER_POLICY)
+    await apply_policies(kube_client, docs, policy)
+    try:
+        await wait_manager_policy(held, policy, (MANAGER_POLICY,))
+        for rule, _, resource, obj in violations(namespace):
+            await denied(rule, held.create(resource, obj, dry_run=True), policy, "manager may")
+        await denied(
+            "release-prefix",
+            held.create(r.SECRET, secret(namespace, "x", False), dry_run=True),
+            policy,
+            "only with the label",
+        )
+        await admitted(
+            "release-prefix", held.create(r.SECRET, secret(namespace, "x"), dry_run=True)
+        )
+    finally:
+        await delete_policies(kube_client, policy)
+        await apply_policies(kube_client, await helm_template({}), MANAGER_POLICY)
+        await wait_manager_policy(manager, MANAGER_POLICY, (policy,))
 
 
 async def test_a_fullname_override_that_renames_the_manager_leaves_it_unchecked(

@@ -6,18 +6,23 @@ The chart's name, or nameOverride.
 {{- end }}
 
 {{/*
-The release's full name (the standard helper): fullnameOverride, else the release's name when it
-holds the chart's name, else <release>-<chart>. Every object name starts with it.
+The release's full name: fullnameOverride, else the chart's name for a release named as the chart
+(crewlet-operator), else <release>-<name> for every other release name, so that every object name
+ends with the chart's name. Helm's usual helper keeps a release name that merely contains the
+chart's name (crewlet-operator-prod) as it is, which would name the manager
+crewlet-operator-prod-controller-manager and unhook the manager's admission policy, which matches
+the end of that name. A long release name is cut from its end, never the chart's name.
 */}}
 {{- define "crewlet-operator.fullname" -}}
 {{- if .Values.fullnameOverride }}
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
 {{- else }}
-{{- $name := default .Chart.Name .Values.nameOverride }}
-{{- if contains $name .Release.Name }}
-{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- $name := default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- $room := int (sub 62 (len $name)) }}
+{{- if or (eq .Release.Name $name) (lt $room 1) }}
+{{- $name }}
 {{- else }}
-{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- printf "%s-%s" (.Release.Name | trunc $room | trimSuffix "-") $name }}
 {{- end }}
 {{- end }}
 {{- end }}
@@ -72,6 +77,18 @@ The metrics Service: a DNS label, so at most 63 characters (a long release name 
 {{- default (printf "%s-metrics-server-cert" (include "crewlet-operator.fullname" .)) .Values.certManager.secretName }}
 {{- end }}
 
+{{/*
+The ServiceMonitor's scraper: a ServiceAccount bound to the metrics-reader ClusterRole, and the
+Secret that holds its token.
+*/}}
+{{- define "crewlet-operator.metricsScraperName" -}}
+{{- printf "%s-metrics-scraper" (include "crewlet-operator.fullname" .) }}
+{{- end }}
+
+{{- define "crewlet-operator.metricsScraperSecret" -}}
+{{- printf "%s-token" (include "crewlet-operator.metricsScraperName" .) }}
+{{- end }}
+
 {{- define "crewlet-operator.tenantAccessName" -}}
 {{- printf "%s-tenant-access" (include "crewlet-operator.fullname" .) }}
 {{- end }}
@@ -122,5 +139,15 @@ Refusals, at render time, with a message that says why (`fail`). Included by val
 {{- end }}
 {{- if and $leaderElectOff (gt (int .Values.manager.replicas) 1) }}
 {{- fail (printf "manager.args turns leader election off (--leader-elect=false) with manager.replicas %d: every replica would reconcile at once and fight over the same objects. Keep leader election on (the default), or run one replica." (int .Values.manager.replicas)) }}
+{{- end }}
+{{- $pdb := .Values.manager.podDisruptionBudget }}
+{{- if $pdb.enabled }}
+{{- $max := not (kindIs "invalid" $pdb.maxUnavailable) }}
+{{- $min := not (kindIs "invalid" $pdb.minAvailable) }}
+{{- if and $max $min }}
+{{- fail (printf "manager.podDisruptionBudget sets both maxUnavailable (%v) and minAvailable (%v), and a PodDisruptionBudget takes only one of them. Set the other to null (for example --set manager.podDisruptionBudget.maxUnavailable=null)." $pdb.maxUnavailable $pdb.minAvailable) }}
+{{- else if not (or $max $min) }}
+{{- fail "manager.podDisruptionBudget.enabled needs maxUnavailable or minAvailable: set one of them, or set manager.podDisruptionBudget.enabled to false." }}
+{{- end }}
 {{- end }}
 {{- end }}
