@@ -63,9 +63,10 @@ run: venv bins ## Control plane + CRDs + the operator + a sample company (Ready)
 	RUN_DIR=$(RUN_DIR) $(BIN)/python hack/demo.py
 
 .PHONY: manifests
-manifests: venv ## Regenerate the CRDs (manifests/crds and the chart's copies) from the pydantic models
+manifests: venv ## Regenerate the CRDs (manifests/crds and the chart's copies) from the pydantic models, the chart's schema and README
 	$(BIN)/python -m crewlet_operator.api manifests/crds
 	$(BIN)/python hack/chart_crds.py
+	$(BIN)/python hack/chart_schema.py
 	$(BIN)/python hack/chart_readme.py
 
 .PHONY: build-installer

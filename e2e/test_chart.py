@@ -13,12 +13,16 @@ shown here is that every object is accepted, not that the image runs.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import importlib.util
 import json
 import os
+import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -32,6 +36,7 @@ from crewlet_operator.errors import ForbiddenError, InvalidError, NotFoundError
 from crewlet_operator.kube import resources as r
 from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.config import RestConfig
+from crewlet_operator.serving import DelegatingAuth, UserInfo
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "crewlet-operator"
@@ -44,8 +49,19 @@ Doc = dict[str, Any]
 ClientFor = Callable[[RestConfig], Client]
 
 PROVISIONER_NS = "chart-platform"
+SCRAPER = "crewlet-operator-metrics-scraper"
+MONITOR = "crewlet-operator-controller-manager-metrics-monitor"
+SERVICE_MONITOR = r.Resource("monitoring.coreos.com", "v1", "ServiceMonitor", "servicemonitors")
 ALL_FEATURES: dict[str, Any] = {
-    "prometheus": {"enabled": True},
+    "prometheus": {
+        "enabled": True,
+        "serviceMonitor": {
+            "labels": {"release": "kube-prometheus-stack"},
+            "interval": "30s",
+            "scrapeTimeout": "10s",
+        },
+    },
+    "networkPolicy": {"enabled": True},
     "certManager": {"enabled": True},
     "rbac": {"helpers": {"enabled": True}},
     "tenantProvisioner": {
@@ -119,36 +135,29 @@ async def adopt_crds(client: Client, tools: Tools) -> None:
     await install_crds(client, crds, field_manager="chart-test")
 
 
-SERVICE_MONITOR_CRD: Doc = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
-    "spec": {
-        "group": "monitoring.coreos.com",
-        "scope": "Namespaced",
-        "names": {
-            "plural": "servicemonitors",
-            "singular": "servicemonitor",
-            "kind": "ServiceMonitor",
-            "listKind": "ServiceMonitorList",
-        },
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                        },
-                    }
-                },
-            }
-        ],
-    },
-}
+def _load_hack(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "hack" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+chart_schema = _load_hack("chart_schema")
+
+
+def service_monitor_crd() -> Doc:
+    """prometheus-operator's own ServiceMonitor CRD, which `make bins` fetches: the rendered
+    ServiceMonitor is checked against its real schema, not a stand-in that accepts anything."""
+    crds = [
+        d
+        for d in yaml.safe_load_all(binaries.find("prometheus-operator-crds.yaml").read_text())
+        if d and d["metadata"]["name"] == "servicemonitors.monitoring.coreos.com"
+    ]
+    assert len(crds) == 1, "no ServiceMonitor CRD in prometheus-operator-crds.yaml"
+    crd: Doc = crds[0]
+    return crd
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
@@ -160,17 +169,17 @@ async def tools(
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
 async def cluster(kube_client: Client, tools: Tools) -> AsyncIterator[Client]:
-    """The release's namespace, the chart's CRDs and - since the Prometheus Operator is not
-    installed - a minimal ServiceMonitor CRD (spec unchecked), removed afterwards."""
+    """The release's namespace, the chart's CRDs and prometheus-operator's ServiceMonitor CRD
+    (the operator itself is not installed), removed afterwards."""
     with contextlib.suppress(Exception):
         await kube_client.create(r.NAMESPACE, {"metadata": {"name": RELEASE_NS}})
     with contextlib.suppress(Exception):
         await kube_client.create(r.NAMESPACE, {"metadata": {"name": PROVISIONER_NS}})
     await adopt_crds(kube_client, tools)
-    monitor = SERVICE_MONITOR_CRD["metadata"]["name"]
+    crd = service_monitor_crd()
+    monitor = crd["metadata"]["name"]
     created_monitor = await kube_client.get_or_none(r.CUSTOM_RESOURCE_DEFINITION, monitor) is None
-    if created_monitor:
-        await install_crds(kube_client, [SERVICE_MONITOR_CRD])
+    await install_crds(kube_client, [crd])
     yield kube_client
     if created_monitor:
         with contextlib.suppress(NotFoundError):
@@ -180,28 +189,63 @@ async def cluster(kube_client: Client, tools: Tools) -> AsyncIterator[Client]:
             await kube_client.delete(r.NAMESPACE, ns)
 
 
+DRY_RUN = (
+    "apply",
+    "--server-side",
+    "--force-conflicts",
+    "--dry-run=server",
+    "--validate=strict",
+    "--field-manager=chart-dry-run",
+    "-f",
+    "-",
+)
+
+
 @pytest.mark.parametrize("values", [{}, ALL_FEATURES], ids=["default", "all-features"])
 async def test_render_is_accepted_by_a_server_side_dry_run(
     cluster: Client, tools: Tools, values: dict[str, Any]
 ) -> None:
+    """Strict field validation: a field the API server (or a CRD's schema) does not know fails
+    the apply instead of being dropped."""
     docs = await tools.template(values)
-    text = yaml.safe_dump_all(docs)
-    out = await tools.kubectl(
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "--dry-run=server",
-        "--field-manager=chart-dry-run",
-        "-f",
-        "-",
-        stdin=text,
-    )
+    out = await tools.kubectl(*DRY_RUN, stdin=yaml.safe_dump_all(docs))
     applied = [line for line in out.splitlines() if line.endswith("(server dry run)")]
     assert len(applied) == len(docs), out
     kinds = {d["kind"] for d in docs}
     assert {"Deployment", "ValidatingAdmissionPolicy", "CustomResourceDefinition"} <= kinds
     if values:
-        assert {"ServiceMonitor", "ValidatingAdmissionPolicyBinding"} <= kinds
+        assert {"ServiceMonitor", "ValidatingAdmissionPolicyBinding", "NetworkPolicy"} <= kinds
+
+
+async def test_the_service_monitor_holds_to_prometheus_operators_crd(
+    cluster: Client, tools: Tools
+) -> None:
+    crd = await cluster.get(r.CUSTOM_RESOURCE_DEFINITION, "servicemonitors.monitoring.coreos.com")
+    assert crd["metadata"]["annotations"]["operator.prometheus.io/version"] == "0.94.0"
+    docs = await tools.template(ALL_FEATURES)
+    [monitor] = [d for d in docs if d["kind"] == "ServiceMonitor"]
+    out = await tools.kubectl(*DRY_RUN, stdin=yaml.safe_dump(monitor))
+    assert f"servicemonitor.monitoring.coreos.com/{MONITOR} serverside-applied" in out, out
+    # The CRD's schema is checked: a misspelt endpoint field is refused, not dropped.
+    monitor["spec"]["endpoints"][0]["bearerTokenFil"] = "/var/run/secrets/token"
+    code, out, err = await tools.run(
+        str(binaries.find("kubectl")), *DRY_RUN, stdin=yaml.safe_dump(monitor)
+    )
+    assert code != 0, out
+    assert ".spec.endpoints[0].bearerTokenFil: field not declared in schema" in err, err
+
+
+async def test_values_schema_defs_are_the_api_servers_own(kube_client: Client) -> None:
+    """The Kubernetes-typed part of values.schema.json (hack/chart_schema.py) is what the API
+    server we test on serves, converted by the same function: it cannot drift from it."""
+    documents = {
+        path: await kube_client.request("GET", f"/openapi/v3/{path}")
+        for path in chart_schema.DOCUMENTS
+    }
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["$defs"] == chart_schema.definitions(documents), (
+        "values.schema.json's $defs are stale: run `python hack/chart_schema.py`"
+    )
 
 
 async def helm_install(tools: Tools, values: dict[str, Any]) -> str:
@@ -231,6 +275,14 @@ async def test_helm_install_then_uninstall_keeps_the_crds_and_the_companies(
         await helm_install(tools, {})
         deployment = await cluster.get(r.DEPLOYMENT, MANAGER, RELEASE_NS)
         assert deployment["status"].get("readyReplicas") == 2  # kwok's Ready pods
+
+        # The disruption controller counts exactly the manager's two pods under the budget.
+        async def budget_counts_the_replicas() -> bool:
+            budget = await cluster.get(r.POD_DISRUPTION_BUDGET, MANAGER, RELEASE_NS)
+            status = budget.get("status") or {}
+            return (status.get("expectedPods"), status.get("currentHealthy")) == (2, 2)
+
+        await eventually(budget_counts_the_replicas, message="the PodDisruptionBudget counts 2")
         assert await cluster.get(r.SERVICE_ACCOUNT, MANAGER, RELEASE_NS)
         assert await cluster.get(r.VALIDATING_ADMISSION_POLICY, "crewlet-operator-manager-writes")
         assert await cluster.get(r.CLUSTER_ROLE, "crewlet-operator-crewlet-edit")
@@ -303,15 +355,39 @@ async def test_all_features_install(installed: Client) -> None:
     }
     for resource, name in names:
         assert await installed.get(resource, name)
-    monitor = r.Resource("monitoring.coreos.com", "v1", "ServiceMonitor", "servicemonitors")
-    got = await installed.get(
-        monitor, "crewlet-operator-controller-manager-metrics-monitor", RELEASE_NS
-    )
-    assert got["spec"]["endpoints"][0]["tlsConfig"]["ca"]["secret"]["name"] == (
-        "crewlet-operator-metrics-server-cert"
-    )
+    got = await installed.get(SERVICE_MONITOR, MONITOR, RELEASE_NS)
+    endpoint = got["spec"]["endpoints"][0]
+    assert endpoint["tlsConfig"]["ca"]["secret"]["name"] == "crewlet-operator-metrics-server-cert"
+    assert endpoint["authorization"]["credentials"] == {"name": f"{SCRAPER}-token", "key": "token"}
+    assert got["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     deployment = await installed.get(r.DEPLOYMENT, MANAGER, RELEASE_NS)
     assert deployment["status"].get("readyReplicas") == 2
+
+
+async def test_the_scraper_token_may_get_metrics(installed: Client) -> None:
+    """Kubernetes fills the scraper's Secret with a token that authenticates as the scraper and
+    may get /metrics: the TokenReview and SubjectAccessReview the manager's metrics endpoint
+    makes, with the manager's own code."""
+
+    async def token() -> str:
+        secret = await installed.get(r.SECRET, f"{SCRAPER}-token", RELEASE_NS)
+        return base64.b64decode((secret.get("data") or {}).get("token", "")).decode()
+
+    scraper_token = await eventually(token, message="the token controller fills the Secret")
+    auth = DelegatingAuth(installed)
+    user = await auth.authenticate(scraper_token)
+    assert user is not None
+    assert user.username == f"system:serviceaccount:{RELEASE_NS}:{SCRAPER}"
+    assert await auth.authorize(user, "get", "/metrics")
+    # The binding grants it, not something every ServiceAccount has: the manager may not.
+    manager = UserInfo(
+        username=f"system:serviceaccount:{RELEASE_NS}:{MANAGER}",
+        uid="",
+        groups=("system:serviceaccounts", f"system:serviceaccounts:{RELEASE_NS}"),
+        extra={},
+    )
+    assert not await auth.authorize(manager, "get", "/metrics")
+    assert await auth.authenticate(scraper_token[:-4] + "AAAA") is None
 
 
 def labelled_secret(namespace: str, name: str) -> Doc:

@@ -34,7 +34,15 @@ Doc = dict[str, Any]
 Values = dict[str, Any]
 
 ALL_FEATURES: Values = {
-    "prometheus": {"enabled": True},
+    "prometheus": {
+        "enabled": True,
+        "serviceMonitor": {
+            "labels": {"release": "kube-prometheus-stack"},
+            "interval": "30s",
+            "scrapeTimeout": "10s",
+        },
+    },
+    "networkPolicy": {"enabled": True},
     "certManager": {"enabled": True},
     "rbac": {"helpers": {"enabled": True}},
     "tenantProvisioner": {
@@ -58,6 +66,7 @@ def _load_hack(name: str) -> ModuleType:
 
 
 chart_crds = _load_hack("chart_crds")
+chart_schema = _load_hack("chart_schema")
 
 
 def helm(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
@@ -87,7 +96,9 @@ def values_file(tmp_path: Path) -> Callable[[Values], Path]:
 def render(values_file: Callable[[Values], Path]) -> Callable[..., list[Doc]]:
     """``helm template`` the chart; the documents it renders."""
 
-    def run(values: Values | None = None, release: str = RELEASE) -> list[Doc]:
+    def run(
+        values: Values | None = None, release: str = RELEASE, sets: tuple[str, ...] = ()
+    ) -> list[Doc]:
         result = helm(
             "template",
             release,
@@ -96,6 +107,7 @@ def render(values_file: Callable[[Values], Path]) -> Callable[..., list[Doc]]:
             NAMESPACE,
             "--values",
             str(values_file(values or {})),
+            *(arg for value in sets for arg in ("--set", value)),
         )
         assert result.returncode == 0, result.stderr
         return [d for d in yaml.safe_load_all(result.stdout) if d]
@@ -190,6 +202,8 @@ DEFAULT_OBJECTS = {
     ("ClusterRole", "crewlet-operator-crewlet-view"),
     ("Service", "crewlet-operator-controller-manager-metrics-service"),
     ("Deployment", "crewlet-operator-controller-manager"),
+    # Two replicas by default: a node drain evicts one at a time.
+    ("PodDisruptionBudget", "crewlet-operator-controller-manager"),
     # "the chart ... also install[s] a ValidatingAdmissionPolicy, crewlet-operator-manager-writes"
     ("ValidatingAdmissionPolicy", "crewlet-operator-manager-writes"),
     ("ValidatingAdmissionPolicyBinding", "crewlet-operator-manager-writes"),
@@ -197,6 +211,11 @@ DEFAULT_OBJECTS = {
 
 FEATURE_OBJECTS = {
     ("ServiceMonitor", "crewlet-operator-controller-manager-metrics-monitor"),
+    # The ServiceMonitor's scraper: its token, and the metrics-reader role.
+    ("ServiceAccount", "crewlet-operator-metrics-scraper"),
+    ("Secret", "crewlet-operator-metrics-scraper-token"),
+    ("ClusterRoleBinding", "crewlet-operator-metrics-scraper"),
+    ("NetworkPolicy", "crewlet-operator-controller-manager"),
     # "rbac.helpers.enabled: Per-kind admin, editor and viewer ClusterRoles"
     ("ClusterRole", "crewlet-operator-company-admin-role"),
     ("ClusterRole", "crewlet-operator-company-editor-role"),
@@ -213,17 +232,33 @@ FEATURE_OBJECTS = {
 }
 
 
+NAMESPACED_KINDS = {
+    "ServiceAccount",
+    "Secret",
+    "Role",
+    "RoleBinding",
+    "Service",
+    "Deployment",
+    "PodDisruptionBudget",
+    "NetworkPolicy",
+    "ServiceMonitor",
+}
+
+
 def test_default_render_has_exactly_the_pages_objects(render: Callable[..., list[Doc]]) -> None:
     docs = render()
     assert names(docs) == DEFAULT_OBJECTS
     for doc in docs:
-        if doc["kind"] in ("ServiceAccount", "Role", "RoleBinding", "Service", "Deployment"):
+        if doc["kind"] in NAMESPACED_KINDS:
             assert doc["metadata"]["namespace"] == NAMESPACE, doc["metadata"]
 
 
 def test_every_optional_feature_adds_its_objects(render: Callable[..., list[Doc]]) -> None:
     docs = render(ALL_FEATURES)
     assert names(docs) == DEFAULT_OBJECTS | FEATURE_OBJECTS
+    for doc in docs:
+        if doc["kind"] in NAMESPACED_KINDS:
+            assert doc["metadata"]["namespace"] == NAMESPACE, doc["metadata"]
 
 
 @pytest.mark.parametrize("values", [{}, ALL_FEATURES], ids=["default", "all-features"])
@@ -241,14 +276,31 @@ def test_helm_lint_strict_passes(values: Values, values_file: Callable[[Values],
     assert "0 chart(s) failed" in result.stdout
 
 
-def test_another_release_name_prefixes_every_name(render: Callable[..., list[Doc]]) -> None:
-    """The page: "the chart prefixes them with the release's name otherwise" (standard fullname)."""
-    docs = render(ALL_FEATURES, release="prod")
-    expected = {
-        (kind, name if kind == "CustomResourceDefinition" else f"prod-{name}")
-        for kind, name in DEFAULT_OBJECTS | FEATURE_OBJECTS
-    }
+# Release names that Helm's usual helper would have shortened (a name that contains the chart's
+# name was used as it is, unhooking the manager's policy), and the longest name Helm accepts.
+RELEASE_NAMES = ["prod", "crewlet-operator-prod", "team-crewlet-operator", "x" * 53]
+
+
+@pytest.mark.parametrize("release", RELEASE_NAMES, ids=lambda n: n if len(n) < 30 else "53-chars")
+def test_another_release_name_prefixes_every_name(
+    render: Callable[..., list[Doc]], release: str
+) -> None:
+    """The page: "the chart prefixes them with the release's name otherwise", so the manager's
+    ServiceAccount always ends with crewlet-operator-controller-manager, which the policy
+    matches."""
+    docs = render(ALL_FEATURES, release=release)
+    prefix = f"{release[: 62 - len(RELEASE)]}-"
+
+    def prefixed(kind: str, name: str) -> str:
+        if kind == "CustomResourceDefinition":
+            return name
+        # A Service's name is a DNS label: at most 63 characters.
+        return f"{prefix}{name}"[:63].rstrip("-") if kind == "Service" else f"{prefix}{name}"
+
+    expected = {(kind, prefixed(kind, name)) for kind, name in DEFAULT_OBJECTS | FEATURE_OBJECTS}
     assert names(docs) == expected
+    account = one(docs, "ServiceAccount", f"{prefix}crewlet-operator-controller-manager")
+    assert account["metadata"]["name"].endswith("crewlet-operator-controller-manager")
 
 
 def test_fullname_override_renames_every_object_and_the_policy_keeps_its_match(
@@ -278,10 +330,10 @@ def test_fullname_override_renames_every_object_and_the_policy_keeps_its_match(
 def test_notes_warn_when_an_override_leaves_the_manager_unchecked(
     values_file: Callable[[Values], Path],
 ) -> None:
-    def notes(values: Values) -> str:
+    def notes(values: Values, release: str = RELEASE) -> str:
         result = helm(
             "install",
-            RELEASE,
+            release,
             str(CHART),
             "--dry-run=client",
             "--namespace",
@@ -293,9 +345,21 @@ def test_notes_warn_when_an_override_leaves_the_manager_unchecked(
         return " ".join(result.stdout.split("NOTES:", 1)[1].split())
 
     assert "WARNING" not in notes({})
+    for release in RELEASE_NAMES:
+        assert "WARNING" not in notes({}, release)
+    # An override that keeps the ending keeps the manager checked.
+    assert "WARNING" not in notes({"nameOverride": "crewlet-operator", "fullnameOverride": ""})
+    assert "WARNING" not in notes({"fullnameOverride": "team-a-crewlet-operator"})
     warned = notes({"fullnameOverride": "platform-ops"})
     assert (
-        "WARNING: the manager's ServiceAccount platform-ops-controller-manager does not end with "
+        "WARNING: fullnameOverride (platform-ops) names the manager's ServiceAccount "
+        "platform-ops-controller-manager, which does not end with "
+        "crewlet-operator-controller-manager" in warned
+    )
+    warned = notes({"nameOverride": "crew"})
+    assert (
+        "WARNING: nameOverride (crew) names the manager's ServiceAccount "
+        "crewlet-operator-crew-controller-manager, which does not end with "
         "crewlet-operator-controller-manager" in warned
     )
 
@@ -317,7 +381,26 @@ def test_values_yaml_has_the_pages_values_and_defaults() -> None:
     anti = manager["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert anti[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     assert (values["metrics"]["enabled"], values["metrics"]["secure"]) == (True, True)
+    assert manager["podSecurityContext"]["runAsUser"] == 65532  # the image's USER
+    assert manager["podSecurityContext"]["runAsGroup"] == 65532
+    assert manager["tmpSizeLimit"] == "64Mi"
+    assert manager["podDisruptionBudget"] == {"enabled": True, "maxUnavailable": 1}
+    [spread] = manager["topologySpreadConstraints"]
+    assert (spread["maxSkew"], spread["topologyKey"], spread["whenUnsatisfiable"]) == (
+        1,
+        "kubernetes.io/hostname",
+        "ScheduleAnyway",
+    )
     assert values["prometheus"]["enabled"] is False
+    assert values["prometheus"]["serviceMonitor"] == {
+        "labels": {},
+        "interval": "",
+        "scrapeTimeout": "",
+    }
+    assert values["networkPolicy"]["enabled"] is False
+    assert values["networkPolicy"]["metricsFrom"] == [
+        {"namespaceSelector": {"matchLabels": {"metrics": "enabled"}}}
+    ]
     assert values["certManager"]["enabled"] is False
     assert values["rbac"]["helpers"]["enabled"] is False
     assert "namespaced" not in values["rbac"]
@@ -366,6 +449,8 @@ def test_deployment_renders_the_defaults(render: Callable[..., list[Doc]]) -> No
     # The restricted Pod Security Standard.
     assert spec["securityContext"] == {
         "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
     assert container["securityContext"] == {
@@ -375,6 +460,7 @@ def test_deployment_renders_the_defaults(render: Callable[..., list[Doc]]) -> No
     }
     # The read-only root filesystem needs a writable /tmp for the self-signed metrics cert.
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}} in spec["volumes"]
     # "graceful shutdown drains reconciles": longer than the manager's 30 s drain.
     assert spec["terminationGracePeriodSeconds"] > 30
     # "The replicas prefer separate nodes": the anti-affinity selects the replicas' own pods.
@@ -443,6 +529,14 @@ def test_prometheus_and_cert_manager(render: Callable[..., list[Doc]]) -> None:
         "/metrics",
     )
     assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+    # The scraper's token, not Prometheus' own (bearerTokenFile is deprecated).
+    assert endpoint["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": "crewlet-operator-metrics-scraper-token", "key": "token"},
+    }
+    assert "bearerTokenFile" not in endpoint
+    # Empty interval and scrapeTimeout: Prometheus' own defaults.
+    assert "interval" not in endpoint and "scrapeTimeout" not in endpoint
 
     docs = render({"prometheus": {"enabled": True}, "certManager": {"enabled": True}})
     tls = one(docs, "ServiceMonitor", monitor_name)["spec"]["endpoints"][0]["tlsConfig"]
@@ -471,6 +565,207 @@ def test_prometheus_and_cert_manager(render: Callable[..., list[Doc]]) -> None:
         "spec"
     ]
     assert any(v.get("secret", {}).get("secretName") == "my-cert" for v in spec["volumes"])
+
+
+def test_service_monitor_labels_interval_and_timeout(render: Callable[..., list[Doc]]) -> None:
+    docs = render(ALL_FEATURES)
+    monitor = one(docs, "ServiceMonitor", "crewlet-operator-controller-manager-metrics-monitor")
+    labels = monitor["metadata"]["labels"]
+    assert labels["release"] == "kube-prometheus-stack"
+    assert labels["app.kubernetes.io/name"] == "crewlet-operator"  # the chart's labels stay
+    endpoint = monitor["spec"]["endpoints"][0]
+    assert (endpoint["interval"], endpoint["scrapeTimeout"]) == ("30s", "10s")
+    # The chart's labels win: a label of the same key does not make a second key.
+    clash = render(
+        {
+            "prometheus": {
+                "enabled": True,
+                "serviceMonitor": {"labels": {"app.kubernetes.io/name": "x"}},
+            }
+        }
+    )
+    monitor = one(clash, "ServiceMonitor", "crewlet-operator-controller-manager-metrics-monitor")
+    assert monitor["metadata"]["labels"]["app.kubernetes.io/name"] == "crewlet-operator"
+
+
+def test_metrics_scraper_holds_a_token_bound_to_the_metrics_reader(
+    render: Callable[..., list[Doc]],
+) -> None:
+    docs = render({"prometheus": {"enabled": True}})
+    account = one(docs, "ServiceAccount", "crewlet-operator-metrics-scraper")
+    assert account["automountServiceAccountToken"] is False  # no pod runs as it
+    secret = one(docs, "Secret", "crewlet-operator-metrics-scraper-token")
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    assert secret["metadata"]["annotations"] == {
+        "kubernetes.io/service-account.name": "crewlet-operator-metrics-scraper"
+    }
+    assert "data" not in secret and "stringData" not in secret  # the token controller fills it
+    binding = one(docs, "ClusterRoleBinding", "crewlet-operator-metrics-scraper")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "crewlet-operator-metrics-reader",
+    }
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": "crewlet-operator-metrics-scraper",
+            "namespace": NAMESPACE,
+        }
+    ]
+    assert rules_of(one(docs, "ClusterRole", "crewlet-operator-metrics-reader")) == {
+        ("", "/metrics", "get")
+    }
+
+    # Plain HTTP asks for no token: no scraper, no authorization.
+    plain = render({"prometheus": {"enabled": True}, "metrics": {"secure": False}})
+    assert not {n for _, n in names(plain)} & {
+        "crewlet-operator-metrics-scraper",
+        "crewlet-operator-metrics-scraper-token",
+    }
+    endpoint = one(plain, "ServiceMonitor", "crewlet-operator-controller-manager-metrics-monitor")[
+        "spec"
+    ]["endpoints"][0]
+    assert endpoint["scheme"] == "http"
+    assert "authorization" not in endpoint and "tlsConfig" not in endpoint
+    assert ("ServiceAccount", "crewlet-operator-metrics-scraper") not in names(render())
+
+
+def deployment_selector(docs: list[Doc]) -> dict[str, str]:
+    deployment = one(docs, "Deployment", "crewlet-operator-controller-manager")
+    selector: dict[str, str] = deployment["spec"]["selector"]["matchLabels"]
+    return selector
+
+
+def test_pod_disruption_budget_selects_exactly_the_managers_pods(
+    render: Callable[..., list[Doc]],
+) -> None:
+    docs = render()
+    budget = one(docs, "PodDisruptionBudget", "crewlet-operator-controller-manager")
+    assert budget["apiVersion"] == "policy/v1"
+    assert budget["spec"] == {
+        "maxUnavailable": 1,
+        "selector": {"matchLabels": deployment_selector(docs)},
+    }
+    assert deployment_selector(docs) == {
+        "app.kubernetes.io/name": "crewlet-operator",
+        "app.kubernetes.io/instance": RELEASE,
+        "app.kubernetes.io/component": "controller-manager",
+    }
+
+    percent = render({"manager": {"podDisruptionBudget": {"maxUnavailable": "50%"}}})
+    spec = one(percent, "PodDisruptionBudget", "crewlet-operator-controller-manager")["spec"]
+    assert spec["maxUnavailable"] == "50%"
+    minimum = render(
+        {"manager": {"replicas": 3}},
+        sets=(
+            "manager.podDisruptionBudget.maxUnavailable=null",
+            "manager.podDisruptionBudget.minAvailable=2",
+        ),
+    )
+    spec = one(minimum, "PodDisruptionBudget", "crewlet-operator-controller-manager")["spec"]
+    assert spec["minAvailable"] == 2 and "maxUnavailable" not in spec
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{"manager": {"replicas": 1}}, {"manager": {"podDisruptionBudget": {"enabled": False}}}],
+    ids=["one-replica", "disabled"],
+)
+def test_no_pod_disruption_budget(render: Callable[..., list[Doc]], values: Values) -> None:
+    """One replica has nothing to keep up: a budget would only block a node's drain."""
+    assert "PodDisruptionBudget" not in {kind for kind, _ in names(render(values))}
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        ("manager.affinity=null",),
+        (
+            "manager.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+            ".nodeSelectorTerms[0].matchExpressions[0].key=pool",
+            "manager.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+            ".nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+            "manager.affinity.podAntiAffinity=null",
+        ),
+    ],
+    ids=["affinity-null", "other-affinity"],
+)
+def test_topology_spread_survives_an_affinity_override(
+    render: Callable[..., list[Doc]], sets: tuple[str, ...]
+) -> None:
+    docs = render(sets=sets)
+    deployment = one(docs, "Deployment", "crewlet-operator-controller-manager")
+    pod = deployment["spec"]["template"]
+    assert "podAntiAffinity" not in pod["spec"].get("affinity", {})
+    [spread] = pod["spec"]["topologySpreadConstraints"]
+    assert spread == {
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": deployment_selector(docs)},
+    }
+    assert spread["labelSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+
+
+def test_topology_spread_follows_the_release_name(render: Callable[..., list[Doc]]) -> None:
+    docs = render(release="prod", sets=("nameOverride=crew",))
+    deployment = one(docs, "Deployment", "prod-crew-controller-manager")
+    [spread] = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert spread["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    assert spread["labelSelector"]["matchLabels"]["app.kubernetes.io/instance"] == "prod"
+
+
+def test_tmp_size_limit(render: Callable[..., list[Doc]]) -> None:
+    docs = render({"manager": {"tmpSizeLimit": "16Mi"}})
+    spec = one(docs, "Deployment", "crewlet-operator-controller-manager")["spec"]["template"][
+        "spec"
+    ]
+    assert {"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}} in spec["volumes"]
+    docs = render({"manager": {"tmpSizeLimit": ""}})
+    spec = one(docs, "Deployment", "crewlet-operator-controller-manager")["spec"]["template"][
+        "spec"
+    ]
+    assert {"name": "tmp", "emptyDir": {}} in spec["volumes"]
+
+
+def test_network_policy_lets_in_only_metrics_and_probes(render: Callable[..., list[Doc]]) -> None:
+    assert "NetworkPolicy" not in {kind for kind, _ in names(render())}  # off by default
+    docs = render({"networkPolicy": {"enabled": True}})
+    policy = one(docs, "NetworkPolicy", "crewlet-operator-controller-manager")
+    spec = policy["spec"]
+    assert spec["podSelector"] == {"matchLabels": deployment_selector(docs)}
+    # Never egress: the manager must reach the API server.
+    assert spec["policyTypes"] == ["Ingress"] and "egress" not in spec
+    assert spec["ingress"] == [
+        {
+            "ports": [{"port": 8443, "protocol": "TCP"}],
+            # kubebuilder's default: namespaces labelled metrics: enabled.
+            "from": [{"namespaceSelector": {"matchLabels": {"metrics": "enabled"}}}],
+        },
+        # The kubelet's probes come from the node's address: from anywhere.
+        {"ports": [{"port": 8081, "protocol": "TCP"}]},
+    ]
+    ports = {p["name"]: p["containerPort"] for p in manager_container(docs)["ports"]}
+    assert ports == {"metrics": 8443, "health": 8081}
+
+    peers = [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
+        {"ipBlock": {"cidr": "10.0.0.0/8"}},
+    ]
+    custom = render(
+        {"networkPolicy": {"enabled": True, "metricsFrom": peers}, "metrics": {"port": 9443}}
+    )
+    ingress = one(custom, "NetworkPolicy", "crewlet-operator-controller-manager")["spec"]["ingress"]
+    assert ingress[0] == {"ports": [{"port": 9443, "protocol": "TCP"}], "from": peers}
+    anyone = render({"networkPolicy": {"enabled": True, "metricsFrom": []}})
+    ingress = one(anyone, "NetworkPolicy", "crewlet-operator-controller-manager")["spec"]["ingress"]
+    assert ingress[0] == {"ports": [{"port": 8443, "protocol": "TCP"}]}
+    no_metrics = render({"networkPolicy": {"enabled": True}, "metrics": {"enabled": False}})
+    ingress = one(no_metrics, "NetworkPolicy", "crewlet-operator-controller-manager")["spec"][
+        "ingress"
+    ]
+    assert ingress == [{"ports": [{"port": 8081, "protocol": "TCP"}]}]
 
 
 # -- refusals -------------------------------------------------------------------------------------
@@ -511,6 +806,17 @@ def test_prometheus_and_cert_manager(render: Callable[..., list[Doc]]) -> None:
             "prometheus.enabled needs metrics.enabled",
             id="prometheus-without-metrics",
         ),
+        pytest.param(
+            {"manager": {"podDisruptionBudget": {"minAvailable": 1}}},
+            "manager.podDisruptionBudget sets both maxUnavailable (1) and minAvailable (1), and a "
+            "PodDisruptionBudget takes only one of them. Set the other to null",
+            id="pdb-both",
+        ),
+        pytest.param(
+            {"manager": {"podDisruptionBudget": {"maxUnavailable": None}}},
+            "manager.podDisruptionBudget.enabled needs maxUnavailable or minAvailable",
+            id="pdb-neither",
+        ),
     ],
 )
 def test_refusals_fail_the_render_with_their_message(
@@ -545,6 +851,234 @@ def test_values_schema_rejects(
     refused: Callable[[Values], str], values: Values, message: str
 ) -> None:
     assert message in refused(values)
+
+
+AFFINITY_TYPO = {
+    "podAntiAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": {"topologyKeyy": "kubernetes.io/hostname"}}
+        ]
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        pytest.param(
+            {"networkPolicyy": {"enabled": True}},
+            "at '': additional properties 'networkPolicyy' not allowed",
+            id="top-level",
+        ),
+        pytest.param(
+            {"manager": {"replica": 3}},
+            "at '/manager': additional properties 'replica' not allowed",
+            id="manager.replica",
+        ),
+        pytest.param(
+            {"prometheus": {"serviceMontor": {"interval": "30s"}}},
+            "at '/prometheus': additional properties 'serviceMontor' not allowed",
+            id="prometheus.serviceMontor",
+        ),
+        pytest.param(
+            {"manager": {"affinity": AFFINITY_TYPO}},
+            "at '/manager/affinity/podAntiAffinity/preferredDuringSchedulingIgnoredDuringExecution"
+            "/0/podAffinityTerm': additional properties 'topologyKeyy' not allowed",
+            id="deep-in-affinity",
+        ),
+        pytest.param(
+            {"manager": {"tolerations": [{"key": "pool", "operater": "Exists"}]}},
+            "at '/manager/tolerations/0': additional properties 'operater' not allowed",
+            id="toleration",
+        ),
+        pytest.param(
+            {"manager": {"readinessProbe": {"periodSecond": 5}}},
+            "at '/manager/readinessProbe': additional properties 'periodSecond' not allowed",
+            id="probe",
+        ),
+        pytest.param(
+            {"manager": {"livenessProbe": {"httpGet": {"paht": "/healthz"}}}},
+            "at '/manager/livenessProbe/httpGet': additional properties 'paht' not allowed",
+            id="probe-httpGet",
+        ),
+        pytest.param(
+            {"manager": {"securityContext": {"readOnlyRootFileSystem": True}}},
+            "at '/manager/securityContext': additional properties 'readOnlyRootFileSystem' not "
+            "allowed",
+            id="securityContext",
+        ),
+        pytest.param(
+            {"manager": {"podSecurityContext": {"runAsUser": "nobody"}}},
+            "at '/manager/podSecurityContext/runAsUser': got string, want integer",
+            id="podSecurityContext",
+        ),
+        pytest.param(
+            {"manager": {"resources": {"limit": {"memory": "1Gi"}}}},
+            "at '/manager/resources': additional properties 'limit' not allowed",
+            id="resources",
+        ),
+        pytest.param(
+            {"manager": {"resources": {"limits": {"memory": True}}}},
+            "at '/manager/resources/limits/memory': got boolean, want number or string",
+            id="quantity",
+        ),
+        pytest.param(
+            {"manager": {"podDisruptionBudget": {"maxUnavailable": True}}},
+            "at '/manager/podDisruptionBudget/maxUnavailable': got boolean, want integer or string",
+            id="int-or-string",
+        ),
+        pytest.param(
+            {"manager": {"topologySpreadConstraints": [{"maxSkew": 1, "whenUnsatisfiabel": "x"}]}},
+            "at '/manager/topologySpreadConstraints/0': additional properties 'whenUnsatisfiabel' "
+            "not allowed",
+            id="topologySpreadConstraints",
+        ),
+        pytest.param(
+            {"manager": {"nodeSelector": {"pool": 1}}},
+            "at '/manager/nodeSelector/pool': got number, want string",
+            id="nodeSelector",
+        ),
+        pytest.param(
+            {"imagePullSecrets": [{"nmae": "registry"}]},
+            "at '/imagePullSecrets/0': additional properties 'nmae' not allowed",
+            id="imagePullSecrets",
+        ),
+        pytest.param(
+            {"networkPolicy": {"metricsFrom": [{"namespaceSelecter": {}}]}},
+            "at '/networkPolicy/metricsFrom/0': additional properties 'namespaceSelecter' not "
+            "allowed",
+            id="networkPolicy-peer",
+        ),
+        pytest.param(
+            {"prometheus": {"serviceMonitor": {"interval": "30sec"}}},
+            "at '/prometheus/serviceMonitor/interval': '30sec' does not match pattern",
+            id="prometheus-duration",
+        ),
+    ],
+)
+def test_values_schema_names_the_path_of_a_typo(
+    refused: Callable[[Values], str], values: Values, message: str
+) -> None:
+    """Every object is closed, the Kubernetes-typed ones with Kubernetes' own schemas: a typo
+    fails the render and names its path, rather than being dropped silently."""
+    assert message in refused(values)
+
+
+SCHEMA_REFS = {
+    "imagePullSecrets": "io.k8s.api.core.v1.LocalObjectReference",
+    "manager.resources": "io.k8s.api.core.v1.ResourceRequirements",
+    "manager.affinity": "io.k8s.api.core.v1.Affinity",
+    "manager.topologySpreadConstraints": "io.k8s.api.core.v1.TopologySpreadConstraint",
+    "manager.nodeSelector": "io.k8s.api.core.v1.PodSpec.nodeSelector",
+    "manager.tolerations": "io.k8s.api.core.v1.Toleration",
+    "manager.podSecurityContext": "io.k8s.api.core.v1.PodSecurityContext",
+    "manager.securityContext": "io.k8s.api.core.v1.SecurityContext",
+    "manager.tmpSizeLimit": "io.k8s.apimachinery.pkg.api.resource.Quantity",
+    "manager.livenessProbe": "io.k8s.api.core.v1.Probe",
+    "manager.readinessProbe": "io.k8s.api.core.v1.Probe",
+    "manager.podDisruptionBudget.maxUnavailable": "io.k8s.apimachinery.pkg.util.intstr.IntOrString",
+    "manager.podDisruptionBudget.minAvailable": "io.k8s.apimachinery.pkg.util.intstr.IntOrString",
+    "networkPolicy.metricsFrom": "io.k8s.api.networking.v1.NetworkPolicyPeer",
+}
+
+
+def test_values_schema_types_kubernetes_values_with_kubernetes_schemas() -> None:
+    """The generated $defs (hack/chart_schema.py; e2e/test_chart.py checks them against the API
+    server) type every value that becomes a Kubernetes field."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    for dotted, definition in SCHEMA_REFS.items():
+        node = schema
+        for part in dotted.split("."):
+            node = node["properties"][part]
+        node = node.get("items", node)
+        assert node["$ref"] == f"#/$defs/{definition}", dotted
+    defs = schema["$defs"]
+    assert defs["io.k8s.apimachinery.pkg.util.intstr.IntOrString"]["type"] == ["integer", "string"]
+    assert defs["io.k8s.apimachinery.pkg.api.resource.Quantity"]["type"] == ["string", "number"]
+
+    def refs(node: Any) -> set[str]:
+        if isinstance(node, dict):
+            own = {node["$ref"]} if "$ref" in node else set()
+            return own.union(*(refs(v) for v in node.values()))
+        if isinstance(node, list):
+            return set().union(*(refs(v) for v in node))
+        return set()
+
+    # Every definition is used, every reference resolves.
+    assert refs(schema) == {f"#/$defs/{name}" for name in defs}
+
+
+def test_chart_schema_converts_kubernetes_openapi_for_helm() -> None:
+    """hack/chart_schema.py's conversion; e2e/test_chart.py applies it to the API server's own
+    OpenAPI and compares with values.schema.json."""
+    int_or_string = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
+    openapi = {
+        "description": "A thing.",
+        "type": "object",
+        "required": ["port"],
+        "x-kubernetes-map-type": "atomic",
+        "properties": {
+            "port": {
+                "allOf": [{"$ref": f"#/components/schemas/{int_or_string}"}],
+                "description": "The port.",
+            },
+            "mode": {
+                "type": "string",
+                "enum": ["A", "B"],
+                "description": 'The mode.\n\nPossible enum values:\n - `"A"` is a.',
+            },
+            "enum": {"type": "string"},  # a field named as a keyword is a field
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "items": {"type": "array", "items": {"$ref": "#/components/schemas/X"}},
+        },
+    }
+    assert chart_schema.convert(openapi) == {
+        "additionalProperties": False,
+        "description": "A thing.",
+        "properties": {
+            "enum": {"type": "string"},
+            "items": {"items": {"$ref": "#/$defs/X"}, "type": "array"},
+            "labels": {"additionalProperties": {"type": "string"}, "type": "object"},
+            "mode": {"description": "The mode.", "type": "string"},
+            "port": {"$ref": f"#/$defs/{int_or_string}", "description": "The port."},
+        },
+        "required": ["port"],
+        "type": "object",
+    }
+    assert chart_schema.convert(
+        {"format": "int-or-string", "oneOf": [{"type": "integer"}, {"type": "string"}]}
+    ) == {"type": ["integer", "string"]}
+
+
+def test_every_object_of_the_values_schema_is_closed() -> None:
+    """additionalProperties: false on every object with properties, a schema on every map; only
+    Helm's global is open, since parent charts fill it."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    open_objects: list[str] = []
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, list):
+            for i, item in enumerate(node):
+                walk(item, f"{path}/{i}")
+            return
+        if not isinstance(node, dict):
+            return
+        if "properties" in node:
+            if node.get("additionalProperties") is not False:
+                open_objects.append(path)
+        elif node.get("type") == "object" and "additionalProperties" not in node:
+            open_objects.append(path)
+        for key, child in node.items():
+            if key == "properties":
+                for name, sub in child.items():
+                    walk(sub, f"{path}/properties/{name}")
+            # if/then add conditions to an object already closed; the rest are values.
+            elif key not in ("if", "then", "enum", "required", "default", "const"):
+                walk(child, f"{path}/{key}")
+
+    walk(schema, "")
+    assert open_objects == ["/properties/global"]
 
 
 def test_values_schema_describes_every_value() -> None:
@@ -745,7 +1279,7 @@ def test_manager_writes_policy_shape(render: Callable[..., list[Doc]]) -> None:
     assert policy["spec"]["variables"], "variables keep the validations readable"
     for validation in policy["spec"]["validations"]:
         assert validation["message"] and validation["messageExpression"], validation
-    assert len(policy["spec"]["validations"]) == 8
+    assert len(policy["spec"]["validations"]) == 14
     assert "matchResources" not in binding["spec"], "every namespace"
 
 
