@@ -51,6 +51,7 @@ def unsupported_kubernetes(version: Mapping[str, Any]) -> str | None:
         f"1.{SUPPORTED_MINOR} only, the minor its tests ran on"
     )
 
+
 log = structlog.get_logger("crewlet_operator.cli")
 
 

@@ -18,9 +18,7 @@ def tracked_files() -> list[Path]:
     ).stdout.decode()
     this = Path(__file__).resolve()  # it spells the pattern out
     return [
-        ROOT / name
-        for name in listed.split("\0")
-        if name.endswith(CHECKED) and ROOT / name != this
+        ROOT / name for name in listed.split("\0") if name.endswith(CHECKED) and ROOT / name != this
     ]
 
 
