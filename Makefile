@@ -64,7 +64,7 @@ run: venv bins ## Control plane + CRDs + the operator + a sample company (Ready)
 
 .PHONY: manifests
 manifests: venv ## Regenerate the CRDs (manifests/crds and the chart's copies) from the pydantic models, the chart's schema and README
-	$(BIN)/python -m crewlet_operator.api manifests/crds
+	$(BIN)/python -m reconcilers.api manifests/crds
 	$(BIN)/python hack/chart_crds.py
 	$(BIN)/python hack/chart_schema.py
 	$(BIN)/python hack/chart_readme.py

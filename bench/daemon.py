@@ -1,4 +1,4 @@
-"""The operator as users run it: ``python -m crewlet_operator.cli`` in its own process.
+"""The operator as users run it: ``python -m reconcilers.cli`` in its own process.
 
 Metrics are served over plain HTTP (``--metrics-secure=false``) so that the bench can scrape
 them without a token; everything else is the daemon's default, leader election included.
@@ -83,7 +83,7 @@ class Daemon:
             command += ["-m", "cProfile", "-o", str(log_dir / f"{name}.prof")]
         command += [
             "-m",
-            "crewlet_operator.cli",
+            "reconcilers.cli",
             "--kubeconfig",
             str(kubeconfig),
             "--leader-election-namespace",

@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.cluster import MODEL_KEYS, PLATFORM, Cluster, each
 from crewlet_operator import condition, set_condition
-from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from reconcilers.company import desired_children, reconcile
 from reconcilers.plan import Apply, ClusterFacts, Observed
 

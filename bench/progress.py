@@ -30,8 +30,8 @@ from crewlet_operator import (
     name,
     namespace,
 )
-from crewlet_operator.api.v1alpha1 import COMPANY
 from crewlet_operator.objects import resource_version
+from reconcilers.api.v1alpha1 import COMPANY
 
 CHILDREN: dict[Resource, int] = {
     SERVICE_ACCOUNT: 1,

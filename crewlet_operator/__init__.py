@@ -12,6 +12,7 @@ The pieces, one concept a module (as controller-runtime has one package a concep
 """
 
 from crewlet_operator.cache import Cache, EventHandler, Informer, InformerOptions, Store
+from crewlet_operator.cache.named import NamedObjects
 from crewlet_operator.conditions import (
     Condition,
     condition,
@@ -21,7 +22,7 @@ from crewlet_operator.conditions import (
     set_condition,
 )
 from crewlet_operator.controller import Builder, Controller
-from crewlet_operator.diff import hash_of, needs_apply, semantic_subset
+from crewlet_operator.diff import hash_of, needs_apply, parse_quantity, semantic_subset
 from crewlet_operator.errors import (
     AlreadyExistsError,
     ApiError,
@@ -41,8 +42,14 @@ from crewlet_operator.errors import (
     UnauthorizedError,
 )
 from crewlet_operator.events import EventRecorder
-from crewlet_operator.handler import MapFunc, request_for_object, requests_for_owner
-from crewlet_operator.kube.client import Client, ObjectList, WatchEvent
+from crewlet_operator.fieldset import apply_would_change, keep_owned_fields_of
+from crewlet_operator.handler import (
+    EnqueueHandler,
+    MapFunc,
+    request_for_object,
+    requests_for_owner,
+)
+from crewlet_operator.kube.client import DEFAULT_FIELD_MANAGER, Client, ObjectList, WatchEvent
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import (
     CLUSTER_ROLE,
@@ -70,14 +77,29 @@ from crewlet_operator.kube.resources import (
 )
 from crewlet_operator.leader import LeaderElectionConfig, LeaderElector
 from crewlet_operator.logging import configure_logging
-from crewlet_operator.manager import LeadershipLostError, Manager, ManagerOptions
-from crewlet_operator.objects import KubeObject, labels, name, namespace, object_key
+from crewlet_operator.manager import (
+    LeadershipLostError,
+    Manager,
+    ManagerOptions,
+    default_namespace,
+)
+from crewlet_operator.objects import (
+    KubeObject,
+    generation,
+    is_being_deleted,
+    labels,
+    name,
+    namespace,
+    object_key,
+    uid,
+)
 from crewlet_operator.owners import (
     AlreadyOwnedError,
     add_finalizer,
     controller_reference,
     get_controller_of,
     has_finalizer,
+    is_controlled_by,
     remove_finalizer,
     set_controller_reference,
 )
@@ -112,6 +134,7 @@ __all__ = [
     "CLUSTER_ROLE_BINDING",
     "CONFIG_MAP",
     "CUSTOM_RESOURCE_DEFINITION",
+    "DEFAULT_FIELD_MANAGER",
     "DEPLOYMENT",
     "EVENT",
     "HTTP_ROUTE",
@@ -142,6 +165,7 @@ __all__ = [
     "ConflictError",
     "Controller",
     "CrewletError",
+    "EnqueueHandler",
     "EventHandler",
     "EventRecorder",
     "ForbiddenError",
@@ -163,6 +187,7 @@ __all__ = [
     "MapFunc",
     "MaxOfRateLimiter",
     "MetricsServer",
+    "NamedObjects",
     "NoInformerError",
     "NotFoundError",
     "NotServedError",
@@ -189,15 +214,21 @@ __all__ = [
     "WatchEvent",
     "add_finalizer",
     "and_",
+    "apply_would_change",
     "condition",
     "configure_logging",
     "controller_reference",
     "default_controller_rate_limiter",
+    "default_namespace",
     "find_condition",
+    "generation",
     "get_controller_of",
     "has_finalizer",
     "hash_of",
+    "is_being_deleted",
     "is_condition_true",
+    "is_controlled_by",
+    "keep_owned_fields_of",
     "label_selector_matches",
     "labels",
     "name",
@@ -207,6 +238,7 @@ __all__ = [
     "not_",
     "object_key",
     "or_",
+    "parse_quantity",
     "remove_condition",
     "remove_finalizer",
     "request_for_object",
@@ -214,4 +246,5 @@ __all__ = [
     "semantic_subset",
     "set_condition",
     "set_controller_reference",
+    "uid",
 ]

@@ -240,7 +240,7 @@ class EventRecorder:
     :param client: Usually the manager's :class:`~crewlet_operator.kube.client.Client`; its
         identity needs ``create`` and ``patch`` on ``events.events.k8s.io``.
     :param controller_name: The ``reportingController``; the API server requires a qualified
-        name (``crewlet-operator`` or ``crewlet.ai/operator``).
+        name (``my-operator`` or ``example.com/my-operator``).
     :param instance: The ``reportingInstance``; ``<controller_name>-<hostname>`` (the pod)
         by default, cut to 128 characters.
     :param series_window: See :class:`SeriesTracker`.

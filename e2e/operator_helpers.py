@@ -1,6 +1,6 @@
 """Helpers shared by the e2e modules that run the operator daemon as a process.
 
-The daemon runs as users run it: ``python -m crewlet_operator.cli`` with its own flags, in a
+The daemon runs as users run it: ``python -m reconcilers.cli`` with its own flags, in a
 :class:`~crewlet_operator.envtest.process.ManagedProcess` that dies with the test run. The fault,
 bad-input and data-safety modules each run their own control plane (:func:`own_control_plane`)
 so that killing etcd or the API server, or deleting the CRDs, disturbs no other module.
@@ -44,7 +44,6 @@ from crewlet_operator import (
     Resource,
     find_condition,
 )
-from crewlet_operator.api.v1alpha1 import COMPANY
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
@@ -55,6 +54,7 @@ from crewlet_operator.kube.resources import (
     VALIDATING_ADMISSION_POLICY_BINDING,
 )
 from reconcilers import naming
+from reconcilers.api.v1alpha1 import COMPANY
 from reconcilers.naming import DATA, SEATS
 
 ROOT = Path(__file__).parent.parent
@@ -98,7 +98,7 @@ class Operator:
             [
                 sys.executable,
                 "-m",
-                "crewlet_operator.cli",
+                "reconcilers.cli",
                 "--kubeconfig",
                 str(kubeconfig),
                 f"--leader-elect={'true' if leader_elect else 'false'}",

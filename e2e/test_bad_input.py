@@ -51,11 +51,11 @@ from crewlet_operator import (
     Client,
     InvalidError,
 )
-from crewlet_operator.api.crd import all_crds
-from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS, MAX_COMPANY_NAME_LENGTH
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.crds import install_crds
 from crewlet_operator.envtest.wait import eventually
+from reconcilers.api.crds import all_crds
+from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS, MAX_COMPANY_NAME_LENGTH
 
 TENANT = "tenant"
 GOOD = "good"

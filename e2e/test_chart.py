@@ -29,7 +29,6 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator.envtest import ControlPlane, binaries, install_crds, pki
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import ForbiddenError, InvalidError, NotFoundError
@@ -37,6 +36,7 @@ from crewlet_operator.kube import resources as r
 from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.serving import DelegatingAuth, UserInfo
+from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "crewlet-operator"

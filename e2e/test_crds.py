@@ -15,21 +15,22 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from crewlet_operator.api.crd import all_crds, apply_defaults, engine_class_crd
-from crewlet_operator.api.v1alpha1 import (
-    COMPANY,
-    ENGINE_CLASS,
-    MAX_COMPANY_NAME_LENGTH,
-    Company,
-    EngineClass,
-)
 from crewlet_operator.conditions import condition, set_condition
+from crewlet_operator.crd import apply_defaults
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.binaries import find
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import BadRequestError, InvalidError, NotFoundError
 from crewlet_operator.kube import resources as r
 from crewlet_operator.kube.client import Client
+from reconcilers.api.crds import all_crds, engine_class_crd
+from reconcilers.api.v1alpha1 import (
+    COMPANY,
+    ENGINE_CLASS,
+    MAX_COMPANY_NAME_LENGTH,
+    Company,
+    EngineClass,
+)
 
 # Every test runs with both CRDs installed.
 pytestmark = pytest.mark.usefixtures("crds")

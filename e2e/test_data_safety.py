@@ -43,10 +43,10 @@ from crewlet_operator import (
     Client,
     NotFoundError,
 )
-from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
+from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from reconcilers.versions import CLAIM_ANNOTATION
 
 MANAGER_NAMESPACE = "crewlet-operator-system"

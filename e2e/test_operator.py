@@ -44,10 +44,10 @@ from crewlet_operator import (
     Client,
     find_condition,
 )
-from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator.envtest import KWOK_NODE, ControlPlane, binaries
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
+from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from reconcilers.controller import WRITTEN_RESOURCES
 from reconcilers.versions import CLAIM_ANNOTATION
 

@@ -46,7 +46,6 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator.envtest import ControlPlane, binaries
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
@@ -56,6 +55,7 @@ from crewlet_operator.kube import resources as r
 from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import Resource
+from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from reconcilers.versions import CLAIM_ANNOTATION
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1234,7 +1234,7 @@ async def test_the_operator_runs_a_company_under_the_charts_rbac_and_policy(
             daemon = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "crewlet_operator.cli",
+                "reconcilers.cli",
                 "--kubeconfig",
                 str(kubeconfig),
                 "--leader-elect",

@@ -34,11 +34,11 @@ from operator_helpers import (
 from test_bad_input import loosened
 
 from crewlet_operator import SECRET, Client, find_condition
-from crewlet_operator.api.crd import all_crds
-from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.crds import install_crds
 from crewlet_operator.envtest.wait import eventually
+from reconcilers.api.crds import all_crds
+from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 
 NS = "refusals"
 KEYS = "keys"
@@ -88,7 +88,7 @@ async def accepted_condition(client: Client, name: str, timeout: float = 30) -> 
     return cond
 
 
-# The Company name rules are checked on create only (crewlet_operator/api/v1alpha1.on_create):
+# The Company name rules are checked on create only (crewlet_operator.crd.on_create):
 # at the root nothing is ratcheted, so a rule checked on every write would refuse the very
 # status write that tells the owner of a Company stored before it what is wrong.
 # (These two run first, each with a daemon of its own started after the real CRD is back, so

@@ -17,11 +17,11 @@ from pathlib import Path
 import yaml
 
 from crewlet_operator import Client, find_condition
-from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator.envtest import ControlPlane, binaries
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.process import StopSignals
 from crewlet_operator.envtest.wait import eventually
+from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,7 +60,7 @@ def main() -> int:
                 [
                     sys.executable,
                     "-m",
-                    "crewlet_operator.cli",
+                    "reconcilers.cli",
                     "--kubeconfig",
                     str(plane.kubeconfig),
                     "--leader-election-namespace",

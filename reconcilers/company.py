@@ -29,6 +29,7 @@ import semver
 from pydantic import ValidationError
 
 from crewlet_operator import (
+    DEFAULT_FIELD_MANAGER,
     HTTP_ROUTE,
     INGRESS,
     NETWORK_POLICY,
@@ -38,27 +39,26 @@ from crewlet_operator import (
     SERVICE_ACCOUNT,
     STATEFUL_SET,
     Resource,
+    apply_would_change,
     condition,
     controller_reference,
     hash_of,
+    is_controlled_by,
     label_selector_matches,
+    parse_quantity,
     semantic_subset,
     set_condition,
 )
-from crewlet_operator.api.v1alpha1 import (
+from crewlet_operator import generation as object_generation
+from crewlet_operator import name as object_name
+from reconcilers import engine, naming, versions
+from reconcilers.api.v1alpha1 import (
     MIN_STORAGE,
     MIN_STORAGE_WITH_S3,
     Company,
     EngineClass,
     SecretKeyRef,
 )
-from crewlet_operator.diff import parse_quantity
-from crewlet_operator.fieldset import apply_would_change
-from crewlet_operator.kube.client import DEFAULT_FIELD_MANAGER
-from crewlet_operator.objects import generation as object_generation
-from crewlet_operator.objects import name as object_name
-from crewlet_operator.owners import is_controlled_by
-from reconcilers import engine, naming, versions
 from reconcilers.naming import DATA, SEATS, Component
 from reconcilers.plan import Apply, ClusterFacts, Delete, Object, Observed, Plan
 

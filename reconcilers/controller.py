@@ -29,12 +29,14 @@ from crewlet_operator import (
     SERVICE_ACCOUNT,
     STATEFUL_SET,
     CrewletError,
+    EnqueueHandler,
     ForbiddenError,
     GenerationChanged,
     InformerOptions,
     InvalidError,
     LabelChanged,
     Manager,
+    NamedObjects,
     NotFoundError,
     OwnStatusWrites,
     OwnWrites,
@@ -44,16 +46,16 @@ from crewlet_operator import (
     ServerError,
     UnauthorizedError,
     condition,
+    generation,
+    is_being_deleted,
+    keep_owned_fields_of,
     labels,
     name,
     namespace,
     set_condition,
+    uid,
 )
-from crewlet_operator.api.v1alpha1 import COMPANY, ENGINE_CLASS
-from crewlet_operator.cache.named import NamedObjects
-from crewlet_operator.fieldset import keep_owned_fields_of
-from crewlet_operator.handler import EnqueueHandler
-from crewlet_operator.objects import generation, is_being_deleted, uid
+from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from reconcilers.company import reconcile, refusal_plan
 from reconcilers.plan import ClusterFacts, Observed, Plan
 from reconcilers.references import referenced_secrets, secret_refs

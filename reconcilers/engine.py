@@ -21,7 +21,7 @@ import jsonschema_rs
 import yaml
 
 if TYPE_CHECKING:
-    from crewlet_operator.api.v1alpha1 import S3Files
+    from reconcilers.api.v1alpha1 import S3Files
 
 Config = dict[str, Any]
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from crewlet_operator.api.v1alpha1 import EngineClassSpec, SecretKeyRef
+from reconcilers.api.v1alpha1 import EngineClassSpec, SecretKeyRef
 
 
 def secret_refs(engine_class: dict[str, Any]) -> list[SecretKeyRef]:

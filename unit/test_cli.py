@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from crewlet_operator.cli import manager_options, parse_args, unsupported_kubernetes
+from reconcilers.cli import manager_options, parse_args, unsupported_kubernetes
 
 
 def test_defaults_are_controller_runtimes() -> None:

@@ -11,18 +11,21 @@ import pytest
 import yaml
 from pydantic import BaseModel, Field, ValidationError
 
-from crewlet_operator.api import v1alpha1
-from crewlet_operator.api.__main__ import main
-from crewlet_operator.api.crd import (
-    HEADER,
+from crewlet_operator.crd import (
     SchemaError,
-    all_crds,
     apply_defaults,
+    cel_string,
     crd_for,
-    manifests,
+    drift,
+    file_name,
     openapi_schema,
+    render,
+    write,
 )
-from crewlet_operator.api.v1alpha1 import Company, EngineClass
+from reconcilers.api import v1alpha1
+from reconcilers.api.__main__ import main
+from reconcilers.api.crds import HEADER, all_crds
+from reconcilers.api.v1alpha1 import Company, EngineClass
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests" / "crds"
 CRDS = {crd["spec"]["names"]["kind"]: crd for crd in all_crds()}
@@ -152,6 +155,10 @@ def at(schema: dict[str, Any], path: str) -> dict[str, Any]:
 
 
 # -- drift --------------------------------------------------------------------------------------
+
+
+def manifests() -> dict[str, str]:
+    return {file_name(crd): render(crd, HEADER) for crd in all_crds()}
 
 
 def test_committed_crds_are_what_the_models_generate() -> None:
@@ -335,7 +342,7 @@ def test_cel_rules_sit_where_they_check() -> None:
         "isQuantity(self.size)": "spec.storage.size must be a Kubernetes quantity, e.g. 12Gi"
     }
     assert list(rules_at(at(engine_class, "spec.engine"))) == [
-        f"self.image.matches({v1alpha1.cel_string(v1alpha1.IMAGE_PATTERN)})"
+        f"self.image.matches({cel_string(v1alpha1.IMAGE_PATTERN)})"
     ]
     assert list(rules_at(at(engine_class, "spec.seats"))) == [
         "self.minReplicas <= self.replicas && self.replicas <= self.maxReplicas"
@@ -521,15 +528,49 @@ def test_generator_inlines_refs_and_defaults_nested_models() -> None:
     assert spec["properties"]["free"]["x-kubernetes-preserve-unknown-fields"] is True
     assert spec["properties"]["names"]["x-kubernetes-list-type"] == "atomic"
     crd = crd_for(
-        _Kind,
-        plural="kinds",
-        singular="kind",
-        kind="Kind",
-        scope="Cluster",
-        short_names=[],
-        printer_columns=[],
+        _Kind, group="example.com", version="v1", kind="Kind", plural="kinds", scope="Cluster"
     )
-    assert crd["spec"]["names"]["listKind"] == "KindList"
+    assert crd["metadata"]["name"] == "kinds.example.com"
+    assert crd["spec"]["names"] == {
+        "kind": "Kind",
+        "listKind": "KindList",
+        "plural": "kinds",
+        "singular": "kind",
+    }
+    [version] = crd["spec"]["versions"]
+    assert (version["name"], version["served"], version["storage"]) == ("v1", True, True)
+    assert version["subresources"] == {"status": {}}
+    assert "additionalPrinterColumns" not in version
+    assert (
+        "subresources"
+        not in crd_for(
+            _Kind,
+            group="example.com",
+            version="v1",
+            kind="Kind",
+            plural="kinds",
+            scope="Cluster",
+            status=False,
+        )["spec"]["versions"][0]
+    )
+
+
+def test_write_and_drift_keep_a_directory_of_one_groups_crds(tmp_path: Path) -> None:
+    """The library's generator for any group: files named as controller-gen names them, stale
+    files of the group removed, other files left alone, drift reported by name."""
+    kind = crd_for(
+        _Kind, group="example.com", version="v1", kind="Kind", plural="kinds", scope="Cluster"
+    )
+    (tmp_path / "example.com_gone.yaml").write_text("stale")
+    (tmp_path / "other.io_things.yaml").write_text("someone else's")
+    assert drift(tmp_path, [kind]) == ["example.com_gone.yaml", "example.com_kinds.yaml"]
+    assert [p.name for p in write(tmp_path, [kind])] == ["example.com_kinds.yaml"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "example.com_kinds.yaml",
+        "other.io_things.yaml",
+    ]
+    assert drift(tmp_path, [kind]) == []
+    assert yaml.safe_load((tmp_path / "example.com_kinds.yaml").read_text()) == kind
 
 
 def test_generator_refuses_a_union_instead_of_emitting_a_non_structural_schema() -> None:

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from crewlet_operator.api.v1alpha1 import S3Files
 from reconcilers import ClusterFacts, Observed, desired_children, engine
+from reconcilers.api.v1alpha1 import S3Files
 
 SCHEMA_COPY = Path(engine.__file__).parent / "schema" / "bootstrap.schema.json"
 GIB = 1 << 30

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 from pathlib import Path
@@ -30,5 +31,61 @@ def test_nothing_reads_a_path_outside_the_repository() -> None:
         for path in files
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
         if OUTSIDE.search(line)
+    ]
+    assert offenders == []
+
+
+# -- the library knows nothing about Crewlet -------------------------------------------------------
+
+LIBRARY = ROOT / "crewlet_operator"
+OPERATOR = ROOT / "reconcilers"
+OPERATOR_GROUP = "crewlet.ai"
+LIBRARY_MODULES_THE_OPERATOR_MAY_IMPORT = {
+    # The CRD generator (the library's controller-gen) is a module of its own, not re-exported:
+    # only a build step needs pydantic's JSON-schema machinery.
+    "crewlet_operator.crd",
+}
+
+
+def imported_modules(path: Path) -> list[str]:
+    """Every module ``path`` imports, by its full dotted name."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append(node.module)
+    return found
+
+
+def test_the_library_never_imports_the_operator() -> None:
+    offenders = [
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in sorted(LIBRARY.rglob("*.py"))
+        for module in imported_modules(path)
+        if module == "reconcilers" or module.startswith("reconcilers.")
+    ]
+    assert offenders == []
+
+
+def test_the_library_never_names_the_operators_group() -> None:
+    offenders = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted(LIBRARY.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if OPERATOR_GROUP in line
+    ]
+    assert offenders == []
+
+
+def test_the_operator_uses_the_librarys_public_face() -> None:
+    """``from crewlet_operator import ...``, plus the short allow-list above: what a platform
+    team's controller may rely on is what the operator relies on."""
+    offenders = [
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in sorted(OPERATOR.rglob("*.py"))
+        for module in imported_modules(path)
+        if module.startswith("crewlet_operator.")
+        and module not in LIBRARY_MODULES_THE_OPERATOR_MAY_IMPORT
     ]
     assert offenders == []

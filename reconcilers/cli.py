@@ -12,13 +12,13 @@ from typing import Any
 
 import structlog
 
-from crewlet_operator.kube.client import Client
-from crewlet_operator.kube.resources import HTTP_ROUTE
-from crewlet_operator.logging import configure_logging
-from crewlet_operator.manager import (
+from crewlet_operator import (
+    HTTP_ROUTE,
+    Client,
     LeadershipLostError,
     Manager,
     ManagerOptions,
+    configure_logging,
     default_namespace,
 )
 from reconcilers.controller import CrewletControllers
@@ -52,7 +52,7 @@ def unsupported_kubernetes(version: Mapping[str, Any]) -> str | None:
     )
 
 
-log = structlog.get_logger("crewlet_operator.cli")
+log = structlog.get_logger("reconcilers.cli")
 
 
 def _bool(value: str) -> bool:

@@ -9,12 +9,20 @@ schema can check, so bad input is refused by the API server with a message, not 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from crewlet_operator.conditions import MAX_MESSAGE_LENGTH, MAX_REASON_LENGTH, MAX_TYPE_LENGTH
-from crewlet_operator.kube.resources import Resource
+from crewlet_operator import Resource
+from crewlet_operator.crd import (
+    ConditionDict,
+    LabelSelector,
+    cel,
+    cel_string,
+    list_map,
+    on_create,
+    validations,
+)
 
 GROUP = "crewlet.ai"
 VERSION = "v1alpha1"
@@ -55,180 +63,6 @@ IMAGE_PATTERN = (
 )
 """An image reference, in the grammar of the registries' own parser (distribution/reference):
 ``[host[:port]/]path[:tag][@digest]``, the path in lowercase components."""
-
-JsonSchema = dict[str, Any]
-"""A piece of (OpenAPI v3) JSON schema."""
-
-
-def cel_string(text: str) -> str:
-    """``text`` as a CEL string literal (single-quoted, backslashes and quotes escaped)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def cel(rule: str, message: str, *, field_path: str | None = None) -> JsonSchema:
-    """One ``x-kubernetes-validations`` entry: a CEL ``rule``, the ``message`` it refuses with."""
-    entry: JsonSchema = {"rule": rule, "message": message}
-    if field_path is not None:
-        entry["fieldPath"] = field_path
-    return entry
-
-
-def on_create(rule: str, message: str) -> JsonSchema:
-    """A CEL ``rule`` checked when the object is created only.
-
-    For rules on what cannot change (``metadata.name``) at the schema's root, where the API
-    server does not ratchet: checked on every write, a rule added later would refuse even the
-    status writes that tell the owner of an older object what is wrong with it.
-    """
-    return {"rule": f"oldSelf.hasValue() || ({rule})", "message": message, "optionalOldSelf": True}
-
-
-def validations(*rules: JsonSchema) -> JsonSchema:
-    """``json_schema_extra`` carrying CEL rules into the generated CRD schema."""
-    return {"x-kubernetes-validations": list(rules)}
-
-
-def list_map(*keys: str) -> JsonSchema:
-    """``json_schema_extra`` for a list that is a map keyed by ``keys`` (server-side apply merges
-    its items by key, and the API server refuses two items with the same key)."""
-    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}
-
-
-LABEL_KEY_PATTERN = (
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-    r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$"
-)
-"""A label key: ``[prefix/]name``, the prefix a DNS subdomain, the name at most 63 characters."""
-LABEL_KEY_MESSAGE = (
-    "a label key is [prefix/]name: the name at most 63 letters, digits, '-', '_' or '.', "
-    "starting and ending with a letter or digit; the prefix a DNS subdomain"
-)
-LABEL_VALUE_SCHEMA: JsonSchema = {
-    "type": "string",
-    "maxLength": 63,
-    "pattern": r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$",
-    "description": "A label value: empty, or letters, digits, '-', '_' and '.' between two "
-    "letters or digits.",
-}
-
-LABEL_SELECTOR_SCHEMA: JsonSchema = {
-    "type": "object",
-    "description": (
-        "A label selector (metav1.LabelSelector): the requirements are ANDed; an empty selector "
-        "selects everything."
-    ),
-    "x-kubernetes-map-type": "atomic",
-    "properties": {
-        "matchLabels": {
-            "type": "object",
-            "maxProperties": 64,
-            "additionalProperties": LABEL_VALUE_SCHEMA,
-            "description": "Labels that must all be present with these values.",
-            "x-kubernetes-validations": [
-                cel(
-                    "self.all(key, size(key) <= 317 && "
-                    f"key.matches({cel_string(LABEL_KEY_PATTERN)}))",
-                    LABEL_KEY_MESSAGE,
-                )
-            ],
-        },
-        "matchExpressions": {
-            "type": "array",
-            "description": "Requirements on labels, all of which must hold.",
-            "x-kubernetes-list-type": "atomic",
-            "items": {
-                "type": "object",
-                "description": "A requirement on one label.",
-                "required": ["key", "operator"],
-                "properties": {
-                    "key": {
-                        "type": "string",
-                        "maxLength": 317,
-                        "pattern": LABEL_KEY_PATTERN,
-                        "description": "The label key.",
-                    },
-                    "operator": {
-                        "type": "string",
-                        "enum": ["In", "NotIn", "Exists", "DoesNotExist"],
-                        "description": "How the key relates to the values.",
-                    },
-                    "values": {
-                        "type": "array",
-                        "maxItems": 64,
-                        "items": LABEL_VALUE_SCHEMA,
-                        "x-kubernetes-list-type": "atomic",
-                        "description": (
-                            "The values, for In and NotIn (at least one); empty for Exists "
-                            "and DoesNotExist."
-                        ),
-                    },
-                },
-                "x-kubernetes-validations": [
-                    cel(
-                        "self.operator in ['In', 'NotIn'] "
-                        "? (has(self.values) && size(self.values) > 0) "
-                        ": (!has(self.values) || size(self.values) == 0)",
-                        "a label selector expression with operator In or NotIn needs values; "
-                        "one with Exists or DoesNotExist takes none",
-                    )
-                ],
-            },
-        },
-    },
-}
-"""The schema of a namespace label selector, for ``EngineClass.spec.allowedNamespaces``."""
-
-LabelSelector = Annotated[dict[str, Any], WithJsonSchema(LABEL_SELECTOR_SCHEMA)]
-"""A metav1.LabelSelector as a plain dict, with its Kubernetes schema in the CRD."""
-
-CONDITION_SCHEMA: JsonSchema = {
-    "type": "object",
-    "description": "One aspect of the object's state (metav1.Condition).",
-    "required": ["type", "status", "lastTransitionTime", "reason", "message"],
-    "properties": {
-        "type": {
-            "type": "string",
-            "maxLength": MAX_TYPE_LENGTH,
-            "pattern": (
-                r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
-            ),
-            "description": "The condition's type, e.g. Ready.",
-        },
-        "status": {
-            "type": "string",
-            "enum": ["True", "False", "Unknown"],
-            "description": "True, False or Unknown.",
-        },
-        "observedGeneration": {
-            "type": "integer",
-            "format": "int64",
-            "minimum": 0,
-            "description": "The metadata.generation the condition was set for.",
-        },
-        "lastTransitionTime": {
-            "type": "string",
-            "format": "date-time",
-            "description": "When the status last changed.",
-        },
-        "reason": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": MAX_REASON_LENGTH,
-            "pattern": r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
-            "description": "Why, in CamelCase, e.g. ClassNotFound.",
-        },
-        "message": {
-            "type": "string",
-            "maxLength": MAX_MESSAGE_LENGTH,
-            "description": "Why, for humans.",
-        },
-    },
-}
-"""The schema of one ``status.conditions`` entry, as controller-gen writes metav1.Condition's."""
-
-ConditionDict = Annotated[dict[str, Any], WithJsonSchema(CONDITION_SCHEMA)]
-"""A metav1.Condition as a plain dict (see :mod:`crewlet_operator.conditions`)."""
 
 
 class Model(BaseModel):

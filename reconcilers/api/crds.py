@@ -1,0 +1,71 @@
+"""The crewlet.ai CRDs, generated from the models of :mod:`.v1alpha1` by the library's
+generator (:func:`crewlet_operator.crd.crd_for`).
+
+``python -m reconcilers.api DIR`` (``make manifests``) writes them to ``manifests/crds``; a unit
+test fails when the committed files differ from what the models generate.
+"""
+
+from __future__ import annotations
+
+from crewlet_operator.crd import AGE_COLUMN, JsonSchema, condition_column, crd_for
+from reconcilers.api import v1alpha1
+from reconcilers.api.v1alpha1 import GROUP, VERSION
+
+CATEGORIES = ("crewlet",)
+"""``kubectl get crewlet`` lists every kind of the group."""
+
+HEADER = """\
+# Generated from reconcilers/api/v1alpha1.py by `python -m reconcilers.api`.
+# Do not edit: change the pydantic models and run `make manifests`, which regenerates it.
+"""
+
+
+def company_crd() -> JsonSchema:
+    """The Company CRD (namespaced; short name ``cco``)."""
+    return crd_for(
+        v1alpha1.Company,
+        group=GROUP,
+        version=VERSION,
+        kind="Company",
+        plural="companies",
+        singular="company",
+        scope="Namespaced",
+        short_names=["cco"],
+        categories=CATEGORIES,
+        printer_columns=[
+            {"name": "Class", "type": "string", "jsonPath": ".spec.className"},
+            {"name": "Engine", "type": "string", "jsonPath": ".status.engineVersion"},
+            condition_column("Ready", "Ready"),
+            condition_column("Reason", "Ready", "reason"),
+            AGE_COLUMN,
+            {**condition_column("Accepted", "Accepted", "reason"), "priority": 1},
+            {"name": "Suspend", "type": "boolean", "jsonPath": ".spec.suspend", "priority": 1},
+            {"name": "Image", "type": "string", "jsonPath": ".status.engineImage", "priority": 1},
+        ],
+    )
+
+
+def engine_class_crd() -> JsonSchema:
+    """The EngineClass CRD (cluster-scoped; short name ``ec``)."""
+    return crd_for(
+        v1alpha1.EngineClass,
+        group=GROUP,
+        version=VERSION,
+        kind="EngineClass",
+        plural="engineclasses",
+        singular="engineclass",
+        scope="Cluster",
+        short_names=["ec"],
+        categories=CATEGORIES,
+        printer_columns=[
+            {"name": "Image", "type": "string", "jsonPath": ".spec.engine.image"},
+            {"name": "Companies", "type": "integer", "jsonPath": ".status.companies"},
+            AGE_COLUMN,
+            {**condition_column("References", "ReferencesResolved"), "priority": 1},
+        ],
+    )
+
+
+def all_crds() -> list[JsonSchema]:
+    """Every CRD of the crewlet.ai group."""
+    return [company_crd(), engine_class_crd()]
