@@ -348,6 +348,14 @@ async def test_resync_after_convergence_makes_zero_mutating_requests(
         await kube_client.create(COMPANY, company(namespace, f"c{i}", class_name))
     for i in range(3):
         await wait_condition(kube_client, namespace, f"c{i}", "Ready", "True", timeout=120)
+
+    async def class_counted() -> bool:
+        # The class's companies count is written at most once a second: converged means that
+        # write has landed too, else the next process rightly writes it.
+        got = await kube_client.get(ENGINE_CLASS, class_name)
+        return bool((got.get("status") or {}).get("companies") == 3)
+
+    await eventually(class_counted, message="the class counts its three companies")
     running.stop()  # a restart: the new process lists everything and reconciles it all again
     before = control_plane.mutating_requests(WRITTEN_RESOURCES)
     async with operator(daemon_kubeconfig, tmp_path) as again:
