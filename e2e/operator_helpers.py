@@ -60,11 +60,7 @@ from reconcilers.naming import DATA, SEATS
 ROOT = Path(__file__).parent.parent
 IMAGE = "ghcr.io/crewlet/crewlet-operator/engine:v0.2.0"
 PLATFORM = "crewlet-platform"
-MANAGED = {
-    "app.kubernetes.io/managed-by": "crewlet-operator",
-    "app.kubernetes.io/name": "crewlet",
-}
-MANAGED_BY = "app.kubernetes.io/managed-by=crewlet-operator"
+MANAGED = {naming.MANAGED_BY_LABEL: naming.MANAGED_BY, naming.NAME_LABEL: naming.NAME}
 LEASE_NAME = "crewlet-operator-leader"
 """The daemon's default ``--leader-election-id``."""
 RENEW_DEADLINE = 10.0
@@ -358,7 +354,7 @@ async def children_by_company(
     """Every managed child, grouped by the company it is labelled with."""
     found: dict[Key, dict[str, set[str]]] = {}
     for resource in CHILD_KINDS:
-        listed = await client.list(resource, namespace, label_selector=MANAGED_BY)
+        listed = await client.list(resource, namespace, label_selector=naming.MANAGED_BY_SELECTOR)
         for obj in listed.items:
             meta = obj["metadata"]
             owner = (meta.get("labels") or {}).get(naming.COMPANY_LABEL)

@@ -1,8 +1,10 @@
 """The Crewlet reconcilers: pure functions from (Company, EngineClass, observed) to a plan.
 
 :func:`reconcile` decides; the controller gathers its inputs from the caches and executes the
-:class:`Plan`. Names and labels are in :mod:`.naming`, engine knowledge in :mod:`.engine`,
-version ordering in :mod:`.versions`.
+:class:`Plan`. The inputs and every refusal are in :mod:`.inputs`, the children in
+:mod:`.children`, the Company's status in :mod:`.status` and the EngineClass's in
+:mod:`.engineclass`. Names and labels are in :mod:`.naming`, engine knowledge in :mod:`.engine`,
+version ordering and the high-water mark in :mod:`.versions`.
 """
 
 from reconcilers.company import desired_children, reconcile

@@ -18,16 +18,9 @@ from typing import Any
 import structlog
 
 from crewlet_operator import (
-    HTTP_ROUTE,
-    INGRESS,
     NAMESPACE,
-    NETWORK_POLICY,
     PERSISTENT_VOLUME_CLAIM,
-    POD_DISRUPTION_BUDGET,
     SECRET,
-    SERVICE,
-    SERVICE_ACCOUNT,
-    STATEFUL_SET,
     CrewletError,
     EnqueueHandler,
     ForbiddenError,
@@ -45,50 +38,33 @@ from crewlet_operator import (
     Result,
     ServerError,
     UnauthorizedError,
-    condition,
     generation,
     is_being_deleted,
     keep_owned_fields_of,
     labels,
     name,
     namespace,
-    set_condition,
     uid,
 )
+from reconcilers import naming
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from reconcilers.company import reconcile, refusal_plan
-from reconcilers.plan import ClusterFacts, Observed, Plan
-from reconcilers.references import referenced_secrets, secret_refs
+from reconcilers.engineclass import class_status
+from reconcilers.inputs import INVALID_CLASS
+from reconcilers.plan import CHILD_RESOURCES, ClusterFacts, Observed, Plan, child_resources
+from reconcilers.references import referenced_secrets
 
 log = structlog.get_logger("crewlet_operator.company")
 
-MANAGED_BY = "app.kubernetes.io/managed-by=crewlet-operator"
-COMPANY_LABEL = "crewlet.ai/company"
 CLASS_INDEX = "class"
 COMPANY_INDEX = "company"
 COMPACT_PAGE = 100
 SECRET_ANSWER_TIMEOUT = 10.0
 """Seconds a reconcile waits for a newly watched Secret's first answer before it retries."""
-COUNT_INTERVAL = 1.0
-"""Seconds between two writes of a class's status that change only its companies count: a
-burst of creates would otherwise write it about once per company (a fourteenth of a burst's
-writes, measured), and the count is a figure for people, not for controllers."""
 TYPED_LIVE_OBJECT = "failed to create typed live object"
 """The API server's 500 when server-side apply meets a stored object its schema cannot type."""
 
 Object = dict[str, Any]
-
-
-CHILD_RESOURCES = (
-    SERVICE_ACCOUNT,
-    SECRET,
-    STATEFUL_SET,
-    SERVICE,
-    POD_DISRUPTION_BUDGET,
-    NETWORK_POLICY,
-    INGRESS,
-)
-"""The kinds a Company owns without the Gateway API."""
 
 WRITTEN_RESOURCES = frozenset(
     r.plural for r in (COMPANY, ENGINE_CLASS, *CHILD_RESOURCES, PERSISTENT_VOLUME_CLAIM)
@@ -97,18 +73,18 @@ WRITTEN_RESOURCES = frozenset(
 resync must not touch."""
 
 
-def child_resources(facts: ClusterFacts) -> list[Resource]:
-    """The kinds a Company owns; HTTPRoutes only when the Gateway API is served."""
-    return [*CHILD_RESOURCES, HTTP_ROUTE] if facts.gateway_api else list(CHILD_RESOURCES)
-
-
 def _company_of_child(child: Object) -> list[str]:
-    company = labels(child).get(COMPANY_LABEL)
+    company = labels(child).get(naming.COMPANY_LABEL)
     return [f"{namespace(child)}/{company}"] if company else []
 
 
+def _class_name(company: Object) -> str:
+    """The EngineClass a Company names, as stored ("" when it names none)."""
+    return str((company.get("spec") or {}).get("className") or "")
+
+
 def _class_of(company: Object) -> list[str]:
-    class_name = (company.get("spec") or {}).get("className")
+    class_name = _class_name(company)
     return [class_name] if class_name else []
 
 
@@ -132,11 +108,13 @@ class CrewletControllers:
         company_options = InformerOptions(
             indexers={CLASS_INDEX: _class_of}, compact=True, page_size=COMPACT_PAGE
         )
-        labelled = InformerOptions(label_selector=MANAGED_BY, compact=True, page_size=COMPACT_PAGE)
+        labelled = InformerOptions(
+            label_selector=naming.MANAGED_BY_SELECTOR, compact=True, page_size=COMPACT_PAGE
+        )
         # Children are cached as far as the operator applied them (and their status): the
         # server's defaults are a large share of a StatefulSet, and no reconcile reads them.
         owned = InformerOptions(
-            label_selector=MANAGED_BY,
+            label_selector=naming.MANAGED_BY_SELECTOR,
             transform=keep_owned_fields_of(manager.client.field_manager),
             indexers={COMPANY_INDEX: _company_of_child},
             compact=True,
@@ -182,7 +160,7 @@ class CrewletControllers:
         return [Request(namespace(c), name(c)) for c in self.cache.list(COMPANY, name(ns))]
 
     def _company_of_labels(self, obj: Object) -> list[Request]:
-        company = labels(obj).get(COMPANY_LABEL)
+        company = labels(obj).get(naming.COMPANY_LABEL)
         return [Request(namespace(obj), company)] if company else []
 
     def _companies_of_secret(self, secret: Object) -> list[Request]:
@@ -213,6 +191,20 @@ class CrewletControllers:
             return self.secrets.get(ns, secret_name)
         raise informer.last_error or CrewletError(f"Secret {ns}/{secret_name}: not listed yet")
 
+    async def read_references(
+        self, engine_class: Object
+    ) -> tuple[dict[tuple[str, str], Object | None], dict[tuple[str, str], str]]:
+        """Every Secret the class references, by ``(namespace, name)`` (None when it does not
+        exist), and those the operator may not read, with the API server's reason."""
+        secrets: dict[tuple[str, str], Object | None] = {}
+        unreadable: dict[tuple[str, str], str] = {}
+        for ref in sorted(referenced_secrets(engine_class)):
+            try:
+                secrets[ref] = await self.read_secret(*ref)
+            except (ForbiddenError, UnauthorizedError) as denied:
+                unreadable[ref] = denied.message or denied.reason
+        return secrets, unreadable
+
     async def observe(self, company: Object, engine_class: Object | None) -> Observed:
         """Read everything the reconcile needs from the caches."""
         ns, company_name = namespace(company) or "", name(company)
@@ -223,12 +215,8 @@ class CrewletControllers:
         secrets: dict[tuple[str, str], Object | None] = {}
         unreadable: dict[tuple[str, str], str] = {}
         if engine_class is not None:
-            for ref in sorted(referenced_secrets(engine_class)):
-                try:
-                    secrets[ref] = await self.read_secret(*ref)
-                except (ForbiddenError, UnauthorizedError) as denied:
-                    unreadable[ref] = denied.message or denied.reason
-        claim = self.cache.get(PERSISTENT_VOLUME_CLAIM, f"data-{company_name}-data-0", ns)
+            secrets, unreadable = await self.read_references(engine_class)
+        claim = self.cache.get(PERSISTENT_VOLUME_CLAIM, naming.data_claim(company_name), ns)
         return Observed(
             children=children, secrets=secrets, unreadable_secrets=unreadable, data_claim=claim
         )
@@ -238,8 +226,7 @@ class CrewletControllers:
         company = self.cache.get(COMPANY, request.name, request.namespace)
         if company is None:
             return None  # deleted: owner references garbage-collect the children; claims stay
-        class_name = (company.get("spec") or {}).get("className", "")
-        engine_class = self.cache.get(ENGINE_CLASS, class_name)
+        engine_class = self.cache.get(ENGINE_CLASS, _class_name(company))
         ns = self.cache.get(NAMESPACE, request.namespace or "") or {}
         if is_being_deleted(ns):
             return None  # the namespace controller is deleting everything in it: do not fight it
@@ -267,10 +254,9 @@ class CrewletControllers:
             plan = refusal_plan(
                 company,
                 observed,
-                "InvalidClass",
+                INVALID_CLASS,
                 f"the API server refused a child of the company: {refused.message}; ask the "
-                f"platform's administrators to fix EngineClass "
-                f"{(company.get('spec') or {}).get('className')}",
+                f"platform's administrators to fix EngineClass {_class_name(company)}",
             )
         if plan.claim_annotations and observed.data_claim is not None:
             await self.client.patch(
@@ -344,54 +330,20 @@ class CrewletControllers:
             self._counted.pop(request.name, None)
             return None
         self.secrets.forget(self._every_reference())
-        missing: list[str] = []
-        unreadable: list[str] = []
-        for ref in secret_refs(engine_class):
-            where = f"{ref.namespace}/{ref.name}[{ref.key}]"
-            try:
-                secret = await self.read_secret(ref.namespace, ref.name)
-            except (ForbiddenError, UnauthorizedError):
-                unreadable.append(where)
-                continue
-            if secret is None or ref.key not in (secret.get("data") or {}):
-                missing.append(where)
-        generation = engine_class["metadata"].get("generation")
-        if unreadable:
-            resolved = condition(
-                "ReferencesResolved",
-                False,
-                "SecretUnreadable",
-                "the operator may not read Secrets: " + ", ".join(unreadable),
-                observed_generation=generation,
-            )
-        elif missing:
-            resolved = condition(
-                "ReferencesResolved",
-                False,
-                "SecretNotFound",
-                "missing Secret keys: " + ", ".join(missing),
-                observed_generation=generation,
-            )
-        else:
-            resolved = condition(
-                "ReferencesResolved",
-                True,
-                "Resolved",
-                "every referenced Secret key exists",
-                observed_generation=generation,
-            )
-        old = engine_class.get("status") or {}
-        status = {
-            "companies": len(self.cache.keys(COMPANY, (CLASS_INDEX, request.name))),
-            "conditions": set_condition(old.get("conditions") or [], resolved),
-        }
-        if status["conditions"] == old.get("conditions"):
-            if status["companies"] == old.get("companies", 0):
+        secrets, unreadable = await self.read_references(engine_class)
+        decision = class_status(
+            engine_class,
+            secrets,
+            unreadable,
+            companies=len(self.cache.keys(COMPANY, (CLASS_INDEX, request.name))),
+            last_written=self._counted.get(request.name),
+            monotonic_now=time.monotonic(),
+        )
+        if decision.status is None:
+            if decision.requeue_after is None:
                 return None
-            wait = self._counted.get(request.name, -COUNT_INTERVAL) + COUNT_INTERVAL
-            if (now := time.monotonic()) < wait:
-                return Result(requeue_after=wait - now)  # the count alone: written once a second
-        await self._write_status(ENGINE_CLASS, {"name": request.name}, status)
+            return Result(requeue_after=decision.requeue_after)  # the count alone, held back
+        await self._write_status(ENGINE_CLASS, {"name": request.name}, decision.status)
         self._counted[request.name] = time.monotonic()
         return None
 

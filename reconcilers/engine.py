@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 import jsonschema_rs
 import yaml
 
+from reconcilers import naming
+
 if TYPE_CHECKING:
     from reconcilers.api.v1alpha1 import S3Files
 
@@ -30,12 +32,10 @@ Config = dict[str, Any]
 CONTAINER = "engine"
 USER_ID = 10001
 """The image's ``crewlet`` user; its group is not pinned by the image, so it is set explicitly."""
-ARGS = ["run", "-config", "/etc/crewlet/crewlet.yaml"]
-"""Arguments to the image's entrypoint (tini, then crewlet), which is kept: the engine spawns
-process trees that need an init."""
-
 API_PORT = 8080
 API_PORT_NAME = "http"
+WEBHOOK_PATH = "/webhooks"
+"""Where the data pods' API takes webhooks: the only path the webhook route exposes."""
 LEAF_PORT = 7422
 LEAF_PORT_NAME = "leaf"
 
@@ -47,7 +47,11 @@ HOME_DIR = "/home/crewlet"
 TMP_DIR = "/tmp"
 SCRATCH_DIR = "/var/lib/crewlet/scratch"
 """The seats pod's scratch store (an emptyDir; the engine deletes it at every boot anyway)."""
-TURSO_CACHE_DIR = "/home/crewlet/.cache/turso-go"
+TURSO_CACHE_DIR = f"{HOME_DIR}/.cache/turso-go"
+
+ARGS = ["run", "-config", f"{CONFIG_DIR}/{CONFIG_FILE}"]
+"""Arguments to the image's entrypoint (tini, then crewlet), which is kept: the engine spawns
+process trees that need an init."""
 
 DATA_STORE_PATH = f"{DATA_DIR}/store/company.db"
 STREAM_DIR = f"{DATA_DIR}/stream"
@@ -211,7 +215,7 @@ def render_data_config(*, s3: S3Files | None, s3_key_prefix: str, volume_bytes: 
             },
         },
         "logging": _logging(),
-        "retention": {"backup_owner": "crewlet-operator"},
+        "retention": {"backup_owner": naming.MANAGED_BY},
     }
 
 

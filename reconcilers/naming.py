@@ -10,12 +10,16 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from reconcilers.api.v1alpha1 import DNS1035_LABEL_PATTERN, MAX_COMPANY_NAME_LENGTH
+
 Component = Literal["data", "seats"]
 DATA: Component = "data"
 SEATS: Component = "seats"
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "crewlet-operator"
+MANAGED_BY_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+"""The label selector of everything the operator writes for companies (what it watches)."""
 NAME_LABEL = "app.kubernetes.io/name"
 NAME = "crewlet"
 COMPONENT_LABEL = "app.kubernetes.io/component"
@@ -33,26 +37,22 @@ rotated model key would never reach a running engine.
 DATA_VOLUME = "data"
 """The data StatefulSet's volume claim template; its claim is ``data-<company>-data-0``."""
 
-MAX_COMPANY_NAME = 46
-"""The longest Company name whose children are all valid names.
-
-A StatefulSet's pods carry ``controller-revision-hash: <statefulset>-<hash>``, a label value of
-at most 63 characters, so a StatefulSet's name may have at most 52; ``<company>-seats`` adds 6.
-"""
-_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_DNS_LABEL = re.compile(DNS1035_LABEL_PATTERN)
 
 
 def name_problem(company: str) -> str | None:
     """Say why ``company`` cannot name its children (Service names are DNS-1035 labels), or None.
 
     A Company's own name is a DNS subdomain (it may hold dots, or start with a digit), which is
-    wider than what a Service or a StatefulSet's pods accept.
+    wider than what a Service or a StatefulSet's pods accept. The CRD refuses both on create
+    (:data:`~reconcilers.api.v1alpha1.MAX_COMPANY_NAME_LENGTH` says why that length); a Company
+    stored before it did is refused here.
     """
-    if len(company) > MAX_COMPANY_NAME:
+    if len(company) > MAX_COMPANY_NAME_LENGTH:
         return (
             f"the name {company!r} is {len(company)} characters long: the operator names the "
             f"company's StatefulSets and Services after it, which allows at most "
-            f"{MAX_COMPANY_NAME}; recreate the Company under a shorter name"
+            f"{MAX_COMPANY_NAME_LENGTH}; recreate the Company under a shorter name"
         )
     if not _DNS_LABEL.match(company):
         return (

@@ -11,9 +11,33 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from crewlet_operator import Resource
+from crewlet_operator import (
+    HTTP_ROUTE,
+    INGRESS,
+    NETWORK_POLICY,
+    POD_DISRUPTION_BUDGET,
+    SECRET,
+    SERVICE,
+    SERVICE_ACCOUNT,
+    STATEFUL_SET,
+    Resource,
+)
 
 Object = dict[str, Any]
+
+CHILD_RESOURCES = (
+    SERVICE_ACCOUNT,
+    SECRET,
+    STATEFUL_SET,
+    SERVICE,
+    POD_DISRUPTION_BUDGET,
+    NETWORK_POLICY,
+    INGRESS,
+)
+"""The kinds a Company owns without the Gateway API. Not a PersistentVolumeClaim: the data
+claim belongs to the StatefulSet's template and outlives the Company."""
+GATEWAY_CHILD_RESOURCES = (HTTP_ROUTE,)
+"""The kinds a Company owns besides when the Gateway API is served."""
 
 
 @dataclass(frozen=True)
@@ -24,6 +48,13 @@ class ClusterFacts:
     """Whether gateway.networking.k8s.io/v1 HTTPRoute was served when the operator started."""
     operator_namespace: str
     """The operator's own namespace (admitted to the engine's API port)."""
+
+
+def child_resources(facts: ClusterFacts) -> list[Resource]:
+    """The kinds a Company owns; HTTPRoutes only when the Gateway API is served."""
+    if facts.gateway_api:
+        return [*CHILD_RESOURCES, *GATEWAY_CHILD_RESOURCES]
+    return list(CHILD_RESOURCES)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ digest, ``main``, a commit) says nothing about which Crewlet commit is newer, so
 
 The mark is kept twice: in the Company's ``status.highestEngineVersion`` and as an annotation on
 the data claim, which outlives the Company (its retention policy is Retain), so a Company recreated
-over the same volume still refuses an older engine.
+over the same volume still refuses an older engine. The running data StatefulSet's image counts
+too: it is what was last applied.
 """
 
 from __future__ import annotations
@@ -18,8 +19,16 @@ from typing import Literal
 
 import semver
 
+from crewlet_operator import STATEFUL_SET
+from crewlet_operator import name as object_name
+from reconcilers import engine, naming
+from reconcilers.naming import DATA
+from reconcilers.plan import Object, Observed
+
 CLAIM_ANNOTATION = "crewlet.ai/highest-engine-version"
 """Annotation on the data claim: the highest engine version the volume has been opened by."""
+STATUS_FIELD = "highestEngineVersion"
+"""The Company's status field that holds the mark."""
 
 Protection = Literal["Ordered", "Unordered"]
 ORDERED: Protection = "Ordered"
@@ -83,3 +92,58 @@ def is_downgrade(candidate: semver.Version | None, high_water: semver.Version | 
 def format_version(version: semver.Version | None) -> str | None:
     """The canonical text of ``version`` (no leading ``v``), as status and annotations hold it."""
     return None if version is None else str(version)
+
+
+def unordered_note(image: str) -> str | None:
+    """What the Accepted message says of an image the operator cannot order, else None."""
+    if protection(image) == ORDERED:
+        return None
+    return (
+        "the image is named by a digest, main or a commit, not a semantic version, so the "
+        "operator cannot order it and DowngradeRefused does not protect this company: never "
+        "point its class at an older engine than it has run"
+    )
+
+
+def running_image(statefulset: Object | None) -> str | None:
+    """The engine container's image in an observed StatefulSet (None without one)."""
+    containers = (((statefulset or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+    for container in containers.get("containers") or ():
+        if container.get("name") == engine.CONTAINER:
+            image = container.get("image")
+            return image if isinstance(image, str) else None
+    return None
+
+
+def data_statefulset(company: Object, observed: Observed) -> Object | None:
+    """The company's data StatefulSet as observed: the engine that last opened its volume."""
+    return observed.children.get(
+        (STATEFUL_SET.kind, naming.statefulset(object_name(company), DATA))
+    )
+
+
+def high_water(company: Object, observed: Observed) -> semver.Version | None:
+    """The highest version this company's data has run: status, claim, data StatefulSet.
+
+    The claim outlives the Company, and the StatefulSet is what was last applied, so either still
+    protects a company whose status was lost.
+    """
+    status = company.get("status") or {}
+    claim = observed.data_claim or {}
+    annotations = (claim.get("metadata") or {}).get("annotations") or {}
+    return highest(
+        parse_version(status.get(STATUS_FIELD)),
+        parse_version(annotations.get(CLAIM_ANNOTATION)),
+        image_version(running_image(data_statefulset(company, observed)) or ""),
+    )
+
+
+def claim_annotations(observed: Observed, high: semver.Version | None) -> dict[str, str]:
+    """Raise the data claim's high-water annotation to ``high`` when it is lower or missing."""
+    if observed.data_claim is None or high is None:
+        return {}
+    annotations = (observed.data_claim.get("metadata") or {}).get("annotations") or {}
+    current = parse_version(annotations.get(CLAIM_ANNOTATION))
+    if current is not None and current >= high:
+        return {}
+    return {CLAIM_ANNOTATION: str(high)}

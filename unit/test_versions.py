@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import semver
 
 from reconcilers import versions
+from reconcilers.plan import Observed
+
+Object = dict[str, Any]
 
 
 def v(text: str) -> semver.Version:
@@ -94,3 +99,90 @@ def test_junk_in_annotations_is_ignored(junk: str | None) -> None:
 def test_highest_of_nothing_is_none() -> None:
     assert versions.highest() is None
     assert versions.highest(None, None) is None
+
+
+# --- The high-water mark -------------------------------------------------------------------
+
+
+def company(highest: str | None = None) -> Object:
+    status = {} if highest is None else {"highestEngineVersion": highest}
+    return {"metadata": {"name": "acme", "namespace": "tenant-a"}, "status": status}
+
+
+def claim(annotation: str | None = None) -> Object:
+    annotations = {} if annotation is None else {versions.CLAIM_ANNOTATION: annotation}
+    return {"metadata": {"name": "data-acme-data-0", "annotations": annotations}}
+
+
+def data_statefulset(image: str, name: str = "acme-data") -> Object:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "spec": {
+                    "initContainers": [{"name": "engine-init", "image": "busybox:1.0.0"}],
+                    "containers": [
+                        {"name": "sidecar", "image": "proxy:v9.0.0"},
+                        {"name": "engine", "image": image},
+                    ],
+                }
+            }
+        },
+    }
+
+
+def running(statefulset: Object) -> Observed:
+    return Observed(children={("StatefulSet", statefulset["metadata"]["name"]): statefulset})
+
+
+def test_the_running_image_is_the_engine_containers() -> None:
+    assert versions.running_image(data_statefulset("engine:v0.3.0")) == "engine:v0.3.0"
+    assert versions.running_image(None) is None
+    assert versions.running_image({"spec": {"template": {"spec": {}}}}) is None
+
+
+@pytest.mark.parametrize(
+    ("status", "annotation", "image", "expected"),
+    [
+        ("0.4.0", "0.3.0", "engine:v0.2.0", "0.4.0"),
+        ("0.2.0", "v0.5.0", "engine:v0.3.0", "0.5.0"),
+        ("0.2.0", None, "engine:v0.6.0", "0.6.0"),
+        (None, "junk", "engine@sha256:" + "a" * 64, None),
+    ],
+    ids=["status", "claim", "statefulset", "nothing-ordered"],
+)
+def test_the_high_water_mark_is_the_highest_of_status_claim_and_running_image(
+    status: str | None, annotation: str | None, image: str, expected: str | None
+) -> None:
+    observed = Observed(
+        children=running(data_statefulset(image)).children, data_claim=claim(annotation)
+    )
+    high = versions.high_water(company(status), observed)
+    assert versions.format_version(high) == expected
+
+
+def test_another_companys_statefulset_does_not_count() -> None:
+    observed = running(data_statefulset("engine:v9.0.0", name="other-data"))
+    assert versions.high_water(company("0.2.0"), observed) == v("0.2.0")
+
+
+@pytest.mark.parametrize(
+    ("annotation", "high", "expected"),
+    [
+        (None, "0.3.0", {versions.CLAIM_ANNOTATION: "0.3.0"}),
+        ("0.2.0", "0.3.0", {versions.CLAIM_ANNOTATION: "0.3.0"}),
+        ("junk", "0.3.0", {versions.CLAIM_ANNOTATION: "0.3.0"}),
+        ("0.3.0", "0.3.0", {}),
+        ("0.4.0", "0.3.0", {}),
+    ],
+)
+def test_the_claim_annotation_is_only_ever_raised(
+    annotation: str | None, high: str, expected: dict[str, str]
+) -> None:
+    observed = Observed(data_claim=claim(annotation))
+    assert versions.claim_annotations(observed, v(high)) == expected
+
+
+def test_no_claim_or_no_mark_annotates_nothing() -> None:
+    assert versions.claim_annotations(Observed(), v("0.3.0")) == {}
+    assert versions.claim_annotations(Observed(data_claim=claim()), None) == {}

@@ -1,0 +1,395 @@
+"""A Company's inputs, read and judged: the company, its EngineClass, its namespace, its Secrets.
+
+Everything that can refuse a company is here, with the reasons ``Accepted=False`` carries and
+messages that say what to do. Refusals come in the order a person would fix them: the company
+itself (``InvalidSpec``, ``InvalidName``), then its class (``ClassNotFound``, ``InvalidClass``,
+``ClassNotAllowed``), the engine version (``DowngradeRefused``), what the class asks for
+(``InvalidClass`` again, for what the CRD's schema cannot judge) and last the Secrets it
+references (``SecretUnreadable``, ``SecretNotFound``).
+"""
+
+from __future__ import annotations
+
+import secrets as token_source
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from crewlet_operator import Resource, label_selector_matches, parse_quantity
+from reconcilers import engine, naming, versions
+from reconcilers.api.v1alpha1 import (
+    MIN_STORAGE,
+    MIN_STORAGE_WITH_S3,
+    Company,
+    EngineClass,
+    SecretKeyRef,
+)
+from reconcilers.naming import DATA, SEATS
+from reconcilers.plan import ClusterFacts, Object, Observed
+
+INVALID_SPEC = "InvalidSpec"
+"""The Company does not fit its model (stored before the CRD tightened)."""
+INVALID_NAME = "InvalidName"
+"""The Company's name cannot name its children."""
+CLASS_NOT_FOUND = "ClassNotFound"
+"""No EngineClass of the name the company gives."""
+INVALID_CLASS = "InvalidClass"
+"""The class cannot be run as written (or the API server refused a child rendered from it)."""
+CLASS_NOT_ALLOWED = "ClassNotAllowed"
+"""The class's ``allowedNamespaces`` does not admit the company's namespace."""
+DOWNGRADE_REFUSED = "DowngradeRefused"
+"""The class's image is older than the company's data has run."""
+SECRET_UNREADABLE = "SecretUnreadable"
+"""The class references a Secret the operator may not read."""
+SECRET_NOT_FOUND = "SecretNotFound"
+"""The class references a Secret, or a key of one, that does not exist."""
+ENGINE_CONFIG_INVALID = "EngineConfigInvalid"
+"""A rendered crewlet.yaml the engine's schema refuses: a bug of the operator."""
+
+TokenFactory = Callable[[], str]
+"""Makes the operator's API token for a company that has none yet."""
+
+
+def new_token() -> str:
+    """A fresh operator API token (256 bits, URL-safe: it is expanded into YAML unquoted).
+
+    The only non-deterministic input of the reconcile, used once per company: an existing
+    token Secret is always kept, so later reconciles are pure.
+    """
+    return token_source.token_urlsafe(32)
+
+
+class Refused(Exception):
+    """The company cannot be run as asked; ``reason`` and ``message`` go on ``Accepted``."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The parsed inputs of one reconcile, which every builder reads."""
+
+    raw: Object
+    """The Company as stored."""
+    company: Company
+    """The Company, parsed."""
+    engine_class: EngineClass
+    """The EngineClass it names, parsed."""
+    observed: Observed
+    """What exists, from the caches."""
+    facts: ClusterFacts
+    """What the operator learnt about the cluster at start-up."""
+    new_token: TokenFactory
+    """Makes the API token, when the company has none yet."""
+
+    @property
+    def name(self) -> str:
+        """The Company's name, which names its children."""
+        return str(self.raw["metadata"]["name"])
+
+    @property
+    def namespace(self) -> str:
+        """The Company's namespace, where its children live."""
+        return str(self.raw["metadata"]["namespace"])
+
+    @property
+    def class_name(self) -> str:
+        """The EngineClass the Company names."""
+        return self.company.spec.class_name
+
+    def child(self, resource: Resource, name: str) -> Object | None:
+        """The observed child of ``resource``'s kind named ``name``, if it exists."""
+        return self.observed.children.get((resource.kind, name))
+
+
+@dataclass(frozen=True)
+class SecretCopy:
+    """One Secret key the class references, copied into ``<company>-env`` under ``env``."""
+
+    env: str
+    """The environment variable it feeds, and its key in the copy."""
+    ref: SecretKeyRef
+    """The Secret's key the class references."""
+    where: str
+    """The class field that references it, for messages."""
+
+
+# -- the company, its class and its namespace --------------------------------------------------
+
+
+def read_inputs(
+    raw: Object,
+    engine_class: Object | None,
+    namespace_labels: dict[str, str] | None,
+    observed: Observed,
+    facts: ClusterFacts,
+    *,
+    token_factory: TokenFactory,
+) -> Inputs:
+    """Parse the inputs, refusing in the order a person would fix them.
+
+    ``namespace_labels`` None skips the namespace's admission.
+
+    Raises:
+        Refused: the company, its name or its class cannot be run, or the class does not
+            admit the namespace.
+    """
+    parsed_company = _parse_company(raw)
+    problem = naming.name_problem(str(raw["metadata"]["name"]))
+    if problem:
+        raise Refused(INVALID_NAME, problem)
+    class_name = parsed_company.spec.class_name
+    if engine_class is None:
+        raise Refused(
+            CLASS_NOT_FOUND,
+            f"EngineClass {class_name} does not exist: create it, or set spec.className to an "
+            f"existing class",
+        )
+    parsed_class = _parse_class(class_name, engine_class)
+    if namespace_labels is not None:
+        _check_namespace_allowed(parsed_class, class_name, raw, namespace_labels)
+    return Inputs(raw, parsed_company, parsed_class, observed, facts, token_factory)
+
+
+def _parse_company(raw: Object) -> Company:
+    try:
+        return Company.model_validate(raw)
+    except ValidationError as error:
+        raise Refused(INVALID_SPEC, f"the Company is invalid: {_errors(error)}") from None
+
+
+_PARSED_CLASSES: dict[tuple[str, str], EngineClass] = {}
+"""Parsed EngineClasses by (uid, resourceVersion): a class is read by every reconcile of its
+companies, and one resourceVersion is one content. Bounded by the classes in use."""
+
+
+def _parse_class(class_name: str, raw: Object) -> EngineClass:
+    meta = raw.get("metadata") or {}
+    uid, version = meta.get("uid"), meta.get("resourceVersion")
+    if not (isinstance(uid, str) and isinstance(version, str)):
+        return _validate_class(class_name, raw)
+    parsed = _PARSED_CLASSES.get((uid, version))
+    if parsed is None:
+        parsed = _validate_class(class_name, raw)
+        if len(_PARSED_CLASSES) >= 256:
+            _PARSED_CLASSES.clear()
+        _PARSED_CLASSES[(uid, version)] = parsed
+    return parsed
+
+
+def _validate_class(class_name: str, raw: Object) -> EngineClass:
+    try:
+        return EngineClass.model_validate(raw)
+    except ValidationError as error:
+        raise Refused(
+            INVALID_CLASS,
+            f"EngineClass {class_name} is invalid: {_errors(error)}; ask the platform's "
+            f"administrators to fix it, or use another class",
+        ) from None
+
+
+def _errors(error: ValidationError) -> str:
+    """Where and what, without the input values."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in e['loc']) or '<root>'}: {e['msg']}"
+        for e in error.errors()[:5]
+    )
+
+
+def _check_namespace_allowed(
+    engine_class: EngineClass, class_name: str, raw: Object, namespace_labels: dict[str, str]
+) -> None:
+    """``spec.allowedNamespaces`` admits the company's namespace (absent: every namespace)."""
+    selector = engine_class.spec.allowed_namespaces
+    if selector is None:
+        return
+    namespace = raw["metadata"]["namespace"]
+    try:
+        allowed = label_selector_matches(selector, namespace_labels)
+    except ValueError as error:
+        raise Refused(
+            INVALID_CLASS,
+            f"EngineClass {class_name} has an invalid spec.allowedNamespaces ({error}); ask the "
+            f"platform's administrators to fix it",
+        ) from None
+    if not allowed:
+        raise Refused(
+            CLASS_NOT_ALLOWED,
+            f"EngineClass {class_name} does not admit namespace {namespace}: label the "
+            f"namespace to match spec.allowedNamespaces or use another class",
+        )
+
+
+# -- the engine version ------------------------------------------------------------------------
+
+
+def refuse_downgrade(ctx: Inputs) -> None:
+    """An ordered image below the high-water mark would open migrated data with an older engine.
+
+    Raises:
+        Refused: ``DowngradeRefused``.
+    """
+    image = ctx.engine_class.spec.engine.image
+    candidate = versions.image_version(image)
+    high = versions.high_water(ctx.raw, ctx.observed)
+    if not versions.is_downgrade(candidate, high):
+        return
+    raise Refused(
+        DOWNGRADE_REFUSED,
+        f"EngineClass {ctx.class_name} runs {image} (version {candidate}), older than {high}, "
+        f"the highest engine version this company's data has run, and the engine migrates its "
+        f"data forward only: point the class at {high} or newer, or use a class that does; to "
+        f"go back, restore the data volume from a backup taken before {high} first ran on it",
+    )
+
+
+# -- what the class asks for -------------------------------------------------------------------
+
+
+def check_class(ctx: Inputs) -> None:
+    """What the CRD's schema cannot judge: the volume's floor, quantities, variable names.
+
+    Raises:
+        Refused: ``InvalidClass``, naming the field to fix.
+    """
+    _check_storage(ctx)
+    _check_resources(ctx)
+    _check_env_names(ctx)
+
+
+def _check_storage(ctx: Inputs) -> None:
+    """The data volume's size parses and is at least the floor (12Gi, or 9Gi with S3)."""
+    spec = ctx.engine_class.spec
+    floor = MIN_STORAGE_WITH_S3 if spec.files.s3 is not None else MIN_STORAGE
+    try:
+        size = parse_quantity(spec.storage.size)
+    except ValueError:
+        size = None
+    if size is None or size < parse_quantity(floor):
+        raise Refused(
+            INVALID_CLASS,
+            f"EngineClass {ctx.class_name} asks for a data volume of {spec.storage.size!r}; "
+            f"the engine needs at least {floor}{' (files in S3)' if floor != MIN_STORAGE else ''}"
+            f": ask the platform's administrators to fix spec.storage.size",
+        )
+
+
+def _check_resources(ctx: Inputs) -> None:
+    """Every request and limit is a quantity: the API server cannot even decode a StatefulSet
+    holding another (a 500, not a 422 naming the field), so the reconcile names it."""
+    resources = ctx.engine_class.spec.resources
+    for component, requirements in ((DATA, resources.data), (SEATS, resources.seats)):
+        for section in ("requests", "limits"):
+            for resource, amount in ((requirements or {}).get(section) or {}).items():
+                try:
+                    parse_quantity(amount)
+                except (TypeError, ValueError):
+                    raise Refused(
+                        INVALID_CLASS,
+                        f"EngineClass {ctx.class_name}: spec.resources.{component}.{section}."
+                        f"{resource} is {amount!r}, not a Kubernetes quantity (e.g. 500m, 2Gi); "
+                        f"ask the platform's administrators to fix the class",
+                    ) from None
+
+
+def _check_env_names(ctx: Inputs) -> None:
+    """No variable the operator sets itself, none set twice (the last one would silently win
+    inside the pod), and each ``spec.env`` entry either a value or a Secret's key."""
+    spec = ctx.engine_class.spec
+    names = [k.name for k in spec.model_keys] + [e.name for e in spec.env]
+    seen: set[str] = set()
+    for name in names:
+        if name in engine.RESERVED_ENV or name in seen:
+            why = "is set by the operator" if name in engine.RESERVED_ENV else "is set twice"
+            raise Refused(
+                INVALID_CLASS,
+                f"EngineClass {ctx.class_name}: environment variable {name} {why} (spec.env, "
+                f"spec.modelKeys); ask the platform's administrators to fix the class",
+            )
+        seen.add(name)
+    for entry in spec.env:
+        if (entry.value is None) == (entry.secret_ref is None):
+            raise Refused(
+                INVALID_CLASS,
+                f"EngineClass {ctx.class_name}: spec.env {entry.name} needs exactly one of "
+                f"value and secretRef; ask the platform's administrators to fix the class",
+            )
+
+
+# -- the Secrets it references -----------------------------------------------------------------
+
+
+def secret_copies(ctx: Inputs) -> list[SecretCopy]:
+    """Every Secret key the class references, keyed by the variable it feeds, in env order."""
+    spec = ctx.engine_class.spec
+    copies = [SecretCopy(k.name, k.secret_ref, "spec.modelKeys") for k in spec.model_keys]
+    if spec.telemetry.headers is not None:
+        copies.append(
+            SecretCopy(engine.OTEL_HEADERS_ENV, spec.telemetry.headers, "spec.telemetry.headers")
+        )
+    s3 = spec.files.s3
+    if s3 is not None and s3.credentials is not None:
+        copies.append(
+            SecretCopy(
+                engine.S3_ACCESS_KEY_ENV,
+                s3.credentials.access_key_id,
+                "spec.files.s3.credentials.accessKeyId",
+            )
+        )
+        copies.append(
+            SecretCopy(
+                engine.S3_SECRET_KEY_ENV,
+                s3.credentials.secret_access_key,
+                "spec.files.s3.credentials.secretAccessKey",
+            )
+        )
+    copies.extend(SecretCopy(e.name, e.secret_ref, "spec.env") for e in spec.env if e.secret_ref)
+    return copies
+
+
+def copied_values(ctx: Inputs, copies: list[SecretCopy]) -> dict[str, str]:
+    """The base64 values of every referenced key, as the source Secrets hold them.
+
+    Raises:
+        Refused: ``SecretUnreadable`` or ``SecretNotFound``, with every such Secret or key
+            named (names only: a value never reaches a message).
+    """
+    unreadable = sorted(
+        {
+            f"Secret {c.ref.namespace}/{c.ref.name} ({reason})"
+            for c in copies
+            if (reason := ctx.observed.unreadable_secrets.get((c.ref.namespace, c.ref.name)))
+        }
+    )
+    if unreadable:
+        raise Refused(
+            SECRET_UNREADABLE,
+            f"EngineClass {ctx.class_name} references what the operator may not read: "
+            f"{'; '.join(unreadable)}. Grant the operator's ServiceAccount get, list and watch "
+            f"on Secrets, as the chart's ClusterRole does",
+        )
+    values: dict[str, str] = {}
+    missing: list[str] = []
+    for copy_ in copies:
+        ref = copy_.ref
+        source = ctx.observed.secrets.get((ref.namespace, ref.name))
+        value = ((source or {}).get("data") or {}).get(ref.key)
+        if source is None:
+            missing.append(f"Secret {ref.namespace}/{ref.name} ({copy_.where}) does not exist")
+        elif not isinstance(value, str):
+            missing.append(
+                f"Secret {ref.namespace}/{ref.name} has no key {ref.key} ({copy_.where})"
+            )
+        else:
+            values[copy_.env] = value
+    if missing:
+        raise Refused(
+            SECRET_NOT_FOUND,
+            f"EngineClass {ctx.class_name} references what is not there: {'; '.join(missing)}. "
+            f"Ask the platform's administrators to create it or fix the class",
+        )
+    return values
