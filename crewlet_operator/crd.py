@@ -51,9 +51,39 @@ from pydantic.json_schema import GenerateJsonSchema, NoDefault
 from pydantic_core import core_schema
 
 from crewlet_operator.conditions import MAX_MESSAGE_LENGTH, MAX_REASON_LENGTH, MAX_TYPE_LENGTH
-from crewlet_operator.errors import CrewletError
+
+# Re-exported: defined with every other error of the library, importable from here as before.
+from crewlet_operator.errors import SchemaError as SchemaError  # noqa: PLC0414
 
 Scope = Literal["Namespaced", "Cluster"]
+
+__all__ = [
+    "AGE_COLUMN",
+    "CONDITION_SCHEMA",
+    "DEFAULT_HEADER",
+    "LABEL_KEY_MESSAGE",
+    "LABEL_KEY_PATTERN",
+    "LABEL_SELECTOR_SCHEMA",
+    "LABEL_VALUE_SCHEMA",
+    "ConditionDict",
+    "JsonSchema",
+    "LabelSelector",
+    "SchemaError",
+    "Scope",
+    "apply_defaults",
+    "cel",
+    "cel_string",
+    "condition_column",
+    "crd_for",
+    "drift",
+    "file_name",
+    "list_map",
+    "on_create",
+    "openapi_schema",
+    "render",
+    "validations",
+    "write",
+]
 
 DEFAULT_HEADER = """\
 # Generated from pydantic models by crewlet_operator.crd. Do not edit: change the models and
@@ -265,10 +295,6 @@ _VALIDATIONS = "x-kubernetes-validations"
 _PRESERVE = "x-kubernetes-preserve-unknown-fields"
 _SCALARS = frozenset({"string", "integer", "number", "boolean"})
 _UNSUPPORTED = ("oneOf", "allOf", "not", "discriminator", "patternProperties", "prefixItems")
-
-
-class SchemaError(CrewletError, ValueError):
-    """A model's JSON schema cannot be expressed as a structural CRD schema."""
 
 
 class _CrdJsonSchema(GenerateJsonSchema):

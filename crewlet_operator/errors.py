@@ -1,4 +1,4 @@
-"""The library's errors, as one hierarchy (httpx style).
+"""Every error the library raises, as one hierarchy rooted at :class:`CrewletError` (httpx style).
 
 ::
 
@@ -17,12 +17,53 @@
     ├── TransportError                no answer: connection refused, reset, timed out
     ├── NoInformerError               a cached read of a kind the cache was not told to watch
     ├── NotServedError                the API server does not serve a group/version/kind
-    └── TerminalError                 raised by a reconciler: do not retry
+    ├── TerminalError                 raised by a reconciler: do not retry
+    ├── LeadershipLostError           the lease was not renewed in time: exit
+    ├── QueueShutDown                 a shut-down work queue has nothing left to hand out
+    ├── AlreadyOwnedError             another object already controls this one (ValueError)
+    ├── NotOwnedError                 an object of the wanted name exists and is not ours
+    ├── SchemaError                   a model has no structural CRD schema (ValueError)
+    ├── BinaryNotFoundError           envtest: a control-plane binary is missing
+    │                                 (FileNotFoundError)
+    ├── ProcessFailedError            envtest: a control-plane process failed (RuntimeError)
+    └── InstallError                  envtest: installing the binaries failed (RuntimeError)
+        └── GoUnavailableError        Go, which builds them, is missing or too old
+
+What to catch for what:
+
+- :class:`CrewletError`: anything the library raised. A reconciler that lets anything else
+  escape has a bug, and the controller counts it as a panic
+  (``controller_runtime_reconcile_panics_total``).
+- :class:`ApiError`: the API server refused a request; ``status``, ``reason``, ``message`` and
+  ``details`` say why. Catch the subclass for the one status a caller handles: a missing object
+  (:class:`NotFoundError`), a lost race (:class:`ConflictError`: read again and retry, or
+  :class:`AlreadyExistsError` on a create), a refused object (:class:`InvalidError`; its
+  ``details["causes"]`` name the fields).
+- :class:`TransportError`: the request may or may not have happened; retry later (an informer
+  and the controller's backoff do).
+- :class:`NoInformerError` and :class:`NotServedError`: a kind the cache does not hold, or the
+  cluster does not serve: a setup mistake, not a transient failure.
+- :class:`TerminalError`: raise it from a reconciler for a failure no retry can fix.
+- :class:`LeadershipLostError`: from :meth:`~crewlet_operator.manager.Manager.run`; let the
+  process exit so it restarts clean.
+- :class:`QueueShutDown`: a worker's signal to return, from
+  :meth:`~crewlet_operator.workqueue.RateLimitingQueue.get`.
+- :class:`AlreadyOwnedError` and :class:`NotOwnedError`: a child's name is taken by an object
+  that another controller, or nobody, owns: a conflict for a human to settle.
+- The errors the tree marks with a standard exception (:class:`ValueError`,
+  :class:`FileNotFoundError`, :class:`RuntimeError`) are also that exception, so code that
+  catches it keeps working.
+
+Each error is importable from here, and where it is raised (``crewlet_operator.owners``,
+``crewlet_operator.workqueue``, ``crewlet_operator.manager``, ...).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+from crewlet_operator.objects import object_key
 
 
 class CrewletError(Exception):
@@ -108,6 +149,55 @@ class NotServedError(CrewletError):
 
 class TerminalError(CrewletError):
     """Raised from a reconciler when retrying cannot help; the request is not requeued."""
+
+
+class LeadershipLostError(CrewletError):
+    """The lease could not be renewed: the process should exit."""
+
+
+class QueueShutDown(CrewletError):  # named like asyncio.QueueShutDown (3.13)
+    """Raised by :meth:`~crewlet_operator.workqueue.RateLimitingQueue.get` once the queue is shut
+    down and empty."""
+
+
+class AlreadyOwnedError(CrewletError, ValueError):
+    """The object already has a controller, and it is not the owner being set."""
+
+    def __init__(self, obj: Mapping[str, Any], controller: Mapping[str, Any]) -> None:
+        self.object_key = object_key(obj)
+        self.controller = dict(controller)
+        super().__init__(
+            f"{obj.get('kind', 'object')} {self.object_key} is already controlled by "
+            f"{controller.get('kind')} {controller.get('name')} (uid {controller.get('uid')})"
+        )
+
+
+class NotOwnedError(CrewletError):
+    """An object with the name a controller wanted exists and is not the controller's: it was
+    not taken over (:meth:`~crewlet_operator.kube.client.Client.apply_if_changed` with
+    ``adopt=True`` does)."""
+
+
+class SchemaError(CrewletError, ValueError):
+    """A model's JSON schema cannot be expressed as a structural CRD schema."""
+
+
+class BinaryNotFoundError(CrewletError, FileNotFoundError):
+    """A control-plane binary is missing: ``python -m crewlet_operator.envtest bins`` (``make
+    bins`` in a checkout) installs it."""
+
+
+class ProcessFailedError(CrewletError, RuntimeError):
+    """A control-plane process exited early or did not become ready in time."""
+
+
+class InstallError(CrewletError, RuntimeError):
+    """A step of installing the control-plane binaries failed; the message says which."""
+
+
+class GoUnavailableError(InstallError):
+    """Go is not on PATH, or is older than
+    :data:`~crewlet_operator.envtest.install.MINIMUM_GO`; the message says what to do."""
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {

@@ -16,7 +16,6 @@ reconcile retrying in a loop from flooding etcd.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import re
 import secrets
 import socket
@@ -30,6 +29,7 @@ import structlog
 
 from crewlet_operator.errors import NotFoundError
 from crewlet_operator.kube.resources import EVENT, Resource
+from crewlet_operator.objects import MAX_NAME_LENGTH, micro_time
 
 __all__ = [
     "NOTE_LIMIT",
@@ -60,7 +60,6 @@ INSTANCE_LIMIT = 128
 SERIES_WINDOW = 300.0
 """Seconds after the last occurrence within which a repeat joins its series."""
 
-_NAME_LIMIT = 253
 _SUFFIX_LENGTH = 17  # "." and 16 hex digits
 
 
@@ -84,12 +83,6 @@ class EventClient(Protocol):
         ...
 
 
-def micro_time(seconds: float) -> str:
-    """A Kubernetes MicroTime (``2026-01-02T03:04:05.123456Z``) for epoch ``seconds``."""
-    moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def object_reference(obj: Mapping[str, Any]) -> dict[str, str]:
     """The ObjectReference of ``obj`` (apiVersion, kind, name, namespace, uid, resourceVersion).
 
@@ -111,12 +104,13 @@ def event_name(regarding_name: str) -> str:
     """``<regarding name>.<16 random hex digits>``, always a valid object name.
 
     The regarding name is lowercased, stripped of characters an Event name may not hold (RBAC
-    objects are called ``system:...``) and shortened so the whole stays within 253 characters.
+    objects are called ``system:...``) and shortened so the whole stays a valid name
+    (:data:`~crewlet_operator.objects.MAX_NAME_LENGTH` characters at most).
     The suffix is random rather than client-go's timestamp so that two replicas recording in
     the same nanosecond cannot collide.
     """
     stem = re.sub(r"[^a-z0-9.-]", "-", regarding_name.lower())
-    stem = stem[: _NAME_LIMIT - _SUFFIX_LENGTH].strip(".-") or "event"
+    stem = stem[: MAX_NAME_LENGTH - _SUFFIX_LENGTH].strip(".-") or "event"
     return f"{stem}.{secrets.token_hex(8)}"
 
 

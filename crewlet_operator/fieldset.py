@@ -19,15 +19,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from crewlet_operator.diff import needs_apply
+from crewlet_operator.objects import KubeObject
 
-Object = dict[str, Any]
 
-
-def keep_managed_fields_of(manager: str) -> Callable[[Object], Object]:
+def keep_managed_fields_of(manager: str) -> Callable[[KubeObject], KubeObject]:
     """A cache transform that drops every ``managedFields`` entry except ``manager``'s applies
     (and the client-side ``last-applied-configuration`` annotation, which nobody reads)."""
 
-    def transform(obj: Object) -> Object:
+    def transform(obj: KubeObject) -> KubeObject:
         meta = obj.get("metadata")
         if not isinstance(meta, dict):
             return obj
@@ -70,7 +69,7 @@ _IDENTITY = frozenset(
 """Metadata a cached object keeps whoever owns it: who it is, what selects and owns it."""
 
 
-def keep_owned_fields_of(manager: str) -> Callable[[Object], Object]:
+def keep_owned_fields_of(manager: str) -> Callable[[KubeObject], KubeObject]:
     """A cache transform for the kinds a controller applies: every field ``manager`` does not
     own through apply is dropped (the server's defaults, other managers' fields), except the
     object's identity metadata and its ``status``. Often half an object's memory.
@@ -80,7 +79,7 @@ def keep_owned_fields_of(manager: str) -> Callable[[Object], Object]:
     """
     trim = keep_managed_fields_of(manager)
 
-    def transform(obj: Object) -> Object:
+    def transform(obj: KubeObject) -> KubeObject:
         trimmed = trim(obj)
         owned = owned_fields(trimmed, manager)
         kept = _prune(trimmed, owned) if _has_children(owned) else {}

@@ -4,19 +4,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
-from crewlet_operator.objects import name, namespace, owner_references
+from crewlet_operator.objects import KubeObject, name, namespace
+from crewlet_operator.owners import owner_key_of
 from crewlet_operator.predicate import Predicate
 from crewlet_operator.reconcile import Request
 from crewlet_operator.workqueue import RateLimitingQueue
 
-Object = dict[str, Any]
-MapFunc = Callable[[Object], Iterable[Request]]
+MapFunc = Callable[[KubeObject], Iterable[Request]]
 """Maps a watched object to the requests it should trigger (``watches``)."""
 
 
-def request_for_object(obj: Object) -> list[Request]:
+def request_for_object(obj: KubeObject) -> list[Request]:
     """The object itself (``for_``)."""
     return [Request(namespace(obj), name(obj))]
 
@@ -28,13 +27,9 @@ def requests_for_owner(group: str, kind: str, owner_namespaced: bool = True) -> 
     ``OnlyControllerOwner``: a child is reconciled by the one controller that owns it.
     """
 
-    def owners(obj: Object) -> list[Request]:
-        for ref in owner_references(obj):
-            api_version = ref.get("apiVersion", "")
-            ref_group = api_version.rpartition("/")[0]
-            if ref.get("controller") and ref.get("kind") == kind and ref_group == group:
-                return [Request(namespace(obj) if owner_namespaced else None, ref["name"])]
-        return []
+    def owners(obj: KubeObject) -> list[Request]:
+        key = owner_key_of(obj, group, kind, owner_namespaced=owner_namespaced)
+        return [] if key is None else [Request(*key)]
 
     return owners
 
@@ -52,22 +47,22 @@ class EnqueueHandler:
         self.mapper = mapper
         self.predicates = tuple(predicates)
 
-    def _enqueue(self, obj: Object) -> None:
+    def _enqueue(self, obj: KubeObject) -> None:
         for request in self.mapper(obj):
             self.queue.add(request)
 
-    def on_add(self, obj: Object) -> None:
+    def on_add(self, obj: KubeObject) -> None:
         """Enqueue for a created (or initially listed) object."""
         if all(p.create(obj) for p in self.predicates):
             self._enqueue(obj)
 
-    def on_update(self, old: Object, new: Object) -> None:
+    def on_update(self, old: KubeObject, new: KubeObject) -> None:
         """Enqueue for both versions: a changed owner or label must reach the old mapping too."""
         if all(p.update(old, new) for p in self.predicates):
             self._enqueue(old)
             self._enqueue(new)
 
-    def on_delete(self, obj: Object) -> None:
+    def on_delete(self, obj: KubeObject) -> None:
         """Enqueue for a deleted object."""
         if all(p.delete(obj) for p in self.predicates):
             self._enqueue(obj)

@@ -12,11 +12,21 @@ missing ``metadata`` (a half-built desired object) and never mutate their argume
 """
 
 # No `from __future__ import annotations`: this module defines a function named annotations().
+import datetime
+import time
 from collections.abc import Mapping
 from typing import Any
 
 KubeObject = dict[str, Any]
 """A Kubernetes object as the API server's JSON: ``apiVersion``, ``kind``, ``metadata``, ..."""
+
+MAX_NAME_LENGTH = 253
+"""The longest object name (a DNS subdomain, as most kinds' names are), and the longest prefix
+of a label key."""
+
+MAX_LABEL_LENGTH = 63
+"""The longest DNS label (a namespace's or a Service's name), label name (a key's part after
+the prefix) and label value."""
 
 
 def metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -83,10 +93,27 @@ def api_group(api_version: str) -> str:
     return group
 
 
-def object_key(obj: Mapping[str, Any]) -> str:
-    """Return ``"namespace/name"``, or ``"name"`` for a cluster-scoped object.
+def namespaced_key(namespace: str | None, name: str) -> str:
+    """Return ``"namespace/name"``, or ``"name"`` without a namespace (a cluster-scoped object).
 
     This is the key the cache indexes by and the form ``kubectl`` and the logs use.
     """
-    ns = namespace(obj)
-    return f"{ns}/{name(obj)}" if ns else name(obj)
+    return f"{namespace}/{name}" if namespace else name
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    """Return the :func:`namespaced_key` of ``obj``: ``"namespace/name"``, or ``"name"`` for a
+    cluster-scoped object."""
+    return namespaced_key(namespace(obj), name(obj))
+
+
+def micro_time(seconds: float | None = None) -> str:
+    """Return a Kubernetes MicroTime (``2026-01-02T03:04:05.123456Z``): RFC 3339 in UTC with
+    microseconds, as a Lease's ``renewTime`` and an Event's ``eventTime`` are written.
+
+    :param seconds: Epoch seconds; now by default.
+    """
+    moment = datetime.datetime.fromtimestamp(
+        time.time() if seconds is None else seconds, datetime.UTC
+    )
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
+from crewlet_operator.errors import AlreadyOwnedError
 from crewlet_operator.objects import (
     KubeObject,
     api_group,
@@ -29,27 +30,23 @@ from crewlet_operator.objects import (
     namespace,
     object_key,
     owner_references,
-    resource_version,
     uid,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Mapping
 
-JSON_PATCH_CONTENT_TYPE = "application/json-patch+json"
-"""The ``Content-Type`` to send a :func:`finalizer_patch` with."""
-
-
-class AlreadyOwnedError(ValueError):
-    """The object already has a controller, and it is not the owner being set."""
-
-    def __init__(self, obj: Mapping[str, Any], controller: Mapping[str, Any]) -> None:
-        self.object_key = object_key(obj)
-        self.controller = dict(controller)
-        super().__init__(
-            f"{obj.get('kind', 'object')} {self.object_key} is already controlled by "
-            f"{controller.get('kind')} {controller.get('name')} (uid {controller.get('uid')})"
-        )
+__all__ = [
+    "AlreadyOwnedError",  # raised here, defined with every other error of the library
+    "add_finalizer",
+    "controller_reference",
+    "get_controller_of",
+    "has_finalizer",
+    "is_controlled_by",
+    "owner_key_of",
+    "remove_finalizer",
+    "set_controller_reference",
+]
 
 
 def controller_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
@@ -172,32 +169,6 @@ def add_finalizer(obj: Mapping[str, Any], finalizer: str) -> KubeObject:
 def remove_finalizer(obj: Mapping[str, Any], finalizer: str) -> KubeObject:
     """Return a copy of ``obj`` without ``finalizer`` (every occurrence; absent is fine)."""
     return _with_metadata(obj, "finalizers", [f for f in finalizers(obj) if f != finalizer])
-
-
-def finalizer_patch(obj: Mapping[str, Any], new_finalizers: Iterable[str]) -> list[dict[str, Any]]:
-    """Return a JSON patch (RFC 6902) that sets ``metadata.finalizers`` to exactly the given list.
-
-    The patch first tests ``metadata.resourceVersion`` against the one in ``obj``: if anyone
-    wrote the object since it was read, the API server rejects the patch (HTTP 422) instead of
-    overwriting a finalizer that someone else just added or removed. On that error, re-read
-    the object and try again. Send it with :data:`JSON_PATCH_CONTENT_TYPE`::
-
-        patch = finalizer_patch(crew, finalizers(add_finalizer(crew, "crewlet.dev/cleanup")))
-
-    Raises:
-        ValueError: ``obj`` has no ``metadata.resourceVersion`` (it was not read from the API).
-    """
-    version = resource_version(obj)
-    if version is None:
-        raise ValueError(
-            f"{object_key(obj) or '<unnamed>'} has no metadata.resourceVersion: a finalizer "
-            "patch must be based on an object read from the API server"
-        )
-    return [
-        {"op": "test", "path": "/metadata/resourceVersion", "value": version},
-        # "add" on an object member replaces it when present and creates it when absent.
-        {"op": "add", "path": "/metadata/finalizers", "value": list(new_finalizers)},
-    ]
 
 
 def _with_metadata(obj: Mapping[str, Any], field: str, value: Any) -> KubeObject:

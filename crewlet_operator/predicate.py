@@ -19,22 +19,43 @@ what it wrote.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-# Aliased: `annotations` would clash with the __future__ import.
 from crewlet_operator.diff import hash_of
+from crewlet_operator.label_selector import (
+    label_selector_matches,
+    validate_label_selector,
+)
+from crewlet_operator.label_selector import matches as selector_matches
 from crewlet_operator.objects import KubeObject, generation, object_key, resource_version, uid
+
+# Aliased: `annotations` would clash with the __future__ import.
 from crewlet_operator.objects import annotations as annotations_of
 from crewlet_operator.objects import labels as labels_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
-_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+__all__ = [
+    "AnnotationChanged",
+    "Funcs",
+    "GenerationChanged",
+    "LabelChanged",
+    "LabelSelectorPredicate",
+    "OwnStatusWrites",
+    "OwnWrites",
+    "Predicate",
+    "ResourceVersionChanged",
+    "and_",
+    "filter_object",
+    # Selector matching lives in crewlet_operator.label_selector; importable from here too.
+    "label_selector_matches",
+    "new_predicate_funcs",
+    "not_",
+    "or_",
+    "validate_label_selector",
+]
 
 
 @runtime_checkable
@@ -209,107 +230,16 @@ class LabelSelectorPredicate:
         self.selector = selector
 
     def create(self, obj: KubeObject) -> bool:
-        return _matches(self.selector, labels_of(obj))
+        return selector_matches(self.selector, labels_of(obj))
 
     def update(self, old: KubeObject, new: KubeObject) -> bool:
-        return _matches(self.selector, labels_of(new))
+        return selector_matches(self.selector, labels_of(new))
 
     def delete(self, obj: KubeObject) -> bool:
-        return _matches(self.selector, labels_of(obj))
+        return selector_matches(self.selector, labels_of(obj))
 
     def generic(self, obj: KubeObject) -> bool:
-        return _matches(self.selector, labels_of(obj))
-
-
-def validate_label_selector(selector: Mapping[str, Any]) -> None:
-    """Check a ``metav1.LabelSelector`` as the API server does.
-
-    Raises:
-        ValueError: an operator other than ``In``, ``NotIn``, ``Exists`` and ``DoesNotExist``;
-            ``In``/``NotIn`` without values; ``Exists``/``DoesNotExist`` with values; a
-            requirement without a key; a non-string label in ``matchLabels``; or a key or
-            value that no label can have.
-    """
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if not isinstance(value, str):
-            raise ValueError(f"matchLabels[{key!r}] must be a string, not {value!r}")
-        _check_label(key, value)
-    for expression in selector.get("matchExpressions") or ():
-        key, operator = expression.get("key"), expression.get("operator")
-        values = expression.get("values") or []
-        if not key:
-            raise ValueError(f"label selector requirement without a key: {expression!r}")
-        for value in values:
-            _check_label(key, value)
-        _check_label(key, "")
-        if operator not in _OPERATORS:
-            raise ValueError(
-                f"label selector operator {operator!r} for key {key!r} is not one of "
-                "In, NotIn, Exists, DoesNotExist"
-            )
-        if operator in ("In", "NotIn") and not values:
-            raise ValueError(f"operator {operator} for key {key!r} needs at least one value")
-        if operator in ("Exists", "DoesNotExist") and values:
-            raise ValueError(f"operator {operator} for key {key!r} takes no values")
-
-
-def _check_label(key: str, value: str) -> None:
-    """A label key is ``[prefix/]name`` (a DNS subdomain of at most 253, a name of at most 63);
-    a value is empty or a name of at most 63 (apimachinery's IsQualifiedName, IsValidLabelValue).
-    """
-    prefix, _, key_name = key.rpartition("/")
-    if (
-        len(key_name) > 63
-        or not _LABEL_NAME.fullmatch(key_name)
-        or (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)))
-        or ("/" in key and not prefix)
-    ):
-        raise ValueError(
-            f"{key!r} is not a label key: [prefix/]name, the name at most 63 letters, digits, "
-            "'-', '_' or '.' starting and ending with a letter or digit, the prefix a DNS subdomain"
-        )
-    if value and (len(value) > 63 or not _LABEL_NAME.fullmatch(value)):
-        raise ValueError(
-            f"{value!r} (for {key!r}) is not a label value: at most 63 letters, digits, '-', '_' "
-            "or '.', starting and ending with a letter or digit"
-        )
-
-
-def label_selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """Whether ``labels`` satisfy the ``metav1.LabelSelector`` ``selector``.
-
-    All of ``matchLabels`` and ``matchExpressions`` must hold. As in
-    ``metav1.LabelSelectorAsSelector``, an empty selector matches everything and a ``None``
-    selector matches nothing. ``NotIn`` holds for a missing key.
-
-    Raises:
-        ValueError: the selector is invalid (see :func:`validate_label_selector`).
-    """
-    if selector is None:
-        return False
-    validate_label_selector(selector)
-    return _matches(selector, labels)
-
-
-def _matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for expression in selector.get("matchExpressions") or ():
-        key, operator = expression["key"], expression["operator"]
-        values = expression.get("values") or []
-        present = key in labels
-        if operator == "In":
-            ok = present and labels[key] in values
-        elif operator == "NotIn":
-            ok = not present or labels[key] not in values
-        elif operator == "Exists":
-            ok = present
-        else:  # DoesNotExist
-            ok = not present
-        if not ok:
-            return False
-    return True
+        return selector_matches(self.selector, labels_of(obj))
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from crewlet_operator.objects import namespaced_key
+
 
 @dataclass(frozen=True, order=True)
 class Request:
@@ -31,7 +33,7 @@ class Request:
     name: str
 
     def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return namespaced_key(self.namespace, self.name)
 
 
 @dataclass(frozen=True)

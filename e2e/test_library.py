@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import pytest_asyncio
 
@@ -316,6 +317,54 @@ async def test_silent_watch_is_detected_and_replaced(
         lambda: "s-a" in names_in(informer), timeout=30, message="watch re-established"
     )
     await stop(task)
+
+
+async def healthz(manager: Manager) -> tuple[int, str]:
+    """The manager's ``/healthz?verbose``: status and body."""
+    url = f"http://127.0.0.1:{manager.health.port}/healthz?verbose"
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        return response.status, await response.text()
+
+
+async def test_an_informer_silent_past_its_watchdog_fails_healthz_until_it_hears_again(
+    fault_plane: ControlPlane, fault_client: Client
+) -> None:
+    """Liveness catches a wedged watch, as controller-runtime users expect: the kubelet restarts
+    a manager whose informer has heard nothing for longer than its watchdog allows."""
+    manager = Manager(fault_client, manager_options())
+    informer = manager.cache.informer(
+        CONFIG_MAP,
+        InformerOptions(
+            namespace="default", label_selector="fault=yes", inactivity_timeout=2, max_backoff=1
+        ),
+    )
+    assert informer.max_silence == 6
+    await fault_client.create(CONFIG_MAP, cm("beat"))
+    beats = iter(range(1_000_000))
+
+    async def healthy_while_the_watch_hears_something() -> bool:
+        # An idle watch may hear no bookmark for a minute: write, so that it hears an event.
+        beat = {"data": {"beat": str(next(beats))}}
+        await fault_client.patch(CONFIG_MAP, "beat", beat, "default")
+        status, body = await healthz(manager)
+        return status == 200 and "[+]informers-watching ok" in body
+
+    async def unhealthy() -> bool:
+        status, body = await healthz(manager)
+        return status == 500 and "[-]informers-watching failed" in body
+
+    async with running(manager):
+        await eventually(healthy_while_the_watch_hears_something, message="healthy at first")
+        fault_plane.pause_apiserver()
+        try:
+            await eventually(unhealthy, timeout=30, message="healthz failed on a silent watch")
+            assert manager.cache.stale() == [informer.resource.group_kind]
+        finally:
+            fault_plane.resume_apiserver()
+        await eventually(
+            healthy_while_the_watch_hears_something, timeout=60, message="healthy again"
+        )
+    await fault_client.delete(CONFIG_MAP, "beat", "default")
 
 
 async def test_leader_cut_off_from_the_api_server_stops_before_its_lease_expires(

@@ -12,7 +12,6 @@ from crewlet_operator.owners import (
     AlreadyOwnedError,
     add_finalizer,
     controller_reference,
-    finalizer_patch,
     get_controller_of,
     has_finalizer,
     is_controlled_by,
@@ -209,43 +208,3 @@ def test_remove_finalizer_is_idempotent_and_copies() -> None:
 
 def test_remove_finalizer_from_object_without_any() -> None:
     assert finalizers(remove_finalizer(config_map(), FINALIZER)) == []
-
-
-def test_finalizer_patch_is_guarded_by_resource_version() -> None:
-    obj = config_map(resourceVersion="4711", finalizers=["other"])
-    patch = finalizer_patch(obj, finalizers(add_finalizer(obj, FINALIZER)))
-    assert patch == [
-        {"op": "test", "path": "/metadata/resourceVersion", "value": "4711"},
-        {"op": "add", "path": "/metadata/finalizers", "value": ["other", FINALIZER]},
-    ]
-    assert patch[0]["op"] == "test"
-
-
-def test_finalizer_patch_can_clear_the_list() -> None:
-    patch = finalizer_patch(config_map(resourceVersion="1", finalizers=[FINALIZER]), [])
-    assert patch[1] == {"op": "add", "path": "/metadata/finalizers", "value": []}
-
-
-def test_finalizer_patch_needs_a_resource_version() -> None:
-    with pytest.raises(ValueError, match="resourceVersion"):
-        finalizer_patch(config_map(), [FINALIZER])
-
-
-def test_finalizer_patch_applies_like_the_api_server_would() -> None:
-    # A minimal RFC 6902 evaluator for the two ops the patch uses: a stale read must fail.
-    def apply(doc: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
-        result = copy.deepcopy(doc)
-        for op in patch:
-            _, parent, field = op["path"].split("/")
-            if op["op"] == "test" and result[parent].get(field) != op["value"]:
-                raise AssertionError("test failed")
-            if op["op"] == "add":
-                result[parent][field] = op["value"]
-        return result
-
-    read = config_map(resourceVersion="1")
-    patch = finalizer_patch(read, [FINALIZER])
-    assert finalizers(apply(read, patch)) == [FINALIZER]
-    newer = config_map(resourceVersion="2", finalizers=["someone-else"])
-    with pytest.raises(AssertionError, match="test failed"):
-        apply(newer, patch)

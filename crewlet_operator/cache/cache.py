@@ -14,9 +14,9 @@ from crewlet_operator.cache.store import NAMESPACE_INDEX
 from crewlet_operator.errors import NoInformerError
 from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.resources import Resource
-from crewlet_operator.predicate import label_selector_matches
-
-Object = dict[str, Any]
+from crewlet_operator.label_selector import label_selector_matches
+from crewlet_operator.objects import KubeObject, namespaced_key
+from crewlet_operator.objects import namespace as namespace_of
 
 
 class Cache:
@@ -95,11 +95,25 @@ class Cache:
         """Whether every informer has synced (readiness)."""
         return all(i.has_synced for i in self._informers.values())
 
-    def stale(self, max_silence: float) -> list[str]:
-        """Kinds whose informer has heard nothing for ``max_silence`` seconds (liveness)."""
-        now = time.monotonic()
+    def stale(
+        self, max_silence: float | None = None, *, now: float | None = None
+    ) -> builtins.list[str]:
+        """Kinds whose informer has heard nothing (no event, bookmark or list) for too long.
+
+        The manager's ``/healthz`` fails while any is stale, so the kubelet restarts a process
+        whose watch is wedged, as controller-runtime users expect of liveness.
+
+        :param max_silence: Seconds of silence that make an informer stale; by default each
+            informer's own :attr:`~crewlet_operator.cache.informer.Informer.max_silence`,
+            past its watchdog.
+        :param now: Monotonic seconds; now by default.
+        """
+        now = time.monotonic() if now is None else now
         return [
-            r.group_kind for r, i in self._informers.items() if now - i.last_event_at > max_silence
+            resource.group_kind
+            for resource, informer in self._informers.items()
+            if now - informer.last_event_at
+            > (informer.max_silence if max_silence is None else max_silence)
         ]
 
     def _reader(self, resource: Resource) -> Informer:
@@ -111,10 +125,9 @@ class Cache:
             )
         return informer
 
-    def get(self, resource: Resource, name: str, namespace: str | None = None) -> Object | None:
+    def get(self, resource: Resource, name: str, namespace: str | None = None) -> KubeObject | None:
         """The cached object, or None."""
-        key = f"{namespace}/{name}" if namespace else name
-        return self._reader(resource).store.get(key)
+        return self._reader(resource).store.get(namespaced_key(namespace, name))
 
     def keys(self, resource: Resource, index: tuple[str, str]) -> builtins.list[str]:
         """The keys (``namespace/name``, or ``name``) of the cached objects found under an index
@@ -128,16 +141,14 @@ class Cache:
         *,
         labels: dict[str, Any] | None = None,
         index: tuple[str, str] | None = None,
-    ) -> builtins.list[Object]:
+    ) -> builtins.list[KubeObject]:
         """Cached objects, optionally in one namespace, matching a label selector (a
         ``metav1.LabelSelector`` dict) and found under an index value."""
         store = self._reader(resource).store
         if index is not None:
             objects = store.by_index(*index)
             if namespace is not None:
-                objects = [
-                    o for o in objects if o.get("metadata", {}).get("namespace") == namespace
-                ]
+                objects = [o for o in objects if namespace_of(o) == namespace]
         elif namespace is not None:
             objects = store.by_index(NAMESPACE_INDEX, namespace)
         else:

@@ -11,11 +11,10 @@ dicts becomes about 600 bytes).
 from __future__ import annotations
 
 import zlib
-from typing import Any
 
 import orjson
 
-Object = dict[str, Any]
+from crewlet_operator.objects import KubeObject
 
 _LEVEL = 6
 """zlib's default level: on the objects a company's children are cached as, a quarter smaller
@@ -29,7 +28,7 @@ class CompactCodec:
     def __init__(self) -> None:
         self._dictionary: bytes | None = None
 
-    def pack(self, obj: Object) -> bytes:
+    def pack(self, obj: KubeObject) -> bytes:
         """``obj`` as compressed JSON."""
         text = orjson.dumps(obj)
         if self._dictionary is None:
@@ -37,9 +36,9 @@ class CompactCodec:
         compressor = zlib.compressobj(_LEVEL, zdict=self._dictionary)
         return compressor.compress(text) + compressor.flush()
 
-    def unpack(self, packed: bytes) -> Object:
+    def unpack(self, packed: bytes) -> KubeObject:
         """A fresh copy of the object :meth:`pack` was given."""
         assert self._dictionary is not None, "unpack before any pack"
         decompressor = zlib.decompressobj(zdict=self._dictionary)
-        obj: Object = orjson.loads(decompressor.decompress(packed) + decompressor.flush())
+        obj: KubeObject = orjson.loads(decompressor.decompress(packed) + decompressor.flush())
         return obj

@@ -19,7 +19,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
 
@@ -28,10 +28,9 @@ from crewlet_operator.errors import ApiError, CrewletError, GoneError, Transport
 from crewlet_operator.fieldset import keep_managed_fields_of
 from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.resources import Resource
-from crewlet_operator.objects import object_key, resource_version
+from crewlet_operator.objects import KubeObject, object_key, resource_version
 
-Object = dict[str, Any]
-Transform = Callable[[Object], Object]
+Transform = Callable[[KubeObject], KubeObject]
 
 log = structlog.get_logger("crewlet_operator.informer")
 
@@ -40,11 +39,11 @@ class EventHandler(Protocol):
     """Receives an informer's changes after the store is updated. Handlers must be quick
     (they typically enqueue a key) and must not raise."""
 
-    def on_add(self, obj: Object) -> None: ...
+    def on_add(self, obj: KubeObject) -> None: ...
 
-    def on_update(self, old: Object, new: Object) -> None: ...
+    def on_update(self, old: KubeObject, new: KubeObject) -> None: ...
 
-    def on_delete(self, obj: Object) -> None: ...
+    def on_delete(self, obj: KubeObject) -> None: ...
 
 
 @dataclass
@@ -90,6 +89,8 @@ class Informer:
         self.watch_failures = 0
         """Lists and watches that failed (including silent watches the watchdog ended)."""
         self.last_event_at = time.monotonic()
+        """Monotonic seconds when the API server was last heard: a list, an event or a
+        bookmark (see :attr:`max_silence`)."""
         self._trim = self.options.transform or keep_managed_fields_of(client.field_manager)
         self._log = log.bind(kind=resource.group_kind, namespace=self.options.namespace)
 
@@ -98,6 +99,16 @@ class Informer:
         self._handlers.append(handler)
         for obj in self.store.list():
             handler.on_add(obj)
+
+    @property
+    def max_silence(self) -> float:
+        """Seconds this informer may hear nothing (no list, event or bookmark) and still count as
+        watching: ``2 * (inactivity_timeout + max_backoff)``, time for its watchdog to end a
+        silent watch, for a retry after the longest backoff, and as long again for the new
+        watch. A healthy watch hears a bookmark about every minute, so only an informer that
+        cannot reach the API server, or is wedged, stays silent longer: it is stale (see
+        :meth:`~crewlet_operator.cache.cache.Cache.stale`)."""
+        return 2 * (self.options.inactivity_timeout + self.options.max_backoff)
 
     @property
     def has_synced(self) -> bool:
@@ -199,24 +210,24 @@ class Informer:
                 self._emit_delete(gone if gone is not None else obj)
             self._resource_version = rv or self._resource_version
 
-    def _transform(self, obj: Object) -> Object:
+    def _transform(self, obj: KubeObject) -> KubeObject:
         if "apiVersion" not in obj:
             obj = {"apiVersion": self.resource.api_version, "kind": self.resource.kind, **obj}
         return self._trim(obj)
 
-    def _emit_add(self, obj: Object) -> None:
+    def _emit_add(self, obj: KubeObject) -> None:
         for handler in self._handlers:
             self._safely(handler.on_add, obj)
 
-    def _emit_update(self, old: Object, new: Object) -> None:
+    def _emit_update(self, old: KubeObject, new: KubeObject) -> None:
         for handler in self._handlers:
             self._safely(handler.on_update, old, new)
 
-    def _emit_delete(self, obj: Object) -> None:
+    def _emit_delete(self, obj: KubeObject) -> None:
         for handler in self._handlers:
             self._safely(handler.on_delete, obj)
 
-    def _safely(self, func: Callable[..., None], *args: Object) -> None:
+    def _safely(self, func: Callable[..., None], *args: KubeObject) -> None:
         # A faulty handler must not stop the informer, or every other handler with it.
         try:
             func(*args)

@@ -3,19 +3,20 @@ references) without caching every object of the kind.
 
 Each name gets a small informer scoped by ``metadata.name`` in its namespace: its events arrive
 within a second, and memory and watch traffic grow with the names in use, not with the cluster.
+Give the :class:`NamedObjects` to the manager (``manager.add(named)``), which stops every watch
+on the way out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
 
 from crewlet_operator.cache.informer import EventHandler, Informer, InformerOptions
+from crewlet_operator.errors import CrewletError
 from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.resources import Resource
-
-Object = dict[str, Any]
+from crewlet_operator.objects import KubeObject, namespaced_key
 
 
 class NamedObjects:
@@ -50,26 +51,48 @@ class NamedObjects:
             for handler in self._handlers:
                 informer.add_handler(handler)
             self._informers[key] = informer
-            self._tasks[key] = asyncio.create_task(informer.run(), name=f"watch {namespace}/{name}")
+            self._tasks[key] = asyncio.create_task(
+                informer.run(), name=f"watch {namespaced_key(namespace, name)}"
+            )
         return informer
 
-    def synced(self, namespace: str | None, name: str) -> bool:
-        """Whether ``namespace/name`` is watched and its first list is in."""
-        informer = self._informers.get((namespace, name))
-        return informer is not None and informer.has_synced
+    async def read(self, namespace: str | None, name: str, timeout: float) -> KubeObject | None:
+        """The object, watching it first if need be, once the API server has answered its
+        watch: None when it does not exist.
 
-    def get(self, namespace: str | None, name: str) -> Object | None:
+        Raises:
+            ForbiddenError, UnauthorizedError: the identity may not read it (at once, not after
+                ``timeout``: an informer that is refused says so on its first answer).
+            CrewletError: no answer within ``timeout`` seconds; try again later.
+        """
+        informer = self.watch(namespace, name)
+        where = namespaced_key(namespace, name)
+        try:
+            await informer.wait_for_answer(timeout)
+        except TimeoutError:
+            raise CrewletError(
+                f"{self.resource.kind} {where}: no answer from the API server in {timeout:g}s"
+            ) from None
+        if informer.has_synced:
+            return self.get(namespace, name)
+        raise informer.last_error or CrewletError(f"{self.resource.kind} {where}: not listed yet")
+
+    def get(self, namespace: str | None, name: str) -> KubeObject | None:
         """The object, when watched and present."""
         informer = self._informers.get((namespace, name))
         if informer is None:
             return None
-        return informer.store.get(f"{namespace}/{name}" if namespace else name)
+        return informer.store.get(namespaced_key(namespace, name))
 
     def forget(self, keep: set[tuple[str | None, str]]) -> None:
         """Stop watching every name not in ``keep``."""
         for key in [k for k in self._informers if k not in keep]:
             self._informers.pop(key)
             self._tasks.pop(key).cancel()
+
+    async def start(self) -> None:
+        """Nothing to start: each name's watch starts when it is first watched (a
+        :class:`~crewlet_operator.manager.Runnable` for ``manager.add``)."""
 
     async def stop(self) -> None:
         """Stop every watch."""

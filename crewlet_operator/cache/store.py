@@ -7,18 +7,17 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from crewlet_operator.cache.compact import CompactCodec
-from crewlet_operator.objects import object_key
+from crewlet_operator.objects import KubeObject, namespace, object_key
 
-Object = dict[str, Any]
-IndexFunc = Callable[[Object], Iterable[str]]
+IndexFunc = Callable[[KubeObject], Iterable[str]]
 """Maps an object to the index values it is found under (none, one or several)."""
 
 NAMESPACE_INDEX = "namespace"
 
 
-def namespace_index(obj: Object) -> list[str]:
+def namespace_index(obj: KubeObject) -> list[str]:
     """Index by namespace (every store has it: namespaced lists are index lookups)."""
-    ns = obj.get("metadata", {}).get("namespace")
+    ns = namespace(obj)
     return [ns] if ns else []
 
 
@@ -60,7 +59,7 @@ class Store:
     def __contains__(self, key: str) -> bool:
         return key in self._items
 
-    def get(self, key: str) -> Object | None:
+    def get(self, key: str) -> KubeObject | None:
         """The object stored under ``key``."""
         return self._read(key) if key in self._items else None
 
@@ -68,11 +67,11 @@ class Store:
         """Every key."""
         return list(self._items)
 
-    def list(self) -> builtins.list[Object]:
+    def list(self) -> builtins.list[KubeObject]:
         """Every object."""
         return [self._read(key) for key in self._items]
 
-    def by_index(self, index: str, value: str) -> builtins.list[Object]:
+    def by_index(self, index: str, value: str) -> builtins.list[KubeObject]:
         """The objects whose ``index`` function yields ``value``."""
         return [self._read(k) for k in self.keys_by_index(index, value)]
 
@@ -82,30 +81,30 @@ class Store:
             raise KeyError(f"no index {index!r}; add it with add_indexer")
         return list(self._indices[index].get(value, ()))
 
-    def put(self, obj: Object) -> Object | None:
+    def put(self, obj: KubeObject) -> KubeObject | None:
         """Store ``obj``; return the object it replaced."""
         key = object_key(obj)
         old = self._drop(key)
         self._put(key, obj)
         return old
 
-    def delete(self, key: str) -> Object | None:
+    def delete(self, key: str) -> KubeObject | None:
         """Remove ``key``; return what was stored."""
         return self._drop(key)
 
-    def _read(self, key: str) -> Object:
+    def _read(self, key: str) -> KubeObject:
         stored = self._items[key]
         return self._codec.unpack(stored) if self._codec is not None else stored
 
-    def _put(self, key: str, obj: Object) -> None:
+    def _put(self, key: str, obj: KubeObject) -> None:
         self._items[key] = self._codec.pack(obj) if self._codec is not None else obj
         for name, value in self._index_pairs(obj):
             self._indices[name].setdefault(value, set()).add(key)
 
-    def _index_pairs(self, obj: Object) -> builtins.list[tuple[str, str]]:
+    def _index_pairs(self, obj: KubeObject) -> builtins.list[tuple[str, str]]:
         return [(name, value) for name, func in self._indexers.items() for value in func(obj)]
 
-    def _drop(self, key: str) -> Object | None:
+    def _drop(self, key: str) -> KubeObject | None:
         if key not in self._items:
             return None
         old = self._read(key)
