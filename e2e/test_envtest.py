@@ -9,12 +9,20 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from crewlet_operator.envtest import KUBERNETES_VERSION, KWOK_NODE, ControlPlane
+from crewlet_operator.envtest import (
+    KUBERNETES_VERSION,
+    KWOK_NODE,
+    ControlPlane,
+    EmptyAggregatedRolesWarning,
+)
 from crewlet_operator.envtest.controlplane import KWOK_STORAGE_CLASS
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import ForbiddenError, InvalidError, NotFoundError
@@ -340,6 +348,93 @@ async def test_deleting_an_owner_garbage_collects_its_dependent(
     await eventually(collected, timeout=60, message="dependent garbage-collected")
 
 
+def _established_at(crd: dict[str, Any]) -> float:
+    established = next(c for c in crd["status"]["conditions"] if c["type"] == "Established")
+    assert established["status"] == "True"
+    return datetime.fromisoformat(established["lastTransitionTime"]).timestamp()
+
+
+async def test_the_session_plane_served_the_operators_crds_before_its_controller_manager(
+    control_plane: ControlPlane, kube_client: Client
+) -> None:
+    """e2e/conftest.py gives the session plane manifests/crds through the plugin."""
+    names = {crd["metadata"]["name"] for crd in control_plane.crds}
+    assert names == {"companies.crewlet.ai", "engineclasses.crewlet.ai"}
+    assert control_plane.crds_established_at is not None
+    assert control_plane.crds_established_at < control_plane.start_times["kube-controller-manager"]
+    for name in names:
+        crd = await kube_client.get(r.CUSTOM_RESOURCE_DEFINITION, name)
+        assert _established_at(crd) <= control_plane.start_times["kube-controller-manager"]
+
+
+async def test_crds_given_to_a_plane_are_served_before_its_workloads_start_and_collected(
+    tmp_path: Path,
+) -> None:
+    """The garbage collector knows a kind given to the plane from its first discovery, so a
+    custom resource owned by another is collected once its owner is deleted."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plane = ControlPlane(tmp_path / "cp", workloads=True, crds=[widget_crd()]).start()
+    try:
+        assert not [w for w in caught if issubclass(w.category, EmptyAggregatedRolesWarning)]
+        assert plane.crds_established_at is not None
+        started = plane.start_times
+        assert started["kube-apiserver"] < plane.crds_established_at
+        for workload in ("kube-controller-manager", "kube-scheduler", "kwok"):
+            assert plane.crds_established_at < started[workload]
+        async with Client(plane.admin_config()) as client:
+            crd = await client.get(r.CUSTOM_RESOURCE_DEFINITION, "widgets.example.crewlet.ai")
+            assert _established_at(crd) <= started["kube-controller-manager"]
+
+            # With workloads the clusterrole-aggregation controller fills in `view`.
+            async def view_has_rules() -> bool:
+                return bool((await client.get(r.CLUSTER_ROLE, "view")).get("rules"))
+
+            await eventually(view_has_rules, message="view aggregated")
+
+            owner = await client.create(
+                WIDGET, {"metadata": {"name": "owner", "namespace": "default"}}
+            )
+            reference = {
+                "apiVersion": "example.crewlet.ai/v1",
+                "kind": "Widget",
+                "name": "owner",
+                "uid": owner["metadata"]["uid"],
+            }
+            await client.create(
+                WIDGET,
+                {
+                    "metadata": {
+                        "name": "dependent",
+                        "namespace": "default",
+                        "ownerReferences": [reference],
+                    }
+                },
+            )
+            await client.delete(WIDGET, "owner", "default")
+
+            async def collected() -> bool:
+                return await client.get_or_none(WIDGET, "dependent", "default") is None
+
+            await eventually(collected, message="dependent Widget garbage-collected")
+    finally:
+        plane.stop()
+
+
+async def test_a_plane_without_workloads_warns_that_the_aggregated_roles_are_empty(
+    tmp_path: Path,
+) -> None:
+    with pytest.warns(EmptyAggregatedRolesWarning, match=r"workloads=True"):
+        plane = ControlPlane(tmp_path / "cp").start()
+    try:
+        # The caveat the warning names: `view` exists but grants nothing.
+        view = plane.admin_request("GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles/view")
+        assert view["aggregationRule"]
+        assert not view.get("rules")
+    finally:
+        plane.stop()
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -410,12 +505,18 @@ def test_envtest_up_leaves_no_process_when_interrupted(tmp_path: Path, sig: sign
 def test_session_fixture_stops_every_process_it_started(tmp_path: Path) -> None:
     """A platform team's own suite, using the plugin, leaves nothing running when it ends."""
     pid_file = tmp_path / "pids.json"
+    (tmp_path / "crds").mkdir()
+    (tmp_path / "crds" / "widget.yaml").write_text(yaml.safe_dump(widget_crd()))
     (tmp_path / "test_inner.py").write_text(
         "import json\n"
         "from crewlet_operator.kube.resources import NAMESPACE\n\n"
         "async def test_inner(control_plane, kube_client, namespace):\n"
         "    got = await kube_client.get(NAMESPACE, namespace)\n"
         "    assert got['metadata']['name'] == namespace\n"
+        "    # --envtest-crds: served before the controller-manager started\n"
+        "    assert await kube_client.is_served('example.crewlet.ai/v1', 'Widget')\n"
+        "    started = control_plane.start_times['kube-controller-manager']\n"
+        "    assert control_plane.crds_established_at < started\n"
         f"    open({str(pid_file)!r}, 'w').write(json.dumps(control_plane.pids()))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "CREWLET_ENVTEST_WORKLOADS"}
@@ -428,6 +529,8 @@ def test_session_fixture_stops_every_process_it_started(tmp_path: Path) -> None:
             "-p",
             "crewlet_operator.envtest.pytest_plugin",
             "--envtest-workloads",
+            "--envtest-crds",
+            "crds",
             "-o",
             "asyncio_mode=auto",
             "-o",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Lints the GitHub Actions workflows (.github/workflows/*.yml) with actionlint, built from the Go
-# module proxy into the shared cache (~/.cache/crewlet-operator/bin/tools), like hack/bins.sh
-# builds the Kubernetes binaries. Idempotent: an actionlint that already reports the wanted
+# module proxy into the shared cache (~/.cache/crewlet-operator/bin/tools), as `make bins` builds
+# the Kubernetes binaries. Idempotent: an actionlint that already reports the wanted
 # version is not rebuilt, so every run after the first costs a fraction of a second.
 #
 # The version is pinned for reproducible lint: the newest that `go list -m -versions

@@ -5,16 +5,19 @@ Lookup order, first hit wins, for each binary separately:
 1. ``CREWLET_ENVTEST_ASSETS``: a directory holding the binaries (ours);
 2. ``KUBEBUILDER_ASSETS``: the directory controller-runtime's envtest reads, so a platform team
    that already runs ``setup-envtest`` can point us at the same binaries;
-3. the cache ``make bins`` fills: ``$CREWLET_CACHE/bin/k8s-<version>`` (default
+3. the cache ``python -m crewlet_operator.envtest bins`` fills (see
+   :mod:`crewlet_operator.envtest.install`): ``$CREWLET_CACHE/bin/k8s-<version>`` (default
    ``~/.cache/crewlet-operator/bin/k8s-v1.37.2``).
 
-A missing binary is one clear error that names the make target that builds it, never a skip.
+A missing binary is one clear error that names the command that installs it, never a skip.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from crewlet_operator.errors import BinaryNotFoundError
 
 KUBERNETES_VERSION = "v1.37.2"
 """The Kubernetes release the local control plane runs and the operator is tested against."""
@@ -25,14 +28,11 @@ TOOL_BINARIES = ("kubectl", "helm")
 KWOK_STAGES = "kwok-stages.yaml"
 
 
-class BinaryNotFoundError(FileNotFoundError):
-    """A control-plane binary is missing: run ``make bins`` to build it."""
-
-
-def cache_dir() -> Path:
-    """Where ``make bins`` puts the binaries (outside any clone, so every clone reuses them)."""
+def cache_dir(kubernetes_version: str = KUBERNETES_VERSION) -> Path:
+    """Where ``python -m crewlet_operator.envtest bins`` puts the binaries for
+    ``kubernetes_version``: outside any checkout or virtualenv, so every one of them reuses it."""
     base = os.environ.get("CREWLET_CACHE") or str(Path.home() / ".cache" / "crewlet-operator")
-    return Path(base) / "bin" / f"k8s-{KUBERNETES_VERSION}"
+    return Path(base) / "bin" / f"k8s-{kubernetes_version}"
 
 
 def search_dirs() -> list[Path]:
@@ -50,7 +50,8 @@ def find(name: str) -> Path:
             return candidate
     searched = ", ".join(str(d) for d in dirs)
     raise BinaryNotFoundError(
-        f"{name} not found (searched {searched}). Run `make bins` in the crewlet-operator "
-        "checkout to build the Kubernetes binaries into the cache, or point "
-        "CREWLET_ENVTEST_ASSETS or KUBEBUILDER_ASSETS at a directory that holds them."
+        f"{name} not found (searched {searched}). Run `python -m crewlet_operator.envtest bins` "
+        "(`make bins` in the crewlet-operator checkout) to build the Kubernetes binaries into "
+        "the cache, or point CREWLET_ENVTEST_ASSETS or KUBEBUILDER_ASSETS at a directory that "
+        "holds them."
     )

@@ -6,6 +6,17 @@ authorisation, the ServiceAccount admission plugin off, random free ports) so th
 proves against it holds on a real cluster: CRDs, RBAC, ValidatingAdmissionPolicies and
 ServiceAccount tokens are the API server's own. With ``workloads=True`` garbage collection,
 StatefulSets and Ready pods work too: kwok plays the kubelet for a node that is not there.
+
+CRDs given to the plane (``crds=``, ``crd_paths=``, as controller-runtime's
+``CRDDirectoryPaths``) are Established and served before kube-controller-manager starts: its
+garbage collector finds resources that appear later only on its periodic rediscovery, so a
+custom resource owned by another would wait half a minute or more to be collected.
+
+Without workloads the aggregated ClusterRoles ``admin``, ``edit`` and ``view`` have no rules:
+kube-controller-manager's clusterrole-aggregation controller fills them in. A test that expects
+``view`` to deny something then passes for the wrong reason, and one that expects ``edit`` to
+grant a custom kind fails; :meth:`ControlPlane.start` warns with
+:class:`EmptyAggregatedRolesWarning`. Use ``workloads=True`` to test against those roles.
 """
 
 from __future__ import annotations
@@ -19,14 +30,20 @@ import ssl
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+import warnings
+from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
 from crewlet_operator.envtest import binaries, pki
-from crewlet_operator.envtest.process import ManagedProcess, ProcessFailedError
+from crewlet_operator.envtest.crds import load_crds
+from crewlet_operator.envtest.process import ManagedProcess
+from crewlet_operator.errors import ProcessFailedError
+from crewlet_operator.kube.client import DEFAULT_FIELD_MANAGER
 from crewlet_operator.kube.config import RestConfig
 
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/12"
@@ -49,6 +66,25 @@ rules:
     verbs: [create, update, patch, delete, deletecollection]
   - level: None
 """
+
+
+_CRD_API = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+class EmptyAggregatedRolesWarning(UserWarning):
+    """A control plane started without workloads: the aggregated ClusterRoles ``admin``,
+    ``edit`` and ``view`` have no rules (kube-controller-manager's clusterrole-aggregation
+    controller fills them in), so RBAC tests that rely on them prove nothing. Start it with
+    ``workloads=True`` (the pytest plugin: ``envtest_workloads = true``)."""
+
+
+_AGGREGATED_ROLES_MESSAGE = (
+    "envtest control plane without workloads: kube-controller-manager does not run, so the "
+    "aggregated ClusterRoles admin, edit and view have no rules (a test that expects `view` to "
+    "deny passes for the wrong reason; one that expects `edit` to grant a custom kind fails). "
+    "Use ControlPlane(workloads=True), or with the pytest plugin `envtest_workloads = true`, "
+    "--envtest-workloads or CREWLET_ENVTEST_WORKLOADS=1, to test RBAC against those roles."
+)
 
 
 def free_port() -> int:
@@ -77,9 +113,14 @@ class ControlPlane:
 
     Use as a context manager or call :meth:`start` and :meth:`stop`::
 
-        with ControlPlane(workloads=True) as cp:
+        with ControlPlane(workloads=True, crd_paths=[Path("config/crd")]) as cp:
             cfg = cp.admin_config()          # a RestConfig as system:masters
             cp.kubeconfig                    # the same, as a kubeconfig file for kubectl/helm
+
+    ``crds`` (CRD documents) and ``crd_paths`` (YAML files or directories of them, read by
+    :func:`~crewlet_operator.envtest.load_crds`) are applied, with the :class:`Client`'s default
+    field manager, and Established and served once kube-apiserver is up and before
+    kube-controller-manager, kube-scheduler and kwok start.
 
     Processes are started from the calling thread and die with it (see ``process.py``).
     """
@@ -93,6 +134,8 @@ class ControlPlane:
         audit: bool = False,
         start_timeout: float = 90.0,
         go_gc_percent: int = GO_GC_PERCENT,
+        crds: Iterable[dict[str, Any]] = (),
+        crd_paths: Iterable[Path] = (),
     ) -> None:
         self._owns_dir = directory is None
         self.dir = (
@@ -103,7 +146,15 @@ class ControlPlane:
         self.audit = audit
         self.start_timeout = start_timeout
         self.go_gc_percent = go_gc_percent
+        self.crds = list(crds)
+        """CRD documents installed at start, before the workloads."""
+        self.crd_paths = list(crd_paths)
+        """Files and directories of CRDs installed at start, after :attr:`crds`."""
         self.processes: dict[str, ManagedProcess] = {}
+        self.start_times: dict[str, float] = {}
+        """When each process was last started (``time.time()``, taken just before it is)."""
+        self.crds_established_at: float | None = None
+        """When the CRDs given to the plane were all Established and served (``time.time()``)."""
         self._ports: _Ports | None = None
         self._etcd_data: Path | None = None
 
@@ -144,13 +195,21 @@ class ControlPlane:
 
     # -- lifecycle -----------------------------------------------------------------------------
     def __enter__(self) -> Self:
-        return self.start()
+        return self._start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def start(self) -> Self:
-        """Start every process and wait until the API server (and the node) are ready."""
+        """Start etcd and kube-apiserver, install the CRDs given to the plane, then start the
+        workloads (with ``workloads``); return once all are ready (and the node too).
+
+        Without workloads, warns with :class:`EmptyAggregatedRolesWarning`."""
+        return self._start()
+
+    def _start(self) -> Self:
+        # Called from start() and __enter__ alike, so the warning names the caller's line.
+        crds = [*self.crds, *load_crds(*self.crd_paths)]
         for name in binaries.CONTROL_PLANE_BINARIES:
             binaries.find(name)
         if self.workloads:
@@ -172,8 +231,11 @@ class ControlPlane:
                     if attempt == 2:
                         raise
             self.admin_config().write_kubeconfig(self.kubeconfig)
+            self._install_crds(crds)
             if self.workloads:
                 self._start_workloads()
+            else:
+                warnings.warn(_AGGREGATED_ROLES_MESSAGE, EmptyAggregatedRolesWarning, stacklevel=3)
         except BaseException:
             self.stop()
             raise
@@ -253,9 +315,18 @@ class ControlPlane:
                 counts[key] = counts.get(key, 0) + int(float(line.rsplit(" ", 1)[1]))
         return counts
 
-    def admin_request(self, method: str, path: str, body: Any = None, *, raw: bool = False) -> Any:
+    def admin_request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        raw: bool = False,
+        content_type: str = "application/json",
+    ) -> Any:
         """A synchronous admin request (for set-up code that has no event loop); the decoded
-        JSON answer, or the text with ``raw``."""
+        JSON answer, or the text with ``raw``. ``body`` is sent as JSON, labelled
+        ``content_type`` (``application/apply-patch+yaml`` for a server-side apply)."""
         cfg = self.admin_config()
         context = ssl.create_default_context(cafile=str(cfg.ca_file))
         assert cfg.cert_file is not None and cfg.key_file is not None
@@ -265,7 +336,7 @@ class ControlPlane:
             self.host + path,
             data=data,
             method=method,
-            headers={"Content-Type": "application/json", "Accept": "application/json"},
+            headers={"Content-Type": content_type, "Accept": "application/json"},
         )
         with urllib.request.urlopen(request, context=context, timeout=10) as response:
             payload = response.read()
@@ -308,6 +379,7 @@ class ControlPlane:
             name, args, self.log_dir, environment={"GOGC": str(self.go_gc_percent)}
         )
         self.processes[name] = process
+        self.start_times[name] = time.time()
         process.start()
         return process
 
@@ -430,6 +502,47 @@ class ControlPlane:
         revision = int(post("/range", {"key": "AA==", "limit": 1})["header"]["revision"])
         post("/compaction", {"revision": revision, "physical": True})
         return revision
+
+    def _install_crds(self, crds: list[dict[str, Any]]) -> None:
+        """Apply ``crds`` and wait until each is Established and served: the workloads, started
+        next, must find them in their first discovery."""
+        if not crds:
+            return
+        for crd in crds:
+            name = crd.get("metadata", {}).get("name")
+            if crd.get("kind") != "CustomResourceDefinition" or not name:
+                raise ValueError(
+                    f"not a named CustomResourceDefinition: {crd.get('kind')} {name!r}"
+                )
+            query = urllib.parse.urlencode({"fieldManager": DEFAULT_FIELD_MANAGER, "force": "true"})
+            try:
+                self.admin_request(
+                    "PATCH",
+                    f"{_CRD_API}/{name}?{query}",
+                    crd,
+                    content_type="application/apply-patch+yaml",
+                )
+            except urllib.error.HTTPError as error:
+                answer = error.read().decode(errors="replace")
+                raise ValueError(f"the API server refused CRD {name}: {answer}") from error
+        self.processes["kube-apiserver"].wait_ready(
+            lambda: all(self._crd_served(crd) for crd in crds), self.start_timeout
+        )
+        self.crds_established_at = time.time()
+
+    def _crd_served(self, crd: dict[str, Any]) -> bool:
+        got = self.admin_request("GET", f"{_CRD_API}/{crd['metadata']['name']}")
+        conditions = got.get("status", {}).get("conditions", [])
+        if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+            return False
+        spec = crd["spec"]
+        for version in spec["versions"]:
+            if not version.get("served", True):
+                continue
+            served = self.admin_request("GET", f"/apis/{spec['group']}/{version['name']}")
+            if spec["names"]["plural"] not in {r["name"] for r in served["resources"]}:
+                return False
+        return True
 
     def _default_namespace_exists(self) -> bool:
         try:

@@ -17,16 +17,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from crewlet_operator.errors import ProcessFailedError
+
 _PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-class ProcessFailedError(RuntimeError):
-    """A control-plane process exited early or did not become ready in time."""
 
 
 class ManagedProcess:

@@ -8,9 +8,24 @@ Fixtures:
 
 ``control_plane``
     One :class:`~crewlet_operator.envtest.ControlPlane` for the whole session. Set
-    ``envtest_workloads = true`` in the ini file (or pass ``--envtest-workloads``) to also run
-    kube-controller-manager, kube-scheduler and kwok: garbage collection, StatefulSet pods
-    and Ready pods then work.
+    ``envtest_workloads = true`` in the ini file (or pass ``--envtest-workloads``, or set
+    ``CREWLET_ENVTEST_WORKLOADS=1``) to also run kube-controller-manager, kube-scheduler and
+    kwok: garbage collection, StatefulSet pods, Ready pods and the aggregated ClusterRoles
+    ``admin``, ``edit`` and ``view`` then work. Without workloads those roles have no rules (the
+    controller-manager fills them in), so the plane warns with
+    :class:`~crewlet_operator.envtest.EmptyAggregatedRolesWarning`: an RBAC test that expects
+    ``view`` to deny passes for the wrong reason, and one that expects ``edit`` to grant fails.
+``envtest_crds``
+    The CRDs installed into ``control_plane`` before kube-controller-manager starts (so its
+    garbage collector knows their kinds from the start), as controller-runtime's
+    ``CRDDirectoryPaths``: by default those in the files and directories of the
+    ``envtest_crd_paths`` ini option (relative to the ini file) or of ``--envtest-crds PATH``
+    (repeatable; replaces the ini option). Override the fixture in ``conftest.py`` to give
+    others::
+
+        @pytest.fixture(scope="session")
+        def envtest_crds() -> list[dict[str, Any]]:
+            return load_crds(Path(__file__).parent / "config" / "crd")
 ``kube_client``
     A :class:`~crewlet_operator.Client` as cluster admin.
 ``namespace``
@@ -20,7 +35,8 @@ Fixtures:
     ``client_for(control_plane.service_account_config(ns, "sa"))`` or
     ``client_for(control_plane.token_config(control_plane.request_token(ns, "sa")))``.
 
-A missing binary fails the session with an error naming ``make bins``; it never skips.
+A missing binary fails the session with an error naming ``python -m crewlet_operator.envtest
+bins``, which installs them; it never skips.
 """
 
 from __future__ import annotations
@@ -29,11 +45,14 @@ import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
 
 from crewlet_operator.envtest.controlplane import ControlPlane
+from crewlet_operator.envtest.crds import load_crds
 from crewlet_operator.errors import NotFoundError
 from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.config import RestConfig
@@ -54,6 +73,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="run kube-controller-manager, kube-scheduler and kwok beside the API server",
     )
+    crds_help = "CRD files or directories installed before kube-controller-manager starts"
+    group.addoption(
+        "--envtest-crds",
+        action="append",
+        type=Path,
+        metavar="PATH",
+        help=f"{crds_help} (repeatable; replaces the envtest_crd_paths ini option)",
+    )
+    parser.addini("envtest_crd_paths", type="paths", default=[], help=crds_help)
 
 
 def _workloads(config: pytest.Config) -> bool:
@@ -66,11 +94,29 @@ def _workloads(config: pytest.Config) -> bool:
 
 
 @pytest.fixture(scope="session")
+def envtest_crds(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
+    """The CRDs ``control_plane`` installs before its workloads start: those of
+    ``--envtest-crds`` or else of the ``envtest_crd_paths`` ini option. Override it to give
+    others."""
+    paths: list[Path] = request.config.getoption("--envtest-crds") or list(
+        request.config.getini("envtest_crd_paths")
+    )
+    return load_crds(*paths)
+
+
+@pytest.fixture(scope="session")
 def control_plane(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    envtest_crds: list[dict[str, Any]],
 ) -> Iterator[ControlPlane]:
-    """A real control plane for the session; every process it started is stopped after."""
-    plane = ControlPlane(tmp_path_factory.mktemp("envtest"), workloads=_workloads(request.config))
+    """A real control plane for the session, with ``envtest_crds`` installed; every process it
+    started is stopped after."""
+    plane = ControlPlane(
+        tmp_path_factory.mktemp("envtest"),
+        workloads=_workloads(request.config),
+        crds=envtest_crds,
+    )
     with plane:
         yield plane
 
