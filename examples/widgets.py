@@ -1,9 +1,16 @@
 """Example controller: each Widget gets a ConfigMap with its ``spec.data`` over its namespace's
-defaults (ConfigMaps labelled ``example.crewlet.ai/defaults=true``). Public API only."""
+defaults (ConfigMaps labelled ``example.crewlet.ai/defaults=true``). Public API only.
+
+Its CRD is generated from the model below (``python widgets.py crds`` writes
+``example.crewlet.ai_widgets.yaml``)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, Field
 
 from crewlet_operator import (
     CONFIG_MAP,
@@ -16,9 +23,48 @@ from crewlet_operator import (
     namespace,
     set_condition,
 )
+from crewlet_operator.crd import ConditionDict, crd_for, list_map, write
 
 WIDGET = Resource("example.crewlet.ai", "v1", "Widget", "widgets")
 DEFAULTS = {"matchLabels": {"example.crewlet.ai/defaults": "true"}}
+
+
+class WidgetSpec(BaseModel):
+    """What to render."""
+
+    data: dict[str, str] = Field(
+        default_factory=dict, description="Keys over the namespace's defaults."
+    )
+
+
+class WidgetStatus(BaseModel):
+    """What the controller observed."""
+
+    conditions: list[ConditionDict] = Field(
+        default_factory=list, json_schema_extra=list_map("type")
+    )
+
+
+class Widget(BaseModel):
+    """Data rendered into a ConfigMap beside it."""
+
+    api_version: str | None = Field(default=None, alias="apiVersion")
+    kind: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: WidgetSpec = Field(default_factory=WidgetSpec)
+    status: WidgetStatus | None = None
+
+
+def widget_crd() -> dict[str, Any]:
+    """The Widget CRD, from the model."""
+    return crd_for(
+        Widget,
+        group=WIDGET.group,
+        version=WIDGET.version,
+        kind=WIDGET.kind,
+        plural=WIDGET.plural,
+        scope="Namespaced",
+    )
 
 
 def setup(manager: Manager) -> None:
@@ -81,3 +127,10 @@ def setup(manager: Manager) -> None:
         .watches(CONFIG_MAP, widgets_of_namespace)
         .complete(reconcile)
     )
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["crds"]:
+        sys.exit("usage: python examples/widgets.py crds")
+    for path in write(Path(__file__).resolve().parent, [widget_crd()]):
+        print(path)

@@ -21,7 +21,6 @@ from crewlet_operator import (
     NAMESPACE,
     PERSISTENT_VOLUME_CLAIM,
     SECRET,
-    CrewletError,
     EnqueueHandler,
     ForbiddenError,
     GenerationChanged,
@@ -36,7 +35,6 @@ from crewlet_operator import (
     Request,
     Resource,
     Result,
-    ServerError,
     UnauthorizedError,
     generation,
     is_being_deleted,
@@ -61,9 +59,6 @@ COMPANY_INDEX = "company"
 COMPACT_PAGE = 100
 SECRET_ANSWER_TIMEOUT = 10.0
 """Seconds a reconcile waits for a newly watched Secret's first answer before it retries."""
-TYPED_LIVE_OBJECT = "failed to create typed live object"
-"""The API server's 500 when server-side apply meets a stored object its schema cannot type."""
-
 Object = dict[str, Any]
 
 WRITTEN_RESOURCES = frozenset(
@@ -98,6 +93,7 @@ class CrewletControllers:
         self.facts = facts
         self.children = child_resources(facts)
         self.secrets = NamedObjects(manager.client, SECRET)
+        manager.add(self.secrets)  # the manager stops its watches
         self._admitted: dict[str, int | None] = {}
         """EngineClass uid to the generation a company of it was last written whole with."""
         self._counted: dict[str, float] = {}
@@ -172,25 +168,6 @@ class CrewletControllers:
         return requests
 
     # -- the Company ----------------------------------------------------------------------------
-    async def read_secret(self, ns: str, secret_name: str) -> Object | None:
-        """A referenced Secret, from its own informer once the API server has answered it.
-
-        Raises:
-            ForbiddenError, UnauthorizedError: the operator may not read it.
-            CrewletError: no answer yet (the reconcile is retried with backoff).
-        """
-        informer = self.secrets.watch(ns, secret_name)
-        try:
-            await informer.wait_for_answer(SECRET_ANSWER_TIMEOUT)
-        except TimeoutError:
-            raise CrewletError(
-                f"Secret {ns}/{secret_name}: no answer from the API server in "
-                f"{SECRET_ANSWER_TIMEOUT:g}s"
-            ) from None
-        if informer.has_synced:
-            return self.secrets.get(ns, secret_name)
-        raise informer.last_error or CrewletError(f"Secret {ns}/{secret_name}: not listed yet")
-
     async def read_references(
         self, engine_class: Object
     ) -> tuple[dict[tuple[str, str], Object | None], dict[tuple[str, str], str]]:
@@ -200,7 +177,7 @@ class CrewletControllers:
         unreadable: dict[tuple[str, str], str] = {}
         for ref in sorted(referenced_secrets(engine_class)):
             try:
-                secrets[ref] = await self.read_secret(*ref)
+                secrets[ref] = await self.secrets.read(*ref, timeout=SECRET_ANSWER_TIMEOUT)
             except (ForbiddenError, UnauthorizedError) as denied:
                 unreadable[ref] = denied.message or denied.reason
         return secrets, unreadable
@@ -299,28 +276,17 @@ class CrewletControllers:
                 )
 
     async def _write_status(self, resource: Resource, meta: Object, status: Object) -> None:
-        """Apply an object's status; by a merge patch when the stored object no longer fits the
-        schema's types (written before the CRD tightened), which apply cannot handle."""
-        try:
-            await self.client.apply_status(
-                resource,
-                {
-                    "apiVersion": resource.api_version,
-                    "kind": resource.kind,
-                    "metadata": meta,
-                    "status": status,
-                },
-            )
-        except ServerError as error:
-            if TYPED_LIVE_OBJECT not in error.message:
-                raise
-            await self.client.patch(
-                resource,
-                meta["name"],
-                {"status": status},
-                meta.get("namespace"),
-                subresource="status",
-            )
+        """Apply an object's status (the client falls back to a merge patch where apply cannot
+        type the stored object)."""
+        await self.client.apply_status(
+            resource,
+            {
+                "apiVersion": resource.api_version,
+                "kind": resource.kind,
+                "metadata": meta,
+                "status": status,
+            },
+        )
 
     # -- the EngineClass ------------------------------------------------------------------------
     async def reconcile_class(self, request: Request) -> Result | None:

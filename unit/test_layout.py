@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,8 +19,11 @@ def tracked_files() -> list[Path]:
         ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
     ).stdout.decode()
     this = Path(__file__).resolve()  # it spells the pattern out
+    # A file deleted in the working tree but not yet in the index is not read.
     return [
-        ROOT / name for name in listed.split("\0") if name.endswith(CHECKED) and ROOT / name != this
+        ROOT / name
+        for name in listed.split("\0")
+        if name.endswith(CHECKED) and ROOT / name != this and (ROOT / name).exists()
     ]
 
 
@@ -89,3 +93,16 @@ def test_the_operator_uses_the_librarys_public_face() -> None:
         and module not in LIBRARY_MODULES_THE_OPERATOR_MAY_IMPORT
     ]
     assert offenders == []
+
+
+# -- two distributions, one version --------------------------------------------------------------
+
+
+def test_the_daemon_depends_on_the_library_at_its_own_version() -> None:
+    """daemon/pyproject.toml pins the library it was tested with: the same version."""
+    library = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    daemon = tomllib.loads((ROOT / "daemon" / "pyproject.toml").read_text())["project"]
+    assert daemon["version"] == library["version"]
+    assert f"{library['name']}=={library['version']}" in daemon["dependencies"]
+    # The operator's own dependencies are the daemon's, not the library's.
+    assert not any(d.startswith(("jsonschema-rs", "semver")) for d in library["dependencies"])

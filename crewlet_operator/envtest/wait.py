@@ -11,9 +11,11 @@ from typing import TypeVar, overload
 T = TypeVar("T")
 
 
+# A probe may return None for "not yet": the result is typed without it (mypy infers
+# ``dict[str, Any]`` from a probe of ``dict[str, Any] | None``).
 @overload
 async def eventually(
-    probe: Callable[[], Awaitable[T]],
+    probe: Callable[[], Awaitable[T | None]],
     timeout: float = ...,
     interval: float = ...,
     message: str = ...,
@@ -22,12 +24,12 @@ async def eventually(
 
 @overload
 async def eventually(
-    probe: Callable[[], T], timeout: float = ..., interval: float = ..., message: str = ...
+    probe: Callable[[], T | None], timeout: float = ..., interval: float = ..., message: str = ...
 ) -> T: ...
 
 
 async def eventually(
-    probe: Callable[[], T | Awaitable[T]],
+    probe: Callable[[], T | Awaitable[T | None] | None],
     timeout: float = 30.0,
     interval: float = 0.1,
     message: str = "",

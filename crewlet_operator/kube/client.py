@@ -1,13 +1,15 @@
-"""An async Kubernetes client on raw JSON dicts, built on kubernetes-asyncio's transport.
+"""An async Kubernetes client on raw JSON dicts.
 
 kubernetes-asyncio loads the configuration (kubeconfig with exec plugins, in-cluster token
-rotation) and owns the TLS session; this module speaks the API itself, so that objects stay plain
-dicts: no generated model is built per object or per watch event (a documented CPU sink of the
-Python clients), and any kind, including custom resources, works the same way.
+rotation, the TLS material); this module speaks the API itself over aiohttp, so that objects stay
+plain dicts: no generated model is built per object or per watch event (a documented CPU sink of
+the Python clients), none is even imported (:mod:`._kubernetes_asyncio`), and any kind, including
+custom resources, works the same way.
 """
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -17,23 +19,79 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
-from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.client import ApiClient, Configuration
 from multidict import CIMultiDict
 from yarl import URL
 
 from crewlet_operator import metrics
-from crewlet_operator.errors import NotFoundError, NotServedError, TransportError, api_error
+from crewlet_operator.errors import (
+    NotFoundError,
+    NotOwnedError,
+    NotServedError,
+    ServerError,
+    TransportError,
+    api_error,
+)
 from crewlet_operator.fieldset import apply_would_change
+from crewlet_operator.kube._kubernetes_asyncio import (
+    ConfigException,
+    Configuration,
+    load_incluster_config,
+    load_kube_config,
+)
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import Resource
+from crewlet_operator.owners import get_controller_of
 
 DEFAULT_FIELD_MANAGER = "crewlet-operator"
+TYPED_LIVE_OBJECT = "failed to create typed live object"
+"""The API server's 500 when server-side apply meets a stored object its schema cannot type (one
+written before its CRD tightened a field's type)."""
 DEFAULT_TIMEOUT = 30.0
 """Seconds for one ordinary request; watches have their own (server timeout + inactivity)."""
 
 Object = dict[str, Any]
 QueryValue = str | int | bool | None
+Headers = list[tuple[str, str]]
+"""Header name and value pairs, in order (a name may repeat)."""
+
+
+def is_ours(desired: Object, observed: Object, field_manager: str) -> bool:
+    """Whether ``observed`` is the object ``desired`` describes, made by us.
+
+    With a controller reference in ``desired``, it must be ``observed``'s controller too (the
+    same owner, by uid). Without one, ``observed`` must carry a server-side apply of
+    ``field_manager`` in its ``managedFields`` (which the cache keeps by default).
+    """
+    wanted = get_controller_of(desired)
+    if wanted is not None:
+        found = get_controller_of(observed)
+        return found is not None and found.get("uid") == wanted.get("uid")
+    entries = (observed.get("metadata") or {}).get("managedFields") or []
+    return any(e.get("manager") == field_manager and e.get("operation") == "Apply" for e in entries)
+
+
+def _not_ours(resource: Resource, desired: Object, observed: Object, manager: str) -> str:
+    meta = observed.get("metadata") or {}
+    where = (
+        f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else meta.get("name")
+    )
+    wanted = get_controller_of(desired)
+    if wanted is not None:
+        found = get_controller_of(observed)
+        held = (
+            f"controlled by {found.get('kind')} {found.get('name')} (uid {found.get('uid')})"
+            if found
+            else "controlled by no one"
+        )
+        return (
+            f"{resource.kind} {where} exists and is {held}, not by {wanted.get('kind')} "
+            f"{wanted.get('name')} (uid {wanted.get('uid')}): not taken over; pass adopt=True "
+            "to take it over"
+        )
+    return (
+        f"{resource.kind} {where} exists and was never applied by field manager {manager}: not "
+        "taken over; pass adopt=True to take it over"
+    )
 
 
 @dataclass(frozen=True)
@@ -73,7 +131,7 @@ class Client:
     ) -> None:
         self.field_manager = field_manager
         self.timeout = timeout
-        self._impersonation: list[tuple[str, str]] = []
+        self._impersonation: Headers = []
         if isinstance(config, RestConfig):
             configuration = _configuration_from_rest(config)
             if config.impersonate_user:
@@ -86,8 +144,8 @@ class Client:
         self.host = str(configuration.host).rstrip("/")
         self._host_label = urlsplit(self.host).netloc
         self._user_agent = user_agent
-        self._api = ApiClient(configuration)
-        self._session = _session(self._api)
+        self._configuration = configuration
+        self._session = _session(configuration)
         self._proxy, self._proxy_auth = _proxy(configuration, self.host)
         self._discovery: dict[str, dict[str, Resource]] = {}
 
@@ -97,7 +155,7 @@ class Client:
     ) -> Client:
         """A client from a kubeconfig file (``$KUBECONFIG`` or ``~/.kube/config`` by default)."""
         configuration = Configuration()
-        await k8s_config.load_kube_config(
+        await load_kube_config(
             config_file=path, context=context, client_configuration=configuration
         )
         return cls(configuration, **kwargs)
@@ -106,7 +164,7 @@ class Client:
     def in_cluster(cls, **kwargs: Any) -> Client:
         """A client from the pod's ServiceAccount (token re-read as it rotates)."""
         configuration = Configuration()
-        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         return cls(configuration, **kwargs)
 
     @classmethod
@@ -115,14 +173,13 @@ class Client:
         if kubeconfig is None:
             try:
                 return cls.in_cluster(**kwargs)
-            except k8s_config.ConfigException:
+            except ConfigException:
                 pass
         return await cls.from_kubeconfig(kubeconfig, **kwargs)
 
     async def close(self) -> None:
         """Close the connection pool."""
         await self._session.close()
-        await self._api.close()
 
     async def __aenter__(self) -> Self:
         return self
@@ -145,9 +202,10 @@ class Client:
                 **self._extra_headers,
             }
         )
-        auth: dict[str, str] = {}
-        await self._api.update_params_for_auth(auth, [], ["BearerToken"])
-        headers.update(auth)
+        # The settings re-read a rotating token (in-cluster, exec plugins) as it expires.
+        bearer = (await self._configuration.auth_settings()).get("BearerToken")
+        if bearer and bearer.get("value"):
+            headers[bearer["key"]] = bearer["value"]
         for key, value in self._impersonation:
             headers.add(key, value)
         return headers
@@ -390,23 +448,90 @@ class Client:
         return applied
 
     async def apply_if_changed(
-        self, resource: Resource, desired: Object, observed: Object | None, **kwargs: Any
+        self,
+        resource: Resource,
+        desired: Object,
+        observed: Object | None,
+        *,
+        adopt: bool = False,
+        **kwargs: Any,
     ) -> Object | None:
         """Apply ``desired`` only when ``observed`` (usually from the cache) lacks some desired
         field, or holds a field we applied before and no longer want (read from our own
         ``managedFields`` entry); return the applied object, or None when nothing was written.
 
         This is what makes a resync of a converged world cost zero writes.
+
+        An apply forces its way over other managers' fields, so it would quietly take over an
+        object someone else made under the same name. ``observed`` must therefore be ours
+        (:func:`is_ours`): controlled by the owner ``desired`` names as its controller, or, when
+        ``desired`` names none, applied before by this field manager. Taking over anything else
+        is explicit: ``adopt=True``.
+
+        Raises:
+            NotOwnedError: ``observed`` exists and is not ours, and ``adopt`` is False; nothing
+                was written.
         """
         manager = kwargs.get("field_manager") or self.field_manager
         subresource = kwargs.get("subresource") or ""
-        if observed is not None and not apply_would_change(desired, observed, manager, subresource):
-            return None
+        if observed is not None:
+            if not adopt and not subresource and not is_ours(desired, observed, manager):
+                raise NotOwnedError(_not_ours(resource, desired, observed, manager))
+            if not apply_would_change(desired, observed, manager, subresource):
+                return None
         return await self.apply(resource, desired, **kwargs)
 
     async def apply_status(self, resource: Resource, obj: Object, **kwargs: Any) -> Object:
-        """Server-side apply to the ``/status`` subresource."""
-        return await self.apply(resource, obj, subresource="status", **kwargs)
+        """Server-side apply to the ``/status`` subresource.
+
+        A stored object that its CRD's schema can no longer type (written before the CRD
+        tightened a field) makes the API server refuse every apply with a 500; the status is then
+        written with a merge patch, which needs no typing, so the object's owner still learns
+        what is wrong with it.
+        """
+        try:
+            return await self.apply(resource, obj, subresource="status", **kwargs)
+        except ServerError as error:
+            if TYPED_LIVE_OBJECT not in error.message:
+                raise
+        meta = obj["metadata"]
+        return await self.patch(
+            resource,
+            meta["name"],
+            {"status": obj.get("status") or {}},
+            meta.get("namespace"),
+            subresource="status",
+        )
+
+    async def apply_status_if_changed(
+        self, resource: Resource, status: Object, observed: Object, **kwargs: Any
+    ) -> Object | None:
+        """Write ``status`` as ``observed``'s status (server-side apply to ``/status``) only when
+        it differs from what ``observed`` holds; return the written object, or None when nothing
+        was written.
+
+        ``status`` is the whole status this controller owns (say ``{"conditions": [...],
+        "observedGeneration": 3}``): a field it applied before and leaves out now is removed, and
+        counts as a change. Keep each condition's ``lastTransitionTime`` from
+        :func:`~crewlet_operator.conditions.set_condition`, so that an unchanged condition
+        compares equal.
+        """
+        meta = observed["metadata"]
+        identity = {"name": meta["name"]}
+        if meta.get("namespace"):
+            identity["namespace"] = meta["namespace"]
+        body = {
+            "apiVersion": observed.get("apiVersion") or resource.api_version,
+            "kind": observed.get("kind") or resource.kind,
+            "metadata": identity,
+            "status": status,
+        }
+        manager = kwargs.get("field_manager") or self.field_manager
+        # As apply_if_changed: a field missing or different, or one applied before and left out
+        # now (the apply removes it), is a change.
+        if not apply_would_change(body, observed, manager, "status"):
+            return None
+        return await self.apply_status(resource, body, **kwargs)
 
     async def patch(
         self,
@@ -545,16 +670,29 @@ def _with_type(resource: Resource, obj: Object) -> Object:
     return {"apiVersion": resource.api_version, "kind": resource.kind, **obj}
 
 
-def _session(api: ApiClient) -> aiohttp.ClientSession:
-    """A session on kubernetes-asyncio's connection pool (its TLS context and client
-    certificate) without ``trust_env``: that reads ~/.netrc and the proxy variables on two
-    worker threads for every request, a large share of the client's CPU in a burst of writes.
-    The proxy is resolved once instead (:func:`_proxy`)."""
+def _tls_context(configuration: Configuration) -> ssl.SSLContext:
+    """The TLS context the configuration describes: its CA, client certificate, verification."""
+    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+    if configuration.cert_file:
+        context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
+    if not configuration.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if configuration.disable_strict_ssl_verification:
+        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    return context
+
+
+def _session(configuration: Configuration) -> aiohttp.ClientSession:
+    """One connection pool to the API server, without ``trust_env``: that reads ~/.netrc and
+    the proxy variables on two worker threads for every request, a large share of the client's
+    CPU in a burst of writes. The proxy is resolved once instead (:func:`_proxy`)."""
     return aiohttp.ClientSession(
-        connector=api.rest_client.pool_manager.connector,
-        connector_owner=False,
+        connector=aiohttp.TCPConnector(
+            limit=configuration.connection_pool_maxsize, ssl=_tls_context(configuration)
+        ),
         trust_env=False,
-        read_bufsize=2**21,  # as kubernetes-asyncio's: one watch event may be ~1.5 MiB (etcd's cap)
+        read_bufsize=2**21,  # one watch event may be ~1.5 MiB (etcd's request cap)
     )
 
 

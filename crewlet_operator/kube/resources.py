@@ -12,8 +12,9 @@ class Resource:
 
     For example ``Resource("apps", "v1", "StatefulSet", "statefulsets")``.
 
-    Instances are cheap values; the well-known ones are defined below, and
-    :meth:`crewlet_operator.Client.discover` finds any other served kind.
+    Instances are cheap values; the common built-in kinds are defined below, and
+    :class:`~crewlet_operator.kube.mapper.RESTMapper` finds any other served kind by its group
+    and kind, as the API server's discovery documents it.
     """
 
     group: str
@@ -56,8 +57,23 @@ SECRET = Resource("", "v1", "Secret", "secrets")
 SERVICE = Resource("", "v1", "Service", "services")
 SERVICE_ACCOUNT = Resource("", "v1", "ServiceAccount", "serviceaccounts")
 PERSISTENT_VOLUME_CLAIM = Resource("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims")
+RESOURCE_QUOTA = Resource("", "v1", "ResourceQuota", "resourcequotas")
+LIMIT_RANGE = Resource("", "v1", "LimitRange", "limitranges")
+PERSISTENT_VOLUME = Resource("", "v1", "PersistentVolume", "persistentvolumes", namespaced=False)
+ENDPOINT_SLICE = Resource("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices")
 STATEFUL_SET = Resource("apps", "v1", "StatefulSet", "statefulsets")
 DEPLOYMENT = Resource("apps", "v1", "Deployment", "deployments")
+REPLICA_SET = Resource("apps", "v1", "ReplicaSet", "replicasets")
+DAEMON_SET = Resource("apps", "v1", "DaemonSet", "daemonsets")
+JOB = Resource("batch", "v1", "Job", "jobs")
+CRON_JOB = Resource("batch", "v1", "CronJob", "cronjobs")
+HORIZONTAL_POD_AUTOSCALER = Resource(
+    "autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers"
+)
+STORAGE_CLASS = Resource("storage.k8s.io", "v1", "StorageClass", "storageclasses", namespaced=False)
+PRIORITY_CLASS = Resource(
+    "scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", namespaced=False
+)
 POD_DISRUPTION_BUDGET = Resource("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets")
 NETWORK_POLICY = Resource("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies")
 INGRESS = Resource("networking.k8s.io", "v1", "Ingress", "ingresses")

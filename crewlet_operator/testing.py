@@ -1,0 +1,159 @@
+"""Testing controllers: a manager run in-process, and waiting for what the API makes eventual.
+
+Every controller's test does the same: start the manager beside the test, wait until it runs,
+change something, wait until the controller has caught up, check, stop the manager. ::
+
+    from crewlet_operator.testing import consistently, eventually, run_manager
+
+    async def test_a_tenant_gets_its_namespace(kube_client):
+        manager = Manager(kube_client, manager_options_for_tests())
+        await setup(manager)
+        async with run_manager(manager) as running:
+            await kube_client.create(TENANT, {"metadata": {"name": "acme"}})
+            namespace = await eventually(lambda: kube_client.get_or_none(NAMESPACE, "acme"))
+            await running.idle()
+            assert await consistently(lambda: only_one_quota("acme"), duration=1)
+
+:func:`eventually` and :func:`consistently` take a probe, plain or async, and return what it
+returned, typed: mypy infers the result from the probe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar, overload
+
+from crewlet_operator.envtest.wait import eventually
+from crewlet_operator.manager import Manager, ManagerOptions
+
+T = TypeVar("T")
+
+__all__ = [
+    "RunningManager",
+    "consistently",
+    "eventually",
+    "manager_options_for_tests",
+    "run_manager",
+]
+
+
+def manager_options_for_tests(**overrides: object) -> ManagerOptions:
+    """Options for a manager run by a test: no leader election (one process), and no probe or
+    metrics port (``"0"``), so that tests run side by side; ``overrides`` set any other field."""
+    options = ManagerOptions(
+        leader_election=False, health_probe_bind_address="0", metrics_bind_address="0"
+    )
+    for key, value in overrides.items():
+        if not hasattr(options, key):
+            raise TypeError(f"ManagerOptions has no field {key!r}")
+        setattr(options, key, value)
+    return options
+
+
+@dataclass
+class RunningManager:
+    """A manager running in the test's event loop (see :func:`run_manager`)."""
+
+    manager: Manager
+    task: asyncio.Task[None]
+
+    async def idle(self, *, settle: float = 0.3, timeout: float = 30.0) -> None:
+        """Wait until every controller's queue has stayed idle (nothing queued, nothing being
+        reconciled) for ``settle`` seconds: long enough for the watch events of the writes just
+        made to arrive. Requeues waiting for a timer do not count.
+
+        Raises:
+            TimeoutError: still busy after ``timeout`` seconds.
+            Exception: whatever made the manager stop, if it did.
+        """
+
+        def quiet() -> bool:
+            self._raise_if_stopped()
+            return all(c.queue.idle for c in self.manager.controllers)
+
+        deadline = time.monotonic() + timeout
+        calm_since: float | None = None
+        while True:
+            now = time.monotonic()
+            if quiet():
+                calm_since = now if calm_since is None else calm_since
+                if now - calm_since >= settle:
+                    return
+            else:
+                calm_since = None
+            if now > deadline:
+                busy = [c.name for c in self.manager.controllers if not c.queue.idle]
+                raise TimeoutError(f"controllers still busy after {timeout}s: {busy}")
+            await asyncio.sleep(0.02)
+
+    def _raise_if_stopped(self) -> None:
+        if self.task.done():
+            self.task.result()  # re-raise what stopped it
+            raise RuntimeError("the manager stopped")
+
+
+@contextlib.asynccontextmanager
+async def run_manager(manager: Manager, *, timeout: float = 60.0) -> AsyncIterator[RunningManager]:
+    """Run ``manager`` in the background until the block ends, then stop it gracefully.
+
+    Entering waits until its caches have synced and its controllers run (with leader election
+    on, until it leads); a manager that fails to start raises here, not later.
+    """
+    task = asyncio.create_task(manager.run(), name="manager under test")
+    started = asyncio.create_task(manager.started.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {task, started}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        if task in done:
+            task.result()
+            raise RuntimeError("the manager returned before it started")
+        if started not in done:
+            raise TimeoutError(f"the manager did not start within {timeout}s")
+        yield RunningManager(manager, task)
+    finally:
+        started.cancel()
+        manager.stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@overload
+async def consistently(
+    probe: Callable[[], Awaitable[T]], duration: float = ..., interval: float = ...
+) -> T: ...
+
+
+@overload
+async def consistently(
+    probe: Callable[[], T], duration: float = ..., interval: float = ...
+) -> T: ...
+
+
+async def consistently(
+    probe: Callable[[], T | Awaitable[T]], duration: float = 2.0, interval: float = 0.1
+) -> T:
+    """Call ``probe`` for ``duration`` seconds and return its last result; fail as soon as it
+    returns something falsy or raises: what must *stay* true (nothing else gets written, a
+    refused object stays refused), where :func:`eventually` waits for what must *become* true.
+
+    Raises:
+        AssertionError: the probe returned a falsy value (it is shown).
+        Exception: whatever the probe raised.
+    """
+    deadline = time.monotonic() + duration
+    while True:
+        result = probe()
+        if inspect.isawaitable(result):
+            result = await result
+        if not result:
+            what = getattr(probe, "__name__", "condition")
+            raise AssertionError(f"{what} stopped holding: {result!r}")
+        if time.monotonic() >= deadline:
+            return result
+        await asyncio.sleep(interval)

@@ -1,0 +1,350 @@
+"""The helpers a platform team would otherwise hand-write, on the real API server: the finalizer
+flow, adoption made explicit, status written only when it changed, kinds by discovery, the
+manager's runnables, and the leader elector's word when it may not watch its Lease."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from pydantic import BaseModel, Field
+from structlog.testing import capture_logs
+
+from crewlet_operator import (
+    CONFIG_MAP,
+    LEASE,
+    ROLE,
+    ROLE_BINDING,
+    Client,
+    ConflictError,
+    Finalizer,
+    LeaderElectionConfig,
+    LeaderElector,
+    Manager,
+    NotOwnedError,
+    NotServedError,
+    Resource,
+    RESTMapper,
+    condition,
+    controller_reference,
+    set_condition,
+)
+from crewlet_operator.crd import ConditionDict, crd_for, list_map
+from crewlet_operator.envtest import ControlPlane, install_crds
+from crewlet_operator.kube import resources
+from crewlet_operator.kube.config import RestConfig
+from crewlet_operator.testing import manager_options_for_tests, run_manager
+
+Object = dict[str, Any]
+
+
+def config_map(namespace: str, name: str, **data: str) -> Object:
+    return {"metadata": {"name": name, "namespace": namespace}, "data": data}
+
+
+# -- the finalizer flow ----------------------------------------------------------------------
+
+
+async def test_the_finalizer_is_added_before_anything_and_removed_after_the_cleanup(
+    kube_client: Client, namespace: str
+) -> None:
+    cleaned: list[str] = []
+
+    async def cleanup(obj: Object) -> None:
+        cleaned.append(obj["metadata"]["name"])
+
+    finalizer = Finalizer(kube_client, CONFIG_MAP, "example.com/cleanup", cleanup)
+    created = await kube_client.create(CONFIG_MAP, config_map(namespace, "guarded"))
+    held = await finalizer.handle(created)
+    assert held is not None and held["metadata"]["finalizers"] == ["example.com/cleanup"]
+    assert await finalizer.handle(held) is held  # already there: no write
+    await kube_client.delete(CONFIG_MAP, "guarded", namespace)
+    deleting = await kube_client.get(CONFIG_MAP, "guarded", namespace)
+    assert deleting["metadata"]["deletionTimestamp"] and cleaned == []
+    assert await finalizer.handle(deleting) is None
+    assert cleaned == ["guarded"]
+    assert await kube_client.get_or_none(CONFIG_MAP, "guarded", namespace) is None
+
+
+async def test_a_failing_cleanup_keeps_the_finalizer(kube_client: Client, namespace: str) -> None:
+    async def cleanup(obj: Object) -> None:
+        raise RuntimeError("the bucket is not empty yet")
+
+    finalizer = Finalizer(kube_client, CONFIG_MAP, "example.com/cleanup", cleanup)
+    held = await finalizer.handle(await kube_client.create(CONFIG_MAP, config_map(namespace, "x")))
+    assert held is not None
+    await kube_client.delete(CONFIG_MAP, "x", namespace)
+    with pytest.raises(RuntimeError, match="not empty yet"):
+        await finalizer.handle(await kube_client.get(CONFIG_MAP, "x", namespace))
+    still = await kube_client.get(CONFIG_MAP, "x", namespace)
+    assert still["metadata"]["finalizers"] == ["example.com/cleanup"]
+    await kube_client.patch(CONFIG_MAP, "x", {"metadata": {"finalizers": None}}, namespace)
+
+
+async def test_finalizers_of_others_written_meanwhile_are_kept(
+    kube_client: Client, namespace: str
+) -> None:
+    """A stale copy (another controller added its finalizer since) conflicts on the
+    resourceVersion; the helper reads the object again and keeps both."""
+    finalizer = Finalizer(kube_client, CONFIG_MAP, "example.com/mine", cleanup=_no_cleanup)
+    stale = await kube_client.create(CONFIG_MAP, config_map(namespace, "shared"))
+    await kube_client.patch(
+        CONFIG_MAP, "shared", {"metadata": {"finalizers": ["other.example/theirs"]}}, namespace
+    )
+    held = await finalizer.handle(stale)
+    assert held is not None
+    assert held["metadata"]["finalizers"] == ["other.example/theirs", "example.com/mine"]
+    # Deleting: the other controller lets go of its finalizer after our copy was read. Writing
+    # the stale list without ours would put theirs back; the conflict makes us read again.
+    await kube_client.delete(CONFIG_MAP, "shared", namespace)
+    stale_deleting = await kube_client.get(CONFIG_MAP, "shared", namespace)
+    await kube_client.patch(
+        CONFIG_MAP, "shared", {"metadata": {"finalizers": ["example.com/mine"]}}, namespace
+    )
+    assert await finalizer.handle(stale_deleting) is None
+    assert await kube_client.get_or_none(CONFIG_MAP, "shared", namespace) is None
+
+
+async def _no_cleanup(obj: Object) -> None:
+    """Nothing outside the object to clean up."""
+
+
+def test_a_finalizer_name_must_be_qualified(kube_client: Client) -> None:
+    with pytest.raises(ValueError, match="qualified"):
+        Finalizer(kube_client, CONFIG_MAP, "cleanup", _no_cleanup)
+
+
+# -- adoption is explicit --------------------------------------------------------------------
+
+
+async def test_an_object_someone_else_made_is_not_taken_over(
+    kube_client: Client, namespace: str
+) -> None:
+    theirs = await kube_client.create(CONFIG_MAP, config_map(namespace, "settings", mode="theirs"))
+    desired = config_map(namespace, "settings", mode="mine")
+    with pytest.raises(NotOwnedError, match="never applied by field manager"):
+        await kube_client.apply_if_changed(CONFIG_MAP, desired, theirs)
+    assert (await kube_client.get(CONFIG_MAP, "settings", namespace))["data"] == {"mode": "theirs"}
+    adopted = await kube_client.apply_if_changed(CONFIG_MAP, desired, theirs, adopt=True)
+    assert adopted is not None and adopted["data"] == {"mode": "mine"}
+    # Applied once by us, it is ours: no adoption needed, and no write when nothing changed.
+    assert await kube_client.apply_if_changed(CONFIG_MAP, desired, adopted) is None
+
+
+async def test_an_object_controlled_by_another_owner_is_not_taken_over(
+    kube_client: Client, namespace: str
+) -> None:
+    owner = await kube_client.create(CONFIG_MAP, config_map(namespace, "owner"))
+    other = await kube_client.create(CONFIG_MAP, config_map(namespace, "other-owner"))
+    child = config_map(namespace, "child", k="v")
+    child["metadata"]["ownerReferences"] = [controller_reference(other)]
+    existing = await kube_client.create(CONFIG_MAP, child)
+    desired = config_map(namespace, "child", k="v")
+    desired["metadata"]["ownerReferences"] = [controller_reference(owner)]
+    with pytest.raises(NotOwnedError, match="controlled by ConfigMap other-owner"):
+        await kube_client.apply_if_changed(CONFIG_MAP, desired, existing)
+    desired_mine = {**desired, "metadata": {**desired["metadata"], "name": "mine"}}
+    mine = await kube_client.create(CONFIG_MAP, desired_mine)
+    # Controlled by the same owner (even if made by another field manager): ours, and equal.
+    assert await kube_client.apply_if_changed(CONFIG_MAP, desired_mine, mine) is None
+    changed = {**desired_mine, "data": {"k": "w"}}
+    written = await kube_client.apply_if_changed(CONFIG_MAP, changed, mine)
+    assert written is not None and written["data"] == {"k": "w"}
+
+
+# -- status written only when it changed -----------------------------------------------------
+
+
+class _GadgetSpec(BaseModel):
+    size: int = 1
+
+
+class _GadgetStatus(BaseModel):
+    phase: str | None = None
+    conditions: list[ConditionDict] = Field(
+        default_factory=list, json_schema_extra=list_map("type")
+    )
+
+
+class _Gadget(BaseModel):
+    """A test kind with a status subresource."""
+
+    spec: _GadgetSpec = Field(default_factory=_GadgetSpec)
+    status: _GadgetStatus | None = None
+
+
+GADGET_CRD = crd_for(
+    _Gadget,
+    group="helpers.example.com",
+    version="v1",
+    kind="Gadget",
+    plural="gadgets",
+    scope="Namespaced",
+)
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def gadgets(kube_client: Client) -> Resource:
+    await install_crds(kube_client, [GADGET_CRD])
+    return await RESTMapper(kube_client).resource_for("helpers.example.com", "Gadget")
+
+
+async def test_status_is_written_once_and_only_when_it_changed(
+    kube_client: Client, namespace: str, gadgets: Resource
+) -> None:
+    gadget = await kube_client.create(gadgets, {"metadata": {"name": "g", "namespace": namespace}})
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    ready = condition("Ready", True, "Built", observed_generation=1)
+    status = {"phase": "Built", "conditions": set_condition([], ready, now)}
+    written = await kube_client.apply_status_if_changed(gadgets, status, gadget)
+    assert written is not None and written["status"] == status
+    version = written["metadata"]["resourceVersion"]
+    assert await kube_client.apply_status_if_changed(gadgets, status, written) is None
+    assert (await kube_client.get(gadgets, "g", namespace))["metadata"][
+        "resourceVersion"
+    ] == version
+    # A field written before and left out now is a change (the apply removes it).
+    fewer = {"conditions": status["conditions"]}
+    trimmed = await kube_client.apply_status_if_changed(gadgets, fewer, written)
+    assert trimmed is not None and trimmed["status"] == fewer
+
+
+# -- kinds by discovery ----------------------------------------------------------------------
+
+
+async def test_every_built_in_constant_is_what_the_api_server_serves(kube_client: Client) -> None:
+    """The library's Resource constants against discovery: plural, scope and version."""
+    mapper = RESTMapper(kube_client)
+    constants = [v for v in vars(resources).values() if isinstance(v, Resource)]
+    assert len(constants) > 25
+    for constant in constants:
+        if constant.group == "gateway.networking.k8s.io":
+            continue  # the Gateway API is not built in
+        served = await mapper.resource_for(constant.group, constant.kind, constant.version)
+        assert served == constant, constant
+
+
+async def test_the_mapper_prefers_the_servers_version_and_finds_a_late_crd(
+    kube_client: Client,
+) -> None:
+    mapper = RESTMapper(kube_client)
+    quota = await mapper.resource_for("", "ResourceQuota")
+    assert (quota.version, quota.plural, quota.namespaced) == ("v1", "resourcequotas", True)
+    with pytest.raises(NotServedError):
+        await mapper.resource_for("late.example.com", "Thing")
+    late = crd_for(
+        _Gadget,
+        group="late.example.com",
+        version="v1",
+        kind="Thing",
+        plural="things",
+        scope="Cluster",
+    )
+    await install_crds(kube_client, [late])
+    thing = await mapper.resource_for("late.example.com", "Thing")
+    assert thing == Resource("late.example.com", "v1", "Thing", "things", namespaced=False)
+
+
+# -- the manager's runnables -----------------------------------------------------------------
+
+
+class _Recorder:
+    def __init__(self, name: str, journal: list[str]) -> None:
+        self.name, self.journal = name, journal
+
+    async def start(self) -> None:
+        self.journal.append(f"start {self.name}")
+
+    async def stop(self) -> None:
+        self.journal.append(f"stop {self.name}")
+
+
+async def test_the_manager_starts_its_runnables_and_stops_them_in_reverse(
+    kube_client: Client,
+) -> None:
+    journal: list[str] = []
+    manager = Manager(kube_client, manager_options_for_tests())
+    manager.add(_Recorder("a", journal))
+    manager.add(_Recorder("b", journal))
+    async with run_manager(manager):
+        assert journal == ["start a", "start b"]
+    assert journal == ["start a", "start b", "stop b", "stop a"]
+
+
+# -- the leader elector when it may not watch its Lease -----------------------------------------
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def lease_without_watch(
+    kube_client: Client, control_plane: ControlPlane, namespace: str
+) -> RestConfig:
+    """A ServiceAccount that may get, create and update Leases in ``namespace``, not watch them."""
+    await kube_client.create(
+        ROLE,
+        {
+            "metadata": {"name": "lease-no-watch", "namespace": namespace},
+            "rules": [
+                {
+                    "apiGroups": ["coordination.k8s.io"],
+                    "resources": ["leases"],
+                    "verbs": ["get", "create", "update"],
+                }
+            ],
+        },
+    )
+    await kube_client.create(
+        ROLE_BINDING,
+        {
+            "metadata": {"name": "lease-no-watch", "namespace": namespace},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "lease-no-watch",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "elector", "namespace": namespace}],
+        },
+    )
+    return control_plane.service_account_config(namespace, "elector")
+
+
+async def test_a_forbidden_lease_watch_is_said_once_and_polling_still_acquires(
+    kube_client: Client, client_for: Any, lease_without_watch: RestConfig, namespace: str
+) -> None:
+    held_until = datetime.now(UTC)
+    await kube_client.create(
+        LEASE,
+        {
+            "metadata": {"name": "demo", "namespace": namespace},
+            "spec": {
+                "holderIdentity": "someone-else",
+                "leaseDurationSeconds": 3,
+                "renewTime": held_until.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                "acquireTime": held_until.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            },
+        },
+    )
+    elector = LeaderElector(
+        client_for(lease_without_watch),
+        LeaderElectionConfig(
+            name="demo",
+            namespace=namespace,
+            identity="me",
+            lease_duration=3.0,
+            renew_deadline=2.0,
+            retry_period=0.5,
+        ),
+    )
+    with capture_logs() as logs:
+        await asyncio.wait_for(elector.acquire(), 30)
+    warnings = [e for e in logs if e["event"].startswith("may not watch the lease")]
+    assert len(warnings) == 1, logs
+    assert warnings[0]["log_level"] == "warning"
+    assert "grant list and watch on leases" in warnings[0]["event"]
+    lease = await kube_client.get(LEASE, "demo", namespace)
+    assert lease["spec"]["holderIdentity"] == "me"
+    with contextlib.suppress(ConflictError):
+        await elector.release()

@@ -1,0 +1,119 @@
+"""The two distributions, each installed by pip into a fresh virtualenv, as their users install
+them.
+
+- ``crewlet-operator`` (the repository's root): the library alone. A platform team gets no
+  ``reconcilers`` package and none of the operator's own dependencies, and the examples' envtest
+  suite (the Tenant controller) runs from a copy of examples/ with nothing but that install.
+- ``crewlet-operator-daemon`` (daemon/): the operator on the library; its ``crewlet-operator``
+  command runs and its data files (the engine's schema) are installed.
+
+The sources are copied first, so that pip's in-tree build writes nothing into the checkout.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = ("pyproject.toml", "README.md", "crewlet_operator", "reconcilers", "daemon")
+PIP_TIMEOUT = 900
+
+
+def run(*argv: str | Path, cwd: Path | None = None, timeout: float = PIP_TIMEOUT) -> str:
+    """Run a command; fail with its output if it fails; return its stdout."""
+    done = subprocess.run(
+        [str(a) for a in argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
+    )
+    assert done.returncode == 0, f"{argv} failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The working tree's sources of both distributions (not its caches or virtualenv)."""
+    copy = tmp_path_factory.mktemp("sources")
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    for name in SOURCES:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, copy / name, ignore=ignore)
+        else:
+            shutil.copy2(source, copy / name)
+    return copy
+
+
+def virtualenv(directory: Path) -> Path:
+    """A fresh virtualenv; its python."""
+    run(sys.executable, "-m", "venv", directory)
+    return directory / "bin" / "python"
+
+
+def importable(python: Path, module: str) -> bool:
+    done = subprocess.run(
+        [str(python), "-c", f"import {module}"], capture_output=True, text=True, check=False
+    )
+    return done.returncode == 0
+
+
+@pytest.fixture(scope="module")
+def library_only(sources: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The library with its test extra, as a platform team installs it."""
+    python = virtualenv(tmp_path_factory.mktemp("library-venv"))
+    run(python, "-m", "pip", "install", "--quiet", f"{sources}[test]")
+    return python
+
+
+def test_the_library_installs_without_the_operator(library_only: Path) -> None:
+    installed = run(library_only, "-m", "pip", "list", "--format=freeze")
+    names = {line.split("==")[0].lower() for line in installed.splitlines()}
+    assert "crewlet-operator" in names
+    assert "crewlet-operator-daemon" not in names
+    # The operator's own dependencies stay out: the engine's schema validator, semver.
+    assert not {"jsonschema-rs", "jsonschema_rs", "semver"} & names, names
+    assert importable(library_only, "crewlet_operator")
+    assert importable(library_only, "crewlet_operator.envtest.pytest_plugin")
+    assert not importable(library_only, "reconcilers")
+
+
+def test_the_examples_suite_runs_on_the_library_alone(
+    library_only: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A copy of examples/, outside the checkout, run with the library's virtualenv."""
+    examples = tmp_path / "examples"
+    shutil.copytree(
+        ROOT / "examples", examples, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache")
+    )
+    out = run(library_only, "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=examples)
+    with capsys.disabled():
+        print(f"\nexamples/ on the library alone: {out.strip().splitlines()[-1]}")
+    assert " passed" in out and "failed" not in out and "skipped" not in out
+
+
+def test_the_daemon_installs_on_the_library(
+    sources: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    python = virtualenv(tmp_path_factory.mktemp("daemon-venv"))
+    # One command, so that pip takes the library it depends on from the same sources.
+    run(python, "-m", "pip", "install", "--quiet", sources, sources / "daemon")
+    command = python.parent / "crewlet-operator"
+    assert "--leader-elect" in run(command, "--help", timeout=60)
+    schema = run(
+        python,
+        "-c",
+        "from reconcilers import engine; print(engine.schema()['$schema'])",
+        timeout=60,
+    )
+    assert schema.strip() == "https://json-schema.org/draft/2020-12/schema"
+    assert importable(python, "reconcilers.api.crds")
