@@ -31,6 +31,7 @@ from crewlet_operator import (
     namespace,
 )
 from crewlet_operator.objects import resource_version
+from reconcilers import naming
 from reconcilers.api.v1alpha1 import COMPANY
 
 CHILDREN: dict[Resource, int] = {
@@ -42,8 +43,7 @@ CHILDREN: dict[Resource, int] = {
     NETWORK_POLICY: 2,
 }
 """What the operator writes per Company (no webhook hostname: no route)."""
-MANAGED_BY = "app.kubernetes.io/managed-by=crewlet-operator"
-COMPANY_LABEL = "crewlet.ai/company"
+MANAGED = naming.MANAGED_BY_SELECTOR
 
 Key = tuple[str, str]
 
@@ -76,7 +76,9 @@ class Progress:
         kinds = [COMPANY, *CHILDREN]
         versions = await asyncio.gather(*(current_version(self._client, r) for r in kinds))
         self._tasks = [
-            asyncio.create_task(self._watch(r, v, None if r is COMPANY else MANAGED_BY))
+            asyncio.create_task(
+                self._watch(r, v, None if r is COMPANY else naming.MANAGED_BY_SELECTOR)
+            )
             for r, v in zip(kinds, versions, strict=True)
         ]
         if not self._left:
@@ -159,7 +161,9 @@ class Progress:
                 return
             state.accepted_at = now
         else:
-            state = self._state.get((namespace(obj) or "", labels(obj).get(COMPANY_LABEL, "")))
+            state = self._state.get(
+                (namespace(obj) or "", labels(obj).get(naming.COMPANY_LABEL, ""))
+            )
             if state is None:
                 return
             state.children.setdefault(resource.kind, set()).add(name(obj))

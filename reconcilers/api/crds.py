@@ -10,6 +10,8 @@ from __future__ import annotations
 from crewlet_operator.crd import AGE_COLUMN, JsonSchema, condition_column, crd_for
 from reconcilers.api import v1alpha1
 from reconcilers.api.v1alpha1 import GROUP, VERSION
+from reconcilers.engineclass import REFERENCES_RESOLVED
+from reconcilers.status import ACCEPTED, READY
 
 CATEGORIES = ("crewlet",)
 """``kubectl get crewlet`` lists every kind of the group."""
@@ -35,10 +37,10 @@ def company_crd() -> JsonSchema:
         printer_columns=[
             {"name": "Class", "type": "string", "jsonPath": ".spec.className"},
             {"name": "Engine", "type": "string", "jsonPath": ".status.engineVersion"},
-            condition_column("Ready", "Ready"),
-            condition_column("Reason", "Ready", "reason"),
+            condition_column("Ready", READY),
+            condition_column("Reason", READY, "reason"),
             AGE_COLUMN,
-            {**condition_column("Accepted", "Accepted", "reason"), "priority": 1},
+            {**condition_column("Accepted", ACCEPTED, "reason"), "priority": 1},
             {"name": "Suspend", "type": "boolean", "jsonPath": ".spec.suspend", "priority": 1},
             {"name": "Image", "type": "string", "jsonPath": ".status.engineImage", "priority": 1},
         ],
@@ -61,7 +63,7 @@ def engine_class_crd() -> JsonSchema:
             {"name": "Image", "type": "string", "jsonPath": ".spec.engine.image"},
             {"name": "Companies", "type": "integer", "jsonPath": ".status.companies"},
             AGE_COLUMN,
-            {**condition_column("References", "ReferencesResolved"), "priority": 1},
+            {**condition_column("References", REFERENCES_RESOLVED), "priority": 1},
         ],
     )
 
