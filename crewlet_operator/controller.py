@@ -57,9 +57,14 @@ class Controller:
         self.max_concurrent_reconciles = max_concurrent_reconciles
         self.need_leader_election = need_leader_election
         self._reconcile = as_reconcile_func(reconciler)
+        # Paused until the workers start: on a standby replica the informers fill the queue
+        # long before anything is served, and waiting then must not age the keys (an initial
+        # list's would otherwise outrank what is created after the takeover).
         self.queue: RateLimitingQueue[Request] = RateLimitingQueue(
-            name, rate_limiter, metrics.WorkqueueMetrics(name, name)
+            name, rate_limiter, metrics.WorkqueueMetrics(name, name), paused=True
         )
+        self._first_pass: set[Request] = set()
+        self._first_pass_started = 0.0
         self._workers: list[asyncio.Task[None]] = []
         self._sampler: asyncio.Task[None] | None = None
         self._stopping = False
@@ -76,9 +81,24 @@ class Controller:
         informer = self.cache.informer(resource, options)
         informer.add_handler(EnqueueHandler(self.queue, mapper, predicates))
 
-    async def start(self) -> None:
-        """Start the workers (the cache must be running: they read from it)."""
+    async def start(self, resync_before: float | None = None) -> None:
+        """Start the workers (the cache must be running: they read from it).
+
+        ``resync_before`` (monotonic seconds), given by a manager that just took over the
+        lease: requests queued before it were seen while the previous leader was alive, so
+        they wait at low priority behind what came after (what that leader may have missed).
+        The requests waiting at this moment (the initial list, on a replica that just started
+        or just took over) are its first pass: once each has been reconciled, the pass's
+        duration is logged and set as ``crewlet_operator_first_pass_seconds``.
+        """
         self._stopping = False
+        if resync_before is not None:
+            self.queue.demote_added_before(resync_before)
+        self._first_pass = self.queue.pending()
+        self._first_pass_started = time.monotonic()
+        if not self._first_pass:
+            self._first_pass_done()
+        self.queue.resume()
         self._workers = [
             asyncio.create_task(self._worker(), name=f"{self.name} worker {i}")
             for i in range(self.max_concurrent_reconciles)
@@ -165,10 +185,11 @@ class Controller:
                 if isinstance(result, Result) and result.requeue_after:
                     self.queue.forget(request)
                     result_label = "requeue_after"
-                    self.queue.add_after(request, result.requeue_after)
+                    self.queue.add_after(request, result.requeue_after, result.priority)
                 elif isinstance(result, Result) and result.requeue:
                     result_label = "requeue"
-                    self.queue.add_rate_limited(request)  # the backoff is kept, and grows
+                    # The backoff is kept, and grows.
+                    self.queue.add_rate_limited(request, result.priority)
                 else:
                     self.queue.forget(request)
             finally:
@@ -177,6 +198,16 @@ class Controller:
                     time.monotonic() - started
                 )
                 metrics.RECONCILE_TOTAL.labels(controller=self.name, result=result_label).inc()
+                log.debug("reconciled", result=result_label)
+                if request in self._first_pass:
+                    self._first_pass.discard(request)
+                    if not self._first_pass:
+                        self._first_pass_done()
+
+    def _first_pass_done(self) -> None:
+        seconds = time.monotonic() - self._first_pass_started
+        metrics.FIRST_PASS_SECONDS.labels(controller=self.name).set(seconds)
+        log.info("first pass done", controller=self.name, seconds=round(seconds, 3))
 
 
 class Builder:

@@ -9,7 +9,7 @@ from crewlet_operator.objects import KubeObject, name, namespace
 from crewlet_operator.owners import owner_key_of
 from crewlet_operator.predicate import Predicate
 from crewlet_operator.reconcile import Request
-from crewlet_operator.workqueue import RateLimitingQueue
+from crewlet_operator.workqueue import LOW_PRIORITY, NORMAL_PRIORITY, RateLimitingQueue
 
 MapFunc = Callable[[KubeObject], Iterable[Request]]
 """Maps a watched object to the requests it should trigger (``watches``)."""
@@ -35,7 +35,13 @@ def requests_for_owner(group: str, kind: str, owner_namespaced: bool = True) -> 
 
 
 class EnqueueHandler:
-    """An informer event handler that maps events to requests and adds them to a queue."""
+    """An informer event handler that maps events to requests and adds them to a queue.
+
+    Objects of an informer's initial list are queued at ``LOW_PRIORITY`` (nobody is waiting
+    for them: a start-up's or a new leader's pass over everything), every other event at
+    ``NORMAL_PRIORITY`` (a create, a change, a delete: somebody just asked for something), as
+    controller-runtime's priority queue does.
+    """
 
     def __init__(
         self,
@@ -47,14 +53,14 @@ class EnqueueHandler:
         self.mapper = mapper
         self.predicates = tuple(predicates)
 
-    def _enqueue(self, obj: KubeObject) -> None:
+    def _enqueue(self, obj: KubeObject, priority: int = NORMAL_PRIORITY) -> None:
         for request in self.mapper(obj):
-            self.queue.add(request)
+            self.queue.add(request, priority)
 
-    def on_add(self, obj: KubeObject) -> None:
-        """Enqueue for a created (or initially listed) object."""
+    def on_add(self, obj: KubeObject, initial: bool = False) -> None:
+        """Enqueue for a created object, or one of the initial list (at low priority)."""
         if all(p.create(obj) for p in self.predicates):
-            self._enqueue(obj)
+            self._enqueue(obj, LOW_PRIORITY if initial else NORMAL_PRIORITY)
 
     def on_update(self, old: KubeObject, new: KubeObject) -> None:
         """Enqueue for both versions: a changed owner or label must reach the old mapping too."""

@@ -6,6 +6,9 @@
 - Followers judge expiry by their own monotonic clock: the lease counts as expired
   ``leaseDurationSeconds`` after they last *saw it change*, never by comparing ``renewTime``
   with their wall clock, so clock skew between nodes does not matter.
+- A follower tries to acquire at the moment the lease it observed expires (by that clock), not
+  at its next retry tick: a crashed leader is replaced ``leaseDurationSeconds`` after its last
+  renewal was seen, plus the latency of one request.
 - On graceful shutdown the leader releases the lease (holder cleared, duration 1 s) and a
   follower, which watches the Lease, takes over at once instead of after the full duration.
 """
@@ -82,7 +85,16 @@ class LeaderElector:
         self._resource_version: str | None = None
         self._changed = asyncio.Event()
         self._watch_denied = False
+        # False leaves only client-go's retry ticks (the e2e test's control for the wake-up).
+        self._wake_at_expiry = True
         self.is_leader = False
+        self.previous_holder_seen_at: float | None = None
+        """Once this replica has taken the lease over from another holder: when (monotonic
+        seconds) it last saw another holder renew it, the last moment it knew the previous
+        leader at work. A release does not count: a leader that stops takes no new work, so
+        what came after its last renewal may be waiting for the next leader. None when it has
+        never seen another holder (it created the Lease, or found it released)."""
+        self._other_renewed_at: float | None = None
         self._gauge = metrics.LEADER_ELECTION_MASTER_STATUS.labels(name=config.name)
         self._gauge.set(0)
         self._log = log.bind(lease=f"{config.namespace}/{config.name}", identity=config.identity)
@@ -93,15 +105,25 @@ class LeaderElector:
         try:
             while not await self._try():
                 self._changed.clear()
-                delay = self.config.retry_period * random.uniform(1.0, JITTER)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), delay)
+                    await asyncio.wait_for(self._changed.wait(), self._next_try_in())
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
         self._lead(True)
         self._log.info("acquired the lease; leading")
+
+    def _next_try_in(self) -> float:
+        """Seconds until the next attempt: the jittered retry period, or less when the observed
+        lease expires sooner. The watch wakes the loop earlier still when the Lease changes."""
+        delay = self.config.retry_period * random.uniform(1.0, JITTER)
+        until_expiry = self._observed_at + self._observed_duration - time.monotonic()
+        # Not past expiry: a lease seen expired and still not taken (a failed write, an
+        # unreachable API server) is retried at the retry period, not in a tight loop.
+        if self._wake_at_expiry and 0 < until_expiry < delay:
+            return until_expiry
+        return delay
 
     async def hold(self) -> None:
         """Renew every ``retry_period``; return when no renewal succeeded within
@@ -187,6 +209,8 @@ class LeaderElector:
         except CrewletError as exc:  # a conflict means someone else wrote first
             self._log.debug("lease update failed", error=str(exc))
             return False
+        if holder != cfg.identity:
+            self.previous_holder_seen_at = self._other_renewed_at
         self._observe(updated)
         return True
 
@@ -212,6 +236,8 @@ class LeaderElector:
             self._observed = record
             self._observed_at = time.monotonic()
             self._observed_duration = float(spec.get("leaseDurationSeconds") or 0)
+            if spec.get("holderIdentity") not in (None, "", self.config.identity):
+                self._other_renewed_at = self._observed_at
 
     async def _watch_lease(self) -> None:
         """Wake the acquire loop whenever the Lease changes (a release is taken at once)."""
@@ -231,8 +257,8 @@ class LeaderElector:
                 ):
                     self._changed.set()
             except (ForbiddenError, UnauthorizedError) as denied:
-                # Acquiring still works (it reads the Lease each retry period), but a release is
-                # then noticed up to a retry period late, and a crashed leader's expiry too. Say
+                # Acquiring still works (it reads the Lease each retry period and when the lease
+                # it saw expires), but a release is then noticed up to a retry period late. Say
                 # so once: the RBAC a leader needs is get, create and update on the Lease; the
                 # watch needs list and watch as well.
                 if not self._watch_denied:

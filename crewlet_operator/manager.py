@@ -1,6 +1,10 @@
 """The manager: runs the cache, the controllers, the leader elector and the servers, and shuts
 them down in order.
 
+A standby replica (a follower, with leader election on) is *warm* by default: it runs its caches
+and fills its controllers' queues while it waits, so a takeover reconciles at once. A *cold*
+standby (``ManagerOptions.warm_standby=False``) starts its caches only once it leads.
+
 Order on a graceful stop (SIGTERM, SIGINT or :meth:`Manager.stop`), as controller-runtime:
 
 1. controllers stop taking work; in-flight reconciles finish (within the grace period);
@@ -39,9 +43,10 @@ SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/
 
 
 class Runnable(Protocol):
-    """Something the manager starts with its cache and stops after its controllers, on every
-    replica (leader or not): watches beside the cache, such as
-    :class:`~crewlet_operator.cache.named.NamedObjects`, or a background task of yours."""
+    """Something the manager starts with its cache and stops after its controllers: watches
+    beside the cache, such as :class:`~crewlet_operator.cache.named.NamedObjects`, or a
+    background task of yours. Like the cache, it runs on every replica when standbys are warm
+    (the default), and on the leader only when they are cold (``warm_standby=False``)."""
 
     async def start(self) -> None:
         """Begin; return once running (the manager awaits each start in turn)."""
@@ -78,6 +83,16 @@ class ManagerOptions:
     """Workers per controller unless its builder says otherwise (controller-runtime: 1)."""
     cache_sync_timeout: float = 120.0
     cache_options: InformerOptions | None = None
+    warm_standby: bool = True
+    """With leader election, whether a follower runs its caches (and the runnables of
+    :meth:`Manager.add`) while it waits for the lease. True: it lists and watches every kind its
+    controllers declare and queues their requests, so a takeover reconciles at once, from a warm
+    cache; the cost is the caches' memory on *every* replica (each holds every watched object).
+    False: a follower starts its caches and runnables only once it leads, so a standby costs
+    little memory, but a takeover first lists everything (a slower takeover on a large cluster).
+    A cold standby runs nothing before it leads, so it cannot run controllers with
+    ``need_leader_election=False`` (:meth:`Manager.run` refuses them). Without leader election
+    this has no effect."""
 
 
 class Manager:
@@ -93,7 +108,7 @@ class Manager:
         self.runnables: list[Runnable] = []
         self.started = asyncio.Event()
         """Set once the caches have synced and this replica's controllers run (a follower's
-        leader-only controllers wait for the lease)."""
+        leader-only controllers wait for the lease, so a follower never sets it)."""
         self.health = HealthServer(self.options.health_probe_bind_address)
         self.metrics = MetricsServer(
             client,
@@ -115,7 +130,11 @@ class Manager:
                 ),
             )
         self._stop = asyncio.Event()
-        self.health.add_readyz_check("informers-synced", lambda: self.cache.synced)
+        self._lost = False
+        self._cold_campaigning = False
+        self._started_runnables: list[Runnable] = []
+        self._holding: asyncio.Task[None] | None = None
+        self.health.add_readyz_check("informers-synced", self.ready_to_lead)
         self.health.add_healthz_check("informers-watching", lambda: not self.cache.stale())
 
     def controller(self, name: str) -> Builder:
@@ -141,48 +160,95 @@ class Manager:
         """Whether this replica runs the leader-only controllers now."""
         return self.elector is None or self.elector.is_leader
 
+    def ready_to_lead(self) -> bool:
+        """``/readyz``'s ``informers-synced`` check: whether this replica could lead now.
+
+        A leader, or a warm standby, is ready once every informer has synced: a warm standby
+        that takes over reconciles at once from its caches, so readiness on a standby means
+        "ready to lead", and a rolling update waits for the new replicas' caches before it
+        stops the old ones. A cold standby (``warm_standby=False``) has no caches to sync
+        until it leads: it is ready while it runs and campaigns for the lease, and once it
+        leads, when its caches have synced.
+        """
+        return self._cold_campaigning or self.cache.synced
+
     async def run(self, *, handle_signals: bool = False) -> None:
         """Run until :meth:`stop` (or SIGTERM/SIGINT with ``handle_signals``).
 
-        Raises :class:`LeadershipLostError` when the lease was lost.
+        Raises :class:`LeadershipLostError` when the lease was lost, and :class:`ValueError`
+        when a cold standby (``warm_standby=False``) has a controller that needs no leader
+        election.
         """
+        warm = self.elector is None or self.options.warm_standby
+        everywhere = [c.name for c in self.controllers if not c.need_leader_election]
+        if not warm and everywhere:
+            raise ValueError(
+                f"controllers {everywhere} run without leader election, on every replica, and "
+                "need the caches there: they cannot run with warm_standby=False"
+            )
         if handle_signals:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
         await self.health.start()
         await self.metrics.start()
-        # Caches start on every replica, followers too: a follower that takes over has warm
-        # caches and starts reconciling at once.
+        started: list[Controller] = []
+        try:
+            await self._serve(warm, started)
+        finally:
+            await self._shut_down(started, self._lost)
+        if self._lost:
+            raise LeadershipLostError("leader election lost")
+
+    async def _serve(self, warm: bool, started: list[Controller]) -> None:
+        """Start the caches and controllers in order (the caches before the lease when warm,
+        after it when cold), then wait for a stop or the loss of the lease."""
+        if warm and not await self._start_caches():
+            return
+        for controller in self.controllers:
+            if not controller.need_leader_election:
+                await controller.start()
+                started.append(controller)
+        if self.elector is not None:
+            self._cold_campaigning = not warm
+            try:
+                if not await self._until_stopped(self.elector.acquire()):
+                    return
+            finally:
+                self._cold_campaigning = False
+            # Renew from now on, also while a cold standby's caches take their first list.
+            self._holding = asyncio.create_task(self._hold(self.elector), name="lease renewal")
+        if not warm and not await self._start_caches():
+            return
+        # What a warm standby queued while the previous leader was alive was that leader's
+        # work: it waits behind what came after (what that leader may have missed).
+        took_over_from = None if self.elector is None else self.elector.previous_holder_seen_at
+        for controller in self.controllers:
+            if controller not in started:
+                await controller.start(resync_before=took_over_from)
+                started.append(controller)
+        log.info("controllers started", controllers=[c.name for c in started])
+        self.started.set()
+        await self._stop.wait()
+
+    async def _start_caches(self) -> bool:
+        """Start the informers and the runnables, and wait for the informers' first lists;
+        False when a stop came first."""
         await self.cache.start()
         for runnable in self.runnables:
             await runnable.start()
-        lost = False
-        started: list[Controller] = []
+            self._started_runnables.append(runnable)
+        return await self._until_stopped(self.cache.wait_for_sync(self.options.cache_sync_timeout))
+
+    async def _hold(self, elector: LeaderElector) -> None:
+        """Renew the lease; when it is lost, stop everything at once (fencing)."""
         try:
-            await self._until_stopped(self.cache.wait_for_sync(self.options.cache_sync_timeout))
-            if self._stop.is_set():
-                return
-            for controller in self.controllers:
-                if not controller.need_leader_election:
-                    await controller.start()
-                    started.append(controller)
-            if self.elector is not None:
-                await self._until_stopped(self.elector.acquire())
-                if self._stop.is_set():
-                    return
-            for controller in self.controllers:
-                if controller not in started:
-                    await controller.start()
-                    started.append(controller)
-            log.info("controllers started", controllers=[c.name for c in started])
-            self.started.set()
-            hold = self.elector.hold() if self.elector is not None else asyncio.Event().wait()
-            lost = await self._until_stopped(hold)
-        finally:
-            await self._shut_down(started, lost)
-        if lost:
-            raise LeadershipLostError("leader election lost")
+            await elector.hold()
+        except Exception:
+            # A replica that cannot renew cannot tell that it still leads: treat it as lost.
+            log.exception("renewing the lease failed")
+        self._lost = True
+        self._stop.set()
 
     async def _until_stopped(self, awaitable: Awaitable[object]) -> bool:
         """Await ``awaitable`` unless a stop is requested first; True when it finished."""
@@ -201,13 +267,19 @@ class Manager:
 
     async def _shut_down(self, controllers: list[Controller], lost: bool) -> None:
         grace = self.options.graceful_shutdown_timeout
+        if self._holding is not None:
+            # Renewals end before the drain, as they always have: a leader that loses the
+            # lease while draining could not be stopped from writing any more.
+            self._holding.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._holding
         if lost:
             await asyncio.gather(*(c.abort() for c in controllers))
         else:
             await asyncio.gather(*(c.stop(grace) for c in controllers))
             if self.elector is not None:
                 await self.elector.release()
-        for runnable in reversed(self.runnables):
+        for runnable in reversed(self._started_runnables):
             await runnable.stop()
         await self.cache.stop()
         await self.metrics.stop()

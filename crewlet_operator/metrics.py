@@ -18,15 +18,20 @@ declared without it; the exposed names are exactly the ones in the comments.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, Literal
+import functools
+import weakref
+from typing import TYPE_CHECKING, Final, Literal, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
 __all__ = [
     "ACTIVE_WORKERS",
+    "CACHED_OBJECT_COUNTS",
+    "CACHE_OBJECTS",
+    "FIRST_PASS_SECONDS",
     "LEADER_ELECTION_MASTER_STATUS",
     "MAX_CONCURRENT_RECONCILES",
     "RECONCILE_ERRORS",
@@ -48,6 +53,8 @@ __all__ = [
     "WORKQUEUE_RETRIES",
     "WORKQUEUE_UNFINISHED_WORK",
     "WORKQUEUE_WORK_DURATION",
+    "CachedObjectCounts",
+    "ObjectCounts",
     "ReconcileResult",
     "WorkqueueMetrics",
     "init_controller_metrics",
@@ -139,11 +146,12 @@ WORKQUEUE_DURATION_BUCKETS: Final[tuple[float, ...]] = tuple(
 
 _WQ_LABELS: Final = ["name", "controller"]
 
-# workqueue_depth{name,controller}
+# workqueue_depth{name,controller,priority}: by priority, as controller-runtime's priority
+# queue reports it (a dashboard that sums by name sees the total).
 WORKQUEUE_DEPTH: Final = Gauge(
     "workqueue_depth",
     "Current depth of workqueue.",
-    _WQ_LABELS,
+    [*_WQ_LABELS, "priority"],
     registry=REGISTRY,
 )
 # workqueue_adds_total{name,controller}
@@ -190,6 +198,17 @@ WORKQUEUE_RETRIES: Final = Counter(
     "workqueue_retries",
     "Total number of retries handled by workqueue.",
     _WQ_LABELS,
+    registry=REGISTRY,
+)
+
+# --- the library's own ----------------------------------------------------------------------
+
+# crewlet_operator_first_pass_seconds{controller}
+FIRST_PASS_SECONDS: Final = Gauge(
+    "crewlet_operator_first_pass_seconds",
+    "Seconds the controller took, after it last started (a start or a takeover), to reconcile "
+    "every request that was waiting when it started.",
+    ["controller"],
     registry=REGISTRY,
 )
 
@@ -265,7 +284,9 @@ class WorkqueueMetrics:
         self.name = name
         self.controller = name if controller is None else controller
         labels = {"name": self.name, "controller": self.controller}
-        self._depth = WORKQUEUE_DEPTH.labels(**labels)
+        self._labels = labels
+        # The depth at normal priority exists from the start, as the others did before it.
+        WORKQUEUE_DEPTH.labels(**labels, priority="0").set(0)
         self._adds = WORKQUEUE_ADDS.labels(**labels)
         self._queue_duration = WORKQUEUE_QUEUE_DURATION.labels(**labels)
         self._work_duration = WORKQUEUE_WORK_DURATION.labels(**labels)
@@ -277,9 +298,9 @@ class WorkqueueMetrics:
         """Count one item accepted by the queue (``workqueue_adds_total``)."""
         self._adds.inc()
 
-    def depth(self, n: int) -> None:
-        """Set ``workqueue_depth``."""
-        self._depth.set(n)
+    def depth(self, priority: str, n: int) -> None:
+        """Set ``workqueue_depth`` of the items waiting at ``priority`` (a label value)."""
+        WORKQUEUE_DEPTH.labels(**self._labels, priority=priority).set(n)
 
     def queue_duration(self, seconds: float) -> None:
         """Observe how long an item waited between being added and handed to a worker."""
@@ -312,3 +333,68 @@ class WorkqueueMetrics:
             longest = max(longest, running)
         self._unfinished.set(total)
         self._longest.set(longest)
+
+
+# --- the library's own: the informer caches ---------------------------------------------
+
+# crewlet_operator_cache_objects{kind}: kept by CACHED_OBJECT_COUNTS, read at scrape time.
+CACHE_OBJECTS: Final = Gauge(
+    "crewlet_operator_cache_objects",
+    "Number of objects in the running informer caches, by kind.",
+    ["kind"],
+    registry=REGISTRY,
+)
+
+
+class ObjectCounts(Protocol):
+    """Something holding cached objects: a :class:`~crewlet_operator.cache.Cache`."""
+
+    def object_counts(self) -> Mapping[str, int]:
+        """How many objects it holds now, by kind (``Kind.group``)."""
+        ...
+
+
+class CachedObjectCounts:
+    """Keeps ``crewlet_operator_cache_objects{kind}``: the objects held by the running informer
+    caches of this process, by kind (``Kind.group``, e.g. ``StatefulSet.apps``), summed over
+    the caches. The memory an operator needs follows it; on a warm standby it is the price of
+    an instant takeover.
+
+    Each sample is a function of the stores' sizes, read when scraped, so the gauge costs
+    nothing per event. A cache reports from :meth:`track` (its start) to :meth:`untrack` (its
+    stop); it is held weakly, so a cache dropped without a stop counts nothing.
+
+    :param gauge: The gauge to keep (:data:`CACHE_OBJECTS`), with a ``kind`` label.
+    """
+
+    def __init__(self, gauge: Gauge) -> None:
+        self._gauge = gauge
+        self._caches: weakref.WeakSet[ObjectCounts] = weakref.WeakSet()
+        self._kinds: set[str] = set()
+
+    def track(self, cache: ObjectCounts) -> None:
+        """Report ``cache``'s objects from now on; call again when it declares a new kind."""
+        self._caches.add(cache)
+        self._label_kinds()
+
+    def untrack(self, cache: ObjectCounts) -> None:
+        """Stop reporting ``cache``'s objects (a kind no other cache holds loses its sample)."""
+        self._caches.discard(cache)
+        self._label_kinds()
+
+    def count(self, kind: str) -> int:
+        """The objects of ``kind`` held by the tracked caches now."""
+        return sum(cache.object_counts().get(kind, 0) for cache in list(self._caches))
+
+    def _label_kinds(self) -> None:
+        """One sample for each kind some tracked cache holds, computed when scraped."""
+        kinds = {kind for cache in list(self._caches) for kind in cache.object_counts()}
+        for kind in kinds - self._kinds:
+            self._gauge.labels(kind=kind).set_function(functools.partial(self.count, kind))
+        for kind in self._kinds - kinds:
+            self._gauge.remove(kind)
+        self._kinds = kinds
+
+
+CACHED_OBJECT_COUNTS: Final = CachedObjectCounts(CACHE_OBJECTS)
+"""What the caches report ``crewlet_operator_cache_objects`` through."""

@@ -14,6 +14,9 @@ Outcomes, as the controller treats them:
 - raises :class:`~crewlet_operator.errors.TerminalError` → logged and counted, not retried;
 - raises anything else → retried with per-item exponential backoff (5 ms doubling to 1000 s)
   under an overall token bucket.
+
+A requeue keeps the priority the request had in the queue (an initial list's ``LOW_PRIORITY``,
+an event's ``NORMAL_PRIORITY``), unless ``Result(priority=...)`` says otherwise.
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ class Result:
 
     requeue_after: float | None = None
     requeue: bool = False
+    priority: int | None = None
+    """The priority of the requeue (see :mod:`crewlet_operator.workqueue`); None keeps the one
+    the request had."""
 
 
 @runtime_checkable

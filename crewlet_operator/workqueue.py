@@ -3,7 +3,18 @@
 An asyncio port of client-go's ``util/workqueue`` (``queue.go``, ``delaying_queue.go`` and
 ``rate_limiting_queue.go``) with the same guarantees: a key is queued at most once however
 often it is added, a key is never handed to two workers at the same time, and a key added
-while it is being worked on is worked on again once the worker is done. A typical worker::
+while it is being worked on is worked on again once the worker is done.
+
+Every key has a **priority** (an ``int``; :data:`NORMAL_PRIORITY` unless the add says
+otherwise), as in controller-runtime's priority queue: events of an informer's initial list come
+in at :data:`LOW_PRIORITY`, so a new tenant does not wait behind a start-up's backlog. Keys are
+handed out highest priority first, then earliest ready first. Unlike controller-runtime's
+queue, a waiting key **ages**: every ``aging_interval`` seconds it waits while the queue is being
+served count as one more priority point, so no key starves under any arrival pattern. The bound,
+held by property tests: a key of priority ``p`` that became ready at ``t`` is handed out before
+any key of priority at most ``P`` that becomes ready after ``t + (P - p) * aging_interval`` (with
+the defaults, an initial-list key waits at most 25 s of service behind later normal work, then
+only for the keys already waiting, at most one per distinct key). A typical worker::
 
     queue: RateLimitingQueue[str] = RateLimitingQueue("crewlets")
 
@@ -34,7 +45,7 @@ import heapq
 import itertools
 import math
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Hashable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Generic, TypeVar
@@ -46,38 +57,71 @@ if TYPE_CHECKING:
     from crewlet_operator.metrics import WorkqueueMetrics
     from crewlet_operator.ratelimit import RateLimiter
 
-__all__ = ["QueueShutDown", "RateLimitingQueue"]
+__all__ = [
+    "AGING_INTERVAL",
+    "HIGH_PRIORITY",
+    "LOW_PRIORITY",
+    "NORMAL_PRIORITY",
+    "QueueShutDown",
+    "RateLimitingQueue",
+]
 
 K = TypeVar("K", bound=Hashable)
+
+LOW_PRIORITY = -100
+"""Work nobody is waiting for: an informer's initial list (controller-runtime's -100)."""
+NORMAL_PRIORITY = 0
+"""Creates and real changes: somebody just asked for something."""
+HIGH_PRIORITY = 100
+"""Work to do ahead of ordinary changes (a controller's own choice, e.g. a quick first answer)."""
+AGING_INTERVAL = 0.25
+"""Seconds of waiting, while the queue is served, that raise a waiting key by one priority
+point: a :data:`LOW_PRIORITY` key yields to normal work for at most 25 s of service."""
+MAX_PRIORITY_LABELS = 8
+"""Distinct ``priority`` label values a queue reports ``workqueue_depth`` under; further ones
+share the label ``other`` (a priority per request would otherwise make a series per value)."""
 
 # Below this many heap entries stale ones are not worth a rebuild.
 _COMPACT_MIN_HEAP = 64
 
 
 class RateLimitingQueue(Generic[K]):
-    """A deduplicating FIFO work queue with delayed and rate-limited adds.
+    """A deduplicating priority work queue with delayed and rate-limited adds.
 
     :param name: The queue's name, for logs and metrics.
     :param rate_limiter: Decides the delay of :meth:`add_rate_limited`. Defaults to
         :func:`~crewlet_operator.ratelimit.default_controller_rate_limiter` (on ``clock``).
     :param metrics: Where to report the ``workqueue_*`` metrics; ``None`` reports nothing.
-    :param clock: Monotonic clock in seconds, used for delays and metrics; inject a fake
+    :param clock: Monotonic clock in seconds, used for delays, aging and metrics; inject a fake
         one in tests (delayed items then become due when :meth:`_release_ready` runs).
+    :param aging_interval: Seconds of waiting (while the queue is served) worth one priority
+        point; see the module's docstring for the bound it gives.
+    :param paused: Start with aging paused (:meth:`pause`): a controller's queue fills on a
+        standby replica long before anything is served.
     """
 
-    # How the three collections keep client-go's guarantees. Every method below preserves:
+    # How the collections keep client-go's guarantees. Every method below preserves:
     #
-    # (1) No duplicates: an item appears in ``_queue`` at most once, and queue ⊆ dirty.
-    #     ``add`` appends only an item that was not dirty and marks it dirty; ``get`` pops
-    #     and clears dirty in the same step; ``done`` appends only a dirty item, which
-    #     cannot already be queued because of (2).
-    # (2) Never two workers on one key: processing ∩ queue = ∅. ``get`` moves an item from
+    # (1) No duplicates: an item has at most one live entry in the ``_ready`` heap (the one
+    #     whose sequence number ``_queued`` holds; others are stale and skipped), and
+    #     queued ⊆ dirty. ``add`` queues only an item that was not dirty; raising a queued
+    #     item's priority replaces its live entry; ``get`` pops the live entry and clears dirty
+    #     in the same step; ``done`` queues only a dirty item, which cannot already be queued
+    #     because of (2).
+    # (2) Never two workers on one key: processing ∩ queued = ∅. ``get`` moves an item from
     #     the queue into processing; ``add`` of a processing item only marks it dirty. So a
     #     processing item cannot be handed to a second getter until ``done`` runs.
     # (3) Added while processing ⇒ runs again after ``done``, exactly once: such an item is
-    #     dirty but not queued; ``done`` appends it once, further adds dedup on dirty.
-    # (4) dirty ∩ queue == queue, and dirty \ queue == the processing items that were
-    #     re-added, i.e. dirty \ queue ⊆ processing.
+    #     dirty but not queued; ``done`` queues it once, further adds dedup on dirty.
+    # (4) dirty \ queued == the processing items that were re-added, i.e. ⊆ processing.
+    # (5) Priorities: ``_dirty`` holds each dirty item's priority and ready time. Adding a dirty
+    #     item again keeps the higher priority and the earlier ready time (so a key never moves
+    #     back); a queued item's live entry always matches its ``_dirty`` record.
+    # (6) Order: ``get`` hands out the live entry with the smallest key
+    #     ``ready - priority * aging_interval`` (ties: earlier ready, then earlier add). Ready
+    #     times are on the service clock, which stands still while the queue is paused, so a
+    #     key's advantage for having waited grows only while the queue is served: ordering by
+    #     that fixed key is ordering by priority raised by waiting time, without re-sorting.
     #
     # Delayed items (``_waiting``/``_heap``) are outside these sets: an item may wait for a
     # timer while also queued or processing; when the timer fires it simply goes through
@@ -90,26 +134,39 @@ class RateLimitingQueue(Generic[K]):
         rate_limiter: RateLimiter[K] | None = None,
         metrics: WorkqueueMetrics | None = None,
         clock: Clock = time.monotonic,
+        *,
+        aging_interval: float = AGING_INTERVAL,
+        paused: bool = False,
     ) -> None:
+        if aging_interval <= 0:
+            raise ValueError("aging_interval must be positive")
         self.name = name
         self._rate_limiter: RateLimiter[K] = (
             default_controller_rate_limiter(clock) if rate_limiter is None else rate_limiter
         )
         self._metrics = metrics
         self._clock = clock
+        self._aging = aging_interval
 
-        self._queue: deque[K] = deque()  # FIFO order of items ready to be handed out
-        self._dirty: set[K] = set()  # items that need processing
-        self._processing: set[K] = set()  # items handed out and not yet done()
+        self._dirty: dict[K, tuple[int, float]] = {}  # item -> (priority, ready on service clock)
+        self._added: dict[K, float] = {}  # dirty item -> when (clock) its record was made
+        self._queued: dict[K, int] = {}  # item -> sequence number of its live _ready entry
+        self._ready: list[tuple[float, float, int, K]] = []  # (key, ready, seq, item) heap
+        self._processing: dict[K, int] = {}  # item -> the priority it was handed out with
         self._shutting_down = False
         self._drain = False  # shut_down_with_drain() in effect (shut_down() cancels it)
         self._getters: deque[asyncio.Future[None]] = deque()
         self._drain_waiters: list[asyncio.Future[None]] = []
 
-        # Delayed adds: item -> (ready time, sequence) plus a heap of the same entries. An
-        # entry superseded by an earlier time stays in the heap and is skipped when popped
-        # (cheaper than re-heapifying); the sequence breaks ties and never compares items.
-        self._waiting: dict[K, tuple[float, int]] = {}
+        # The service clock: the queue's own time, standing still while paused.
+        self._paused = paused
+        self._served = 0.0  # service seconds banked before the current run
+        self._served_since = clock()
+
+        # Delayed adds: item -> (ready time, sequence, priority) plus a heap of the same
+        # entries. An entry superseded by an earlier time stays in the heap and is skipped when
+        # popped (cheaper than re-heapifying); the sequence breaks ties and never compares items.
+        self._waiting: dict[K, tuple[float, int, int]] = {}
         self._heap: list[tuple[float, int, K]] = []
         self._seq = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
@@ -118,24 +175,26 @@ class RateLimitingQueue(Generic[K]):
         # Metrics bookkeeping, only filled when metrics are reported.
         self._add_times: dict[K, float] = {}
         self._start_times: dict[K, float] = {}
+        self._labels: dict[int, str] = {}
+        self._depth: Counter[str] = Counter()
 
     def __len__(self) -> int:
-        """Return the number of items waiting in the FIFO to be handed out.
+        """Return the number of items waiting to be handed out.
 
         Items re-added while being processed are not counted until :meth:`done` queues them
         (the ``workqueue_depth`` metric counts them, as in client-go).
         """
-        return len(self._queue)
+        return len(self._queued)
 
     @property
     def idle(self) -> bool:
         """Whether nothing is queued and nothing is being processed (items waiting for a timer,
         from :meth:`add_after` or :meth:`add_rate_limited`, may still come)."""
-        return not self._queue and not self._processing
+        return not self._queued and not self._processing
 
     def __repr__(self) -> str:
         return (
-            f"<{type(self).__name__} {self.name!r} queued={len(self._queue)} "
+            f"<{type(self).__name__} {self.name!r} queued={len(self._queued)} "
             f"processing={len(self._processing)} waiting={len(self._waiting)}"
             f"{' shutting down' if self._shutting_down else ''}>"
         )
@@ -147,35 +206,51 @@ class RateLimitingQueue(Generic[K]):
 
     # --- the basic queue ------------------------------------------------------------------
 
-    def add(self, item: K) -> None:
-        """Queue ``item`` for processing.
+    def add(self, item: K, priority: int = NORMAL_PRIORITY) -> None:
+        """Queue ``item`` for processing at ``priority``.
 
-        Adding an item that is already queued does nothing. Adding an item that is being
-        processed does not queue it now; it is queued when the worker calls :meth:`done`.
-        After shutdown, adds are ignored.
+        Adding an item that is already queued only raises its priority, if ``priority`` is
+        higher; it keeps its place otherwise (and its ready time always). Adding an item that
+        is being processed does not queue it now; it is queued when the worker calls
+        :meth:`done`. After shutdown, adds are ignored.
         """
-        if self._shutting_down or item in self._dirty:
+        if self._shutting_down:
             return
-        self._dirty.add(item)
+        current = self._dirty.get(item)
+        if current is not None:
+            held, ready = current
+            if priority <= held:
+                return
+            # Invariant (5): the higher priority, the earlier ready time.
+            self._dirty[item] = (priority, ready)
+            self._count(held, -1)
+            self._count(priority, +1)
+            if item in self._queued:
+                self._push(item, priority, ready)
+            return
+        self._dirty[item] = (priority, self._service_now())
+        self._added[item] = self._clock()
         if self._metrics is not None:
             self._metrics.add()
-            self._metrics.depth(len(self._dirty))
             self._add_times.setdefault(item, self._clock())
+        self._count(priority, +1)
         if item in self._processing:
             # Invariant (2): never queue an item a worker holds; done() will queue it.
             return
-        self._queue.append(item)
+        self._push(item, priority, self._dirty[item][1])
         self._wake_one_getter()
 
     async def get(self) -> K:
         """Wait for an item and hand it to the caller, who must call :meth:`done` with it.
 
-        After shutdown, the items still queued are handed out; once there are none left
-        this raises :exc:`QueueShutDown` (client-go's ``shutdown == true``).
+        The item handed out is the one with the highest priority, raised by how long it has
+        waited (see the module's docstring); among equals, the one ready first. After
+        shutdown, the items still queued are handed out; once there are none left this raises
+        :exc:`QueueShutDown` (client-go's ``shutdown == true``).
 
         :raises QueueShutDown: The queue is shut down and empty.
         """
-        while not self._queue:
+        while not self._queued:
             if self._shutting_down:
                 raise QueueShutDown(self.name)
             waiter = asyncio.get_running_loop().create_future()
@@ -188,15 +263,16 @@ class RateLimitingQueue(Generic[K]):
                     self._getters.remove(waiter)
                 # If we were woken for an item but cancelled before taking it, pass the
                 # wake-up on so the item is not stranded while another getter sleeps.
-                if self._queue and not waiter.cancelled():
+                if self._queued and not waiter.cancelled():
                     self._wake_one_getter()
                 raise
-        item = self._queue.popleft()
-        self._processing.add(item)
-        self._dirty.discard(item)
+        item = self._pop()
+        priority, _ = self._dirty.pop(item)
+        del self._added[item]
+        self._processing[item] = priority
+        self._count(priority, -1)
         if self._metrics is not None:
             now = self._clock()
-            self._metrics.depth(len(self._dirty))
             added = self._add_times.pop(item, None)
             if added is not None:
                 self._metrics.queue_duration(now - added)
@@ -206,22 +282,99 @@ class RateLimitingQueue(Generic[K]):
     def done(self, item: K) -> None:
         """Mark ``item`` as no longer being processed.
 
-        If it was added again meanwhile, it is queued now. Calling this for an item that is
-        not being processed does nothing (client-go would queue a duplicate).
+        If it was added again meanwhile, it is queued now, at the priority and ready time of
+        those adds. Calling this for an item that is not being processed does nothing
+        (client-go would queue a duplicate).
         """
         if item not in self._processing:
             return
-        self._processing.remove(item)
+        del self._processing[item]
         if self._metrics is not None:
             started = self._start_times.pop(item, None)
             if started is not None:
                 self._metrics.work_duration(self._clock() - started)
-        if item in self._dirty:
+        again = self._dirty.get(item)
+        if again is not None:
             # Invariant (3): it was re-added while processing and is not queued yet (2).
-            self._queue.append(item)
+            self._push(item, *again)
             self._wake_one_getter()
         if not self._processing:
             self._wake_drain_waiters()
+
+    def demote_added_before(self, moment: float, priority: int = LOW_PRIORITY) -> None:
+        """Lower to ``priority`` every waiting item added before ``moment`` (on the queue's
+        clock), keeping its ready time; items added since keep theirs.
+
+        For a replica that takes over: what its informers saw while the previous leader was
+        alive is that leader's work, to be checked again after what it may have missed.
+        """
+        for item, added in self._added.items():
+            held, ready = self._dirty[item]
+            if added < moment and held > priority:
+                self._dirty[item] = (priority, ready)
+                self._count(held, -1)
+                self._count(priority, +1)
+                if item in self._queued:
+                    self._push(item, priority, ready)
+
+    def pending(self) -> set[K]:
+        """The items waiting to be handed out: queued, or re-added while being processed."""
+        return set(self._dirty)
+
+    def priority_of(self, item: K) -> int | None:
+        """The priority ``item`` holds: the one it was added with if it is queued or re-added,
+        else the one it was handed out with while it is processed; None for any other item."""
+        dirty = self._dirty.get(item)
+        if dirty is not None:
+            return dirty[0]
+        return self._processing.get(item)
+
+    # --- aging ----------------------------------------------------------------------------
+
+    def pause(self) -> None:
+        """Stop the service clock: keys that wait now do not age, and keep their order by
+        priority. For a queue that fills while nothing is served (a standby replica's)."""
+        if not self._paused:
+            self._served = self._service_now()
+            self._paused = True
+
+    def resume(self) -> None:
+        """Start the service clock again (it runs from construction unless ``paused``)."""
+        if self._paused:
+            self._served_since = self._clock()
+            self._paused = False
+
+    def _service_now(self) -> float:
+        if self._paused:
+            return self._served
+        return self._served + self._clock() - self._served_since
+
+    def _push(self, item: K, priority: int, ready: float) -> None:
+        seq = next(self._seq)
+        self._queued[item] = seq
+        heapq.heappush(self._ready, (ready - priority * self._aging, ready, seq, item))
+        if len(self._ready) > _COMPACT_MIN_HEAP and len(self._ready) > 2 * len(self._queued):
+            self._ready = [e for e in self._ready if self._queued.get(e[3]) == e[2]]
+            heapq.heapify(self._ready)
+
+    def _pop(self) -> K:
+        """Take the live entry with the smallest key off the heap (invariant 6)."""
+        while True:
+            _, _, seq, item = heapq.heappop(self._ready)
+            if self._queued.get(item) == seq:
+                del self._queued[item]
+                return item
+
+    def _count(self, priority: int, delta: int) -> None:
+        """Keep ``workqueue_depth{priority}``: the dirty items of each priority label."""
+        if self._metrics is None:
+            return
+        label = self._labels.get(priority)
+        if label is None:
+            label = str(priority) if len(self._labels) < MAX_PRIORITY_LABELS else "other"
+            self._labels[priority] = label
+        self._depth[label] += delta
+        self._metrics.depth(label, self._depth[label])
 
     # --- shutdown -------------------------------------------------------------------------
 
@@ -293,31 +446,41 @@ class RateLimitingQueue(Generic[K]):
 
     # --- delayed adds ---------------------------------------------------------------------
 
-    def add_after(self, item: K, delay: float) -> None:
-        """Add ``item`` once ``delay`` seconds have passed.
+    def add_after(self, item: K, delay: float, priority: int | None = None) -> None:
+        """Add ``item`` once ``delay`` seconds have passed, at ``priority`` (by default the one
+        it holds now, see :meth:`priority_of`, else :data:`NORMAL_PRIORITY`: a requeue keeps
+        its priority unless told).
 
         A ``delay`` of zero or less adds it now. If the item is already waiting, the earlier
-        of the two ready times wins. An immediate :meth:`add` does not cancel a pending
-        delayed add (as in client-go); the later add is then usually deduplicated or causes
-        one extra, harmless reconcile. Must be called with the event loop running.
-        Counts towards ``workqueue_retries_total``, as client-go's ``AddAfter`` does.
+        of the two ready times and the higher priority win. An immediate :meth:`add` does not
+        cancel a pending delayed add (as in client-go); the later add is then usually
+        deduplicated or causes one extra, harmless reconcile. Must be called with the event
+        loop running. Counts towards ``workqueue_retries_total``, as client-go's ``AddAfter``
+        does.
         """
         if self._shutting_down:
             return
         if self._metrics is not None:
             self._metrics.retry()
+        if priority is None:
+            held = self.priority_of(item)
+            priority = NORMAL_PRIORITY if held is None else held
         if delay <= 0:
-            self.add(item)
+            self.add(item, priority)
             return
         ready_at = self._clock() + delay
         current = self._waiting.get(item)
-        if current is not None and current[0] <= ready_at:
-            return  # keep the earlier time
+        if current is not None:
+            priority = max(priority, current[2])
+            if current[0] <= ready_at:
+                if priority != current[2]:
+                    self._waiting[item] = (current[0], current[1], priority)
+                return  # keep the earlier time
         seq = next(self._seq)
-        self._waiting[item] = (ready_at, seq)
+        self._waiting[item] = (ready_at, seq, priority)
         heapq.heappush(self._heap, (ready_at, seq, item))
         if len(self._heap) > _COMPACT_MIN_HEAP and len(self._heap) > 2 * len(self._waiting):
-            self._heap = [(at, s, it) for it, (at, s) in self._waiting.items()]
+            self._heap = [(at, s, it) for it, (at, s, _) in self._waiting.items()]
             heapq.heapify(self._heap)
         self._arm_timer()
 
@@ -326,7 +489,7 @@ class RateLimitingQueue(Generic[K]):
         heap = self._heap
         while heap:
             ready_at, seq, item = heap[0]
-            if self._waiting.get(item) == (ready_at, seq):
+            if self._waiting.get(item, (None, None))[:2] == (ready_at, seq):
                 return ready_at
             heapq.heappop(heap)
         return None
@@ -363,17 +526,18 @@ class RateLimitingQueue(Generic[K]):
         now = self._clock()
         while (ready_at := self._next_ready_at()) is not None and ready_at <= now:
             _, _, item = heapq.heappop(self._heap)
-            del self._waiting[item]
-            self.add(item)
+            _, _, priority = self._waiting.pop(item)
+            self.add(item, priority)
         self._arm_timer()
 
     # --- rate limiting --------------------------------------------------------------------
 
-    def add_rate_limited(self, item: K) -> None:
-        """Add ``item`` after the delay the rate limiter asks for (this records a failure)."""
+    def add_rate_limited(self, item: K, priority: int | None = None) -> None:
+        """Add ``item`` after the delay the rate limiter asks for (this records a failure), at
+        ``priority`` (by default the one it holds now, as :meth:`add_after`)."""
         if self._shutting_down:
             return
-        self.add_after(item, self._rate_limiter.when(item))
+        self.add_after(item, self._rate_limiter.when(item), priority)
 
     def forget(self, item: K) -> None:
         """Tell the rate limiter ``item`` succeeded, resetting its backoff.

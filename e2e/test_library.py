@@ -195,6 +195,43 @@ async def test_resync_of_converged_objects_makes_zero_mutating_requests(
     assert after == before
 
 
+async def test_the_metrics_endpoint_counts_the_cached_objects_by_kind(
+    kube_client: Client, namespace: str
+) -> None:
+    def config_map(name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": namespace, "labels": {"counted": "yes"}}}
+
+    for name in ("a", "b", "c"):
+        await kube_client.create(CONFIG_MAP, config_map(name))
+    manager = Manager(kube_client, manager_options())
+
+    async def reconcile(request: Request) -> None: ...
+
+    manager.controller(f"counted-{namespace}").for_(
+        CONFIG_MAP, options=InformerOptions(namespace=namespace, label_selector="counted")
+    ).complete(reconcile)
+
+    async def exposed() -> str:
+        url = f"http://127.0.0.1:{manager.metrics.port}/metrics"
+        async with aiohttp.ClientSession() as session, session.get(url) as response:
+            return await response.text()
+
+    async def counted(expected: int) -> bool:
+        return f'crewlet_operator_cache_objects{{kind="ConfigMap"}} {expected}.0' in (
+            await exposed()
+        )
+
+    async with running(manager):
+        assert await counted(3)
+        await kube_client.create(CONFIG_MAP, config_map("d"))
+        await eventually(lambda: counted(4), message="the new object counted")
+        await kube_client.delete(CONFIG_MAP, "a", namespace)
+        await eventually(lambda: counted(3), message="the deleted object uncounted")
+    # A stopped cache reports nothing.
+    sample = {"kind": "ConfigMap"}
+    assert metrics.REGISTRY.get_sample_value("crewlet_operator_cache_objects", sample) is None
+
+
 # -- faults, on a control plane of their own ------------------------------------------------
 @pytest.fixture(scope="module")
 def fault_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
@@ -269,7 +306,7 @@ async def test_informer_relists_after_410_gone_without_losing_a_delete(
     deleted: list[str] = []
 
     class Recorder:
-        def on_add(self, obj: dict[str, Any]) -> None: ...
+        def on_add(self, obj: dict[str, Any], initial: bool = False) -> None: ...
         def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None: ...
         def on_delete(self, obj: dict[str, Any]) -> None:
             deleted.append(obj["metadata"]["name"])
@@ -492,7 +529,8 @@ async def test_two_managers_exactly_one_leads_and_the_other_takes_over(
             # Released, not expired: far quicker than the 15 s lease.
             assert took < 15.0
         else:
-            # Taken over once the lease expired: lease duration + retry period (+ jitter).
+            # Taken over once the lease expired: the lease duration after the last renewal the
+            # follower saw.
             assert took >= 10.0
         assert await holder(kube_client, namespace) == other.identity
         await kube_client.create(WIDGET, {"metadata": {"name": "w2", "namespace": namespace}})

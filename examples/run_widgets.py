@@ -30,8 +30,9 @@ async def main() -> int:
     parser.add_argument("--identity", required=True)
     parser.add_argument("--metrics-bind-address", default="127.0.0.1:0")
     parser.add_argument("--health-probe-bind-address", default="127.0.0.1:0")
+    parser.add_argument("--log-level", default="info", help="debug logs every reconcile")
     args = parser.parse_args()
-    configure_logging("info", "json")
+    configure_logging(args.log_level, "json")
     client = await Client.from_kubeconfig(args.kubeconfig)
     manager = Manager(
         client,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -14,7 +15,12 @@ from crewlet_operator.handler import EnqueueHandler, request_for_object, request
 from crewlet_operator.leader import LeaderElectionConfig
 from crewlet_operator.predicate import GenerationChanged
 from crewlet_operator.reconcile import Request, Result
-from crewlet_operator.workqueue import RateLimitingQueue
+from crewlet_operator.workqueue import (
+    HIGH_PRIORITY,
+    LOW_PRIORITY,
+    NORMAL_PRIORITY,
+    RateLimitingQueue,
+)
 
 REQ = Request("ns", "obj")
 
@@ -124,6 +130,61 @@ def test_handlers_map_objects_and_owners_and_respect_predicates() -> None:
     assert len(queue) == 0  # filtered: generation did not change
     handler.on_update(old, {"metadata": {**old["metadata"], "generation": 2}})
     assert len(queue) == 1  # old and new map to the same request: deduplicated
+
+
+async def test_a_requeue_keeps_the_priority_of_the_request_unless_the_result_says() -> None:
+    kept = make(Result(requeue_after=0.01), "unit-priority-kept")
+    kept.queue.add(REQ, LOW_PRIORITY)
+    assert await kept.queue.get() == REQ
+    await kept.reconcile_once(REQ)
+    kept.queue.done(REQ)
+    assert await kept.queue.get() == REQ
+    assert kept.queue.priority_of(REQ) == LOW_PRIORITY
+
+    told = make(Result(requeue=True, priority=HIGH_PRIORITY), "unit-priority-told")
+    told.queue.add(REQ, LOW_PRIORITY)
+    assert await told.queue.get() == REQ
+    await told.reconcile_once(REQ)
+    told.queue.done(REQ)
+    assert await told.queue.get() == REQ
+    assert told.queue.priority_of(REQ) == HIGH_PRIORITY
+
+
+def test_an_initial_list_is_queued_low_and_events_normal() -> None:
+    queue: RateLimitingQueue[Request] = RateLimitingQueue("unit-handler-priority")
+    handler = EnqueueHandler(queue, request_for_object)
+    handler.on_add({"metadata": {"name": "listed", "namespace": "ns"}}, initial=True)
+    handler.on_add({"metadata": {"name": "created", "namespace": "ns"}})
+    old = {"metadata": {"name": "changed", "namespace": "ns", "resourceVersion": "1"}}
+    handler.on_update(old, {"metadata": {**old["metadata"], "resourceVersion": "2"}})
+    assert queue.priority_of(Request("ns", "listed")) == LOW_PRIORITY
+    assert queue.priority_of(Request("ns", "created")) == NORMAL_PRIORITY
+    assert queue.priority_of(Request("ns", "changed")) == NORMAL_PRIORITY
+
+
+async def test_the_first_pass_is_every_request_waiting_at_start() -> None:
+    """Measured from start() until each request waiting then has been reconciled once; what
+    arrives meanwhile is not part of it."""
+    c = make(None, "unit-first-pass")
+    for name in ("a", "b"):
+        c.queue.add(Request("ns", name), LOW_PRIORITY)
+    await c.start()
+    try:
+        c.queue.add(Request("ns", "new"))
+
+        def first_pass() -> float | None:
+            return metrics.REGISTRY.get_sample_value(
+                "crewlet_operator_first_pass_seconds", {"controller": "unit-first-pass"}
+            )
+
+        for _ in range(200):
+            if first_pass() is not None:
+                break
+            await asyncio.sleep(0.005)
+        assert first_pass() is not None
+        assert not c._first_pass
+    finally:
+        await c.stop(1.0)
 
 
 @pytest.mark.parametrize(("lease", "renew", "retry"), [(15, 15, 2), (15, 10, 9), (10, 15, 2)])

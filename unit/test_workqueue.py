@@ -1,10 +1,12 @@
-"""The work queue's guarantees: dedup, FIFO, one worker per key, delays, shutdown, metrics."""
+"""The work queue's guarantees: dedup, priorities with aging (no starvation), FIFO among
+equals, one worker per key, delays, shutdown, metrics."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from fakes import FakeClock, RecordingLimiter
@@ -14,7 +16,14 @@ from prometheus_client import generate_latest
 
 from crewlet_operator.metrics import REGISTRY, WorkqueueMetrics
 from crewlet_operator.ratelimit import ItemExponentialFailureRateLimiter
-from crewlet_operator.workqueue import QueueShutDown, RateLimitingQueue
+from crewlet_operator.workqueue import (
+    AGING_INTERVAL,
+    HIGH_PRIORITY,
+    LOW_PRIORITY,
+    NORMAL_PRIORITY,
+    QueueShutDown,
+    RateLimitingQueue,
+)
 
 _names = itertools.count()
 
@@ -38,13 +47,24 @@ async def settle(rounds: int = 5) -> None:
         await asyncio.sleep(0)
 
 
-def check_invariants(queue: RateLimitingQueue[int] | RateLimitingQueue[str]) -> None:
-    """The four invariants documented in workqueue.py, read off the internals."""
-    queued = list(queue._queue)
+def check_invariants(queue: RateLimitingQueue[Any]) -> None:
+    """The invariants documented in workqueue.py, read off the internals."""
+    live = [
+        (key, ready, item)
+        for key, ready, seq, item in queue._ready
+        if queue._queued.get(item) == seq
+    ]
+    queued = [item for _, _, item in live]
     assert len(queued) == len(set(queued)), f"duplicate in queue: {queued}"  # (1)
-    assert set(queued) <= queue._dirty  # (1), (4)
-    assert not set(queued) & queue._processing  # (2)
-    assert queue._dirty - set(queued) <= queue._processing  # (3), (4)
+    assert set(queued) == set(queue._queued)  # (1): every queued item has one live entry
+    assert set(queued) <= set(queue._dirty)  # (1), (4)
+    assert not set(queued) & set(queue._processing)  # (2)
+    assert set(queue._dirty) - set(queued) <= set(queue._processing)  # (3), (4)
+    assert set(queue._added) == set(queue._dirty)
+    for key, ready, item in live:  # (5), (6): the live entry is the dirty record's
+        priority, dirty_ready = queue._dirty[item]
+        assert ready == dirty_ready
+        assert key == pytest.approx(ready - priority * queue._aging)
 
 
 def sample(metric: str, name: str, **labels: str) -> float | None:
@@ -447,17 +467,17 @@ async def test_metrics_follow_the_queue() -> None:
     )
     # Series exist (at zero) before the first add.
     assert sample("workqueue_adds_total", name) == 0.0
-    assert sample("workqueue_depth", name) == 0.0
+    assert sample("workqueue_depth", name, priority="0") == 0.0
 
     queue.add("a")
     queue.add("b")
     queue.add("a")  # deduplicated: not an add
     assert sample("workqueue_adds_total", name) == 2.0
-    assert sample("workqueue_depth", name) == 2.0
+    assert sample("workqueue_depth", name, priority="0") == 2.0
 
     clock.advance(1.5)
     assert await get_soon(queue) == "a"
-    assert sample("workqueue_depth", name) == 1.0
+    assert sample("workqueue_depth", name, priority="0") == 1.0
     assert sample("workqueue_queue_duration_seconds_count", name) == 1.0
     assert sample("workqueue_queue_duration_seconds_sum", name) == pytest.approx(1.5)
     assert sample("workqueue_queue_duration_seconds_bucket", name, le="1.0") == 0.0
@@ -477,7 +497,7 @@ async def test_metrics_follow_the_queue() -> None:
     # Re-added while processing: counted in depth (client-go), not yet in len().
     queue.add("a")
     assert sample("workqueue_adds_total", name) == 3.0
-    assert sample("workqueue_depth", name) == 1.0
+    assert sample("workqueue_depth", name, priority="0") == 1.0
     assert len(queue) == 0
 
     queue.done("a")
@@ -563,11 +583,13 @@ class Op:
     kind: str
     key: int = 0
     n: int = 0
+    priority: int | None = None
 
 
 KEYS = st.integers(min_value=0, max_value=5)
+PRIORITIES = st.sampled_from([LOW_PRIORITY, NORMAL_PRIORITY, 1, 7, HIGH_PRIORITY])
 OPS = st.one_of(
-    st.builds(Op, kind=st.just("add"), key=KEYS),
+    st.builds(Op, kind=st.just("add"), key=KEYS, priority=PRIORITIES),
     st.builds(Op, kind=st.just("get")),
     st.builds(Op, kind=st.just("done"), n=st.integers(min_value=0, max_value=10)),
     # Few keys for delayed adds, so the same key is often scheduled twice.
@@ -576,90 +598,154 @@ OPS = st.one_of(
         kind=st.just("add_after"),
         key=st.integers(min_value=0, max_value=2),
         n=st.integers(min_value=-1, max_value=5),
+        priority=st.none() | PRIORITIES,
     ),
-    st.builds(Op, kind=st.just("tick"), n=st.integers(min_value=0, max_value=3)),
+    st.builds(Op, kind=st.just("tick"), n=st.integers(min_value=0, max_value=30)),
+    st.builds(Op, kind=st.sampled_from(["pause", "resume"])),
 )
 
 
 @dataclass
 class Model:
-    """The queue's specification, written as plainly as possible."""
+    """The queue's specification, written as plainly as possible: keys are handed out by the
+    smallest ``ready - priority * aging`` (then earliest ready, then first queued); re-adds
+    keep the higher priority and the earlier ready time; ready times are on a service clock
+    that stands still while paused."""
 
-    queue: list[int] = field(default_factory=list)
-    dirty: set[int] = field(default_factory=set)
-    processing: set[int] = field(default_factory=set)
-    waiting: dict[int, tuple[float, int]] = field(default_factory=dict)
+    aging: float = AGING_INTERVAL
+    dirty: dict[int, tuple[int, float]] = field(default_factory=dict)
+    queued: dict[int, int] = field(default_factory=dict)  # key -> when it was (re)queued
+    processing: dict[int, int] = field(default_factory=dict)
+    waiting: dict[int, tuple[float, int, int]] = field(default_factory=dict)
     seq: int = 0
     now: float = 0.0
+    served: float = 0.0
+    since: float = 0.0
+    paused: bool = False
     owed: set[int] = field(default_factory=set)  # added and not handed out since
 
-    def add(self, key: int) -> None:
+    def service_now(self) -> float:
+        return self.served if self.paused else self.served + self.now - self.since
+
+    def _queue(self, key: int) -> None:
+        self.queued[key] = self.seq
+        self.seq += 1
+
+    def add(self, key: int, priority: int = NORMAL_PRIORITY) -> None:
         self.owed.add(key)
         if key in self.dirty:
+            held, ready = self.dirty[key]
+            if priority > held:
+                self.dirty[key] = (priority, ready)
+                if key in self.queued:
+                    self._queue(key)
             return
-        self.dirty.add(key)
+        self.dirty[key] = (priority, self.service_now())
         if key not in self.processing:
-            self.queue.append(key)
+            self._queue(key)
+
+    def order(self, key: int) -> tuple[float, float, int]:
+        priority, ready = self.dirty[key]
+        return (ready - priority * self.aging, ready, self.queued[key])
 
     def get(self) -> int:
-        key = self.queue.pop(0)
-        self.dirty.discard(key)
-        self.processing.add(key)
+        key = min(self.queued, key=self.order)
+        del self.queued[key]
+        priority, _ = self.dirty.pop(key)
+        self.processing[key] = priority
         self.owed.discard(key)
         return key
 
     def done(self, key: int) -> None:
-        self.processing.remove(key)
+        del self.processing[key]
         if key in self.dirty:
-            self.queue.append(key)
+            self._queue(key)
 
-    def add_after(self, key: int, delay: float) -> None:
+    def priority_of(self, key: int) -> int:
+        if key in self.dirty:
+            return self.dirty[key][0]
+        return self.processing.get(key, NORMAL_PRIORITY)
+
+    def add_after(self, key: int, delay: float, priority: int | None) -> None:
+        if priority is None:
+            priority = self.priority_of(key)
         if delay <= 0:
-            self.add(key)
+            self.add(key, priority)
             return
         at = self.now + delay
-        if key in self.waiting and self.waiting[key][0] <= at:
-            return
-        self.waiting[key] = (at, self.seq)
+        if key in self.waiting:
+            held_at, held_seq, held_priority = self.waiting[key]
+            priority = max(priority, held_priority)
+            if held_at <= at:
+                self.waiting[key] = (held_at, held_seq, priority)
+                return
+        self.waiting[key] = (at, self.seq, priority)
         self.seq += 1
 
     def tick(self, seconds: float) -> None:
         self.now += seconds
-        for _, key in sorted((e, k) for k, e in self.waiting.items() if e[0] <= self.now):
-            del self.waiting[key]
-            self.add(key)
+        due = sorted((at, seq, k) for k, (at, seq, _) in self.waiting.items() if at <= self.now)
+        for _, _, key in due:
+            _, _, priority = self.waiting.pop(key)
+            self.add(key, priority)
+
+    def pause(self) -> None:
+        if not self.paused:
+            self.served = self.service_now()
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            self.since = self.now
+            self.paused = False
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=st.lists(OPS, max_size=60))
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(OPS, max_size=80))
 async def test_property_queue_matches_model_and_delivers_everything(ops: list[Op]) -> None:
+    """Every invariant after every step, the order of the specification, and the starvation
+    bound: when a key is handed out, no key still waiting became ready more than its priority
+    advantage earlier (``ready_out - ready_waiting <= (p_out - p_waiting) * aging``)."""
     clock = FakeClock(0.0)
     queue = RateLimitingQueue[int]("property-model", clock=clock)
     model = Model()
     try:
         for op in ops:
             if op.kind == "add":
-                queue.add(op.key)
-                model.add(op.key)
-            elif op.kind == "get" and model.queue:
-                assert await asyncio.wait_for(queue.get(), 1.0) == model.get()
+                assert op.priority is not None
+                queue.add(op.key, op.priority)
+                model.add(op.key, op.priority)
+            elif op.kind == "get" and model.queued:
+                waiting_before = dict(model.dirty)
+                expected = model.get()
+                assert await asyncio.wait_for(queue.get(), 1.0) == expected
+                p_out, ready_out = waiting_before.pop(expected)
+                for key, (p_wait, ready_wait) in waiting_before.items():
+                    if key in model.queued:
+                        assert ready_out - ready_wait <= (p_out - p_wait) * model.aging, key
             elif op.kind == "done" and model.processing:
                 key = sorted(model.processing)[op.n % len(model.processing)]
                 queue.done(key)
                 model.done(key)
             elif op.kind == "add_after":
-                queue.add_after(op.key, op.n)
-                model.add_after(op.key, op.n)
+                queue.add_after(op.key, op.n, op.priority)
+                model.add_after(op.key, op.n, op.priority)
             elif op.kind == "tick":
                 clock.advance(op.n)
                 queue._release_ready()
                 model.tick(op.n)
+            elif op.kind == "pause":
+                queue.pause()
+                model.pause()
+            elif op.kind == "resume":
+                queue.resume()
+                model.resume()
             check_invariants(queue)
-            assert len(queue) == len(model.queue)
+            assert len(queue) == len(model.queued)
             assert queue._dirty == model.dirty
             assert queue._processing == model.processing
-            assert {k: at for k, (at, _) in queue._waiting.items()} == {
-                k: at for k, (at, _) in model.waiting.items()
+            assert {k: (at, p) for k, (at, _, p) in queue._waiting.items()} == {
+                k: (at, p) for k, (at, _, p) in model.waiting.items()
             }
 
         # Let everything finish: every key added must come out after its last add.
@@ -670,7 +756,7 @@ async def test_property_queue_matches_model_and_delivers_everything(ops: list[Op
         queue._release_ready()
         model.tick(10.0)
         delivered = 0
-        while model.queue:
+        while model.queued:
             expected = model.get()
             assert await asyncio.wait_for(queue.get(), 1.0) == expected
             queue.done(expected)
@@ -681,6 +767,171 @@ async def test_property_queue_matches_model_and_delivers_everything(ops: list[Op
         assert model.owed == set()
     finally:
         queue.shut_down()
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    arrivals=st.lists(
+        st.tuples(st.integers(min_value=0, max_value=3), PRIORITIES), min_size=1, max_size=60
+    ),
+    low_priority=st.sampled_from([LOW_PRIORITY, NORMAL_PRIORITY, 7]),
+    service=st.integers(min_value=1, max_value=4),
+)
+async def test_property_no_key_starves_under_any_arrival_pattern(
+    arrivals: list[tuple[int, int]], low_priority: int, service: int
+) -> None:
+    """One key X of some priority waits while keys keep arriving, some of higher priority,
+    and one worker serves one key per ``service`` seconds. X is handed out no later than the
+    first time the queue holds only keys that became ready after X's deadline,
+    ``ready_x + (P - p_x) * aging`` for the highest priority P that arrives: then nothing can
+    overtake it however the arrivals go on."""
+    clock = FakeClock(0.0)
+    queue = RateLimitingQueue[str]("property-starvation", clock=clock)
+    queue.add("x", low_priority)
+    highest = max(p for _, p in arrivals)
+    deadline = (highest - low_priority) * AGING_INTERVAL
+    readiness: dict[str, float] = {"x": 0.0}
+    served: list[str] = []
+    n = 0
+    # Arrivals keep coming after x (each arrival: wait some seconds, then add a new key), and
+    # then keep coming at the same pattern again, past the deadline: an endless stream.
+    for _round in range(int(deadline) // 4 + 3):
+        for gap, priority in arrivals:
+            clock.advance(gap)
+            key = f"k{n}"
+            n += 1
+            queue.add(key, priority)
+            readiness[key] = clock()
+            if clock() % service == 0 and len(queue):
+                out = await get_soon(queue)
+                queue.done(out)
+                served.append(out)
+                if out == "x":
+                    break
+        if "x" in served:
+            break
+    if "x" not in served:
+        # No more arrivals: x must come out before every key that arrived after its deadline.
+        while "x" not in served:
+            out = await get_soon(queue)
+            queue.done(out)
+            served.append(out)
+    overtook = [k for k in served[: served.index("x")] if readiness[k] > deadline]
+    assert overtook == []
+    queue.shut_down()
+
+
+async def test_higher_priority_first_then_earliest_ready() -> None:
+    clock = FakeClock()
+    queue = RateLimitingQueue[str]("priority-order", clock=clock)
+    queue.add("low-1", LOW_PRIORITY)
+    queue.add("normal-1")
+    clock.advance(1.0)
+    queue.add("normal-2")
+    queue.add("high-1", HIGH_PRIORITY)
+    queue.add("low-2", LOW_PRIORITY)
+    out = [await get_soon(queue) for _ in range(5)]
+    assert out == ["high-1", "normal-1", "normal-2", "low-1", "low-2"]
+
+
+async def test_a_readd_keeps_the_higher_priority_and_the_earlier_ready_time() -> None:
+    clock = FakeClock()
+    queue = RateLimitingQueue[str]("priority-readd", clock=clock)
+    queue.add("a", LOW_PRIORITY)
+    clock.advance(1.0)
+    queue.add("b")
+    clock.advance(1.0)
+    queue.add("a")  # raised to normal, still ready at 0: ahead of b
+    queue.add("b", LOW_PRIORITY)  # lower: ignored
+    assert queue.priority_of("a") == NORMAL_PRIORITY
+    assert [await get_soon(queue), await get_soon(queue)] == ["a", "b"]
+
+
+async def test_a_waiting_low_key_ages_past_later_normal_work() -> None:
+    """The bound with the defaults: an initial-list key waits at most 25 s of service behind
+    later normal work."""
+    clock = FakeClock()
+    queue = RateLimitingQueue[str]("priority-aging", clock=clock)
+    queue.add("old-low", LOW_PRIORITY)
+    clock.advance(-LOW_PRIORITY * AGING_INTERVAL - 0.01)
+    queue.add("normal-before-its-deadline")
+    clock.advance(0.02)
+    queue.add("normal-after-its-deadline")
+    out = [await get_soon(queue) for _ in range(3)]
+    assert out == ["normal-before-its-deadline", "old-low", "normal-after-its-deadline"]
+
+
+async def test_a_paused_queue_does_not_age_its_keys() -> None:
+    """A standby's queue fills long before it is served: waiting then earns no priority, and
+    a new normal key still goes first once the standby leads."""
+    clock = FakeClock()
+    queue = RateLimitingQueue[str]("priority-paused", clock=clock, paused=True)
+    queue.add("listed", LOW_PRIORITY)
+    clock.advance(3600.0)  # an hour as a standby
+    queue.add("created-while-standby")
+    queue.resume()
+    clock.advance(10.0)
+    queue.add("created-after-takeover")
+    out = [await get_soon(queue) for _ in range(3)]
+    assert out == ["created-while-standby", "created-after-takeover", "listed"]
+
+
+async def test_a_requeue_keeps_its_priority_unless_told() -> None:
+    clock = FakeClock()
+    queue = RateLimitingQueue[str]("priority-requeue", clock=clock)
+    queue.add("a", LOW_PRIORITY)
+    assert await get_soon(queue) == "a"
+    queue.add_after("a", 5.0)
+    queue.done("a")
+    queue.add("b", LOW_PRIORITY)
+    queue.add_after("b", 5.0, priority=HIGH_PRIORITY)
+    clock.advance(5.0)
+    queue._release_ready()
+    assert queue.priority_of("a") == LOW_PRIORITY
+    assert queue.priority_of("b") == HIGH_PRIORITY
+    queue.shut_down()
+
+
+async def test_a_takeover_demotes_what_was_seen_while_the_old_leader_lived() -> None:
+    """Keys added before the moment stop outranking later ones; their ready time stays."""
+    clock = FakeClock()
+    queue = RateLimitingQueue[str]("priority-demote", clock=clock, paused=True)
+    queue.add("changed-by-the-old-leader")
+    queue.add("listed", LOW_PRIORITY)
+    clock.advance(20.0)
+    queue.add("created-after-it-died")
+    queue.demote_added_before(clock() - 15.0)
+    assert queue.priority_of("changed-by-the-old-leader") == LOW_PRIORITY
+    assert queue.priority_of("created-after-it-died") == NORMAL_PRIORITY
+    check_invariants(queue)
+    queue.resume()
+    out = [await get_soon(queue) for _ in range(3)]
+    assert out[0] == "created-after-it-died"
+    assert set(out[1:]) == {"changed-by-the-old-leader", "listed"}
+
+
+async def test_depth_is_reported_by_priority_with_few_labels() -> None:
+    name = unique("metrics-priority")
+    queue = RateLimitingQueue[str](name, metrics=WorkqueueMetrics(name, "ctl"))
+    queue.add("a", LOW_PRIORITY)
+    queue.add("b")
+    queue.add("c")
+    assert sample("workqueue_depth", name, priority="-100") == 1.0
+    assert sample("workqueue_depth", name, priority="0") == 2.0
+    queue.add("a", NORMAL_PRIORITY)  # raised: moves between labels
+    assert sample("workqueue_depth", name, priority="-100") == 0.0
+    assert sample("workqueue_depth", name, priority="0") == 3.0
+    for i in range(20):
+        queue.add(f"p{i}", i + 1)
+    labels = {
+        s.labels["priority"]
+        for metric in REGISTRY.collect()
+        if metric.name == "workqueue_depth"
+        for s in metric.samples
+        if s.labels.get("name") == name
+    }
+    assert len(labels) <= 9 and "other" in labels
+    queue.shut_down()
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

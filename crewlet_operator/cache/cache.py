@@ -9,6 +9,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from crewlet_operator import metrics
 from crewlet_operator.cache.informer import Informer, InformerOptions
 from crewlet_operator.cache.store import NAMESPACE_INDEX
 from crewlet_operator.errors import NoInformerError
@@ -48,6 +49,7 @@ class Cache:
         self._informers[resource] = informer
         if self._started:
             self._run(resource, informer)
+            metrics.CACHED_OBJECT_COUNTS.track(self)  # a sample for the new kind
         return informer
 
     def _copy_defaults(self) -> InformerOptions | None:
@@ -59,8 +61,10 @@ class Cache:
         return dict(self._informers)
 
     async def start(self) -> None:
-        """Start every informer (later ones start as they are declared)."""
+        """Start every informer (later ones start as they are declared), and report their
+        objects in ``crewlet_operator_cache_objects`` until :meth:`stop`."""
         self._started = True
+        metrics.CACHED_OBJECT_COUNTS.track(self)
         for resource, informer in self._informers.items():
             if resource not in self._tasks:
                 self._run(resource, informer)
@@ -73,6 +77,7 @@ class Cache:
     async def stop(self) -> None:
         """Stop every informer."""
         self._started = False
+        metrics.CACHED_OBJECT_COUNTS.untrack(self)
         tasks = list(self._tasks.values())
         self._tasks.clear()
         for task in tasks:
@@ -89,6 +94,14 @@ class Cache:
                 await informer.wait_for_sync()
 
         await asyncio.wait_for(every_informer(), timeout)
+
+    def object_counts(self) -> dict[str, int]:
+        """How many objects each informer holds, by kind (``Kind.group``): the sizes of the
+        stores, read without decoding anything."""
+        return {
+            resource.group_kind: len(informer.store)
+            for resource, informer in self._informers.items()
+        }
 
     @property
     def synced(self) -> bool:

@@ -39,7 +39,10 @@ class EventHandler(Protocol):
     """Receives an informer's changes after the store is updated. Handlers must be quick
     (they typically enqueue a key) and must not raise."""
 
-    def on_add(self, obj: KubeObject) -> None: ...
+    def on_add(self, obj: KubeObject, initial: bool = False) -> None:
+        """A new object; ``initial`` when it comes with the informer's first list (or the
+        replay of its store to a handler added later), not from a create."""
+        ...
 
     def on_update(self, old: KubeObject, new: KubeObject) -> None: ...
 
@@ -98,7 +101,7 @@ class Informer:
         """Register a handler; it first receives an add for every object already stored."""
         self._handlers.append(handler)
         for obj in self.store.list():
-            handler.on_add(obj)
+            handler.on_add(obj, initial=True)
 
     @property
     def max_silence(self) -> float:
@@ -165,7 +168,9 @@ class Informer:
                 seen.add(object_key(obj))
                 old = self.store.put(obj)
                 if old is None:
-                    self._emit_add(obj)
+                    # The first list is the initial one; a relist's new objects were created
+                    # while the watch was down.
+                    self._emit_add(obj, initial=not self.has_synced)
                 elif resource_version(old) != resource_version(obj):
                     self._emit_update(old, obj)
             page.items.clear()
@@ -215,9 +220,9 @@ class Informer:
             obj = {"apiVersion": self.resource.api_version, "kind": self.resource.kind, **obj}
         return self._trim(obj)
 
-    def _emit_add(self, obj: KubeObject) -> None:
+    def _emit_add(self, obj: KubeObject, initial: bool = False) -> None:
         for handler in self._handlers:
-            self._safely(handler.on_add, obj)
+            self._safely(handler.on_add, obj, initial)
 
     def _emit_update(self, old: KubeObject, new: KubeObject) -> None:
         for handler in self._handlers:
@@ -227,7 +232,7 @@ class Informer:
         for handler in self._handlers:
             self._safely(handler.on_delete, obj)
 
-    def _safely(self, func: Callable[..., None], *args: KubeObject) -> None:
+    def _safely(self, func: Callable[..., None], *args: KubeObject | bool) -> None:
         # A faulty handler must not stop the informer, or every other handler with it.
         try:
             func(*args)

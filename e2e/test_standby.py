@@ -1,0 +1,123 @@
+"""Standby replicas on the real API server: two managers in one process, on one Lease. A warm
+standby caches and queues while it waits, and is ready to lead once its caches have synced; a
+cold one caches nothing until it leads, and is ready while it campaigns."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import aiohttp
+
+from crewlet_operator import CONFIG_MAP, Client, InformerOptions, Manager, Request
+from crewlet_operator.testing import eventually, manager_options_for_tests, run_manager
+
+COUNT = 5
+LABEL = "standby.example.com/test"
+
+
+class Replica:
+    """A manager on the namespace's Lease whose controller records what it reconciled."""
+
+    def __init__(self, client: Client, namespace: str, identity: str, *, warm: bool) -> None:
+        self.reconciled: set[str] = set()
+        self.manager = Manager(
+            client,
+            manager_options_for_tests(
+                leader_election=True,
+                leader_election_id="standby",
+                leader_election_namespace=namespace,
+                identity=identity,
+                lease_duration=6.0,
+                renew_deadline=4.0,
+                retry_period=1.0,
+                warm_standby=warm,
+                health_probe_bind_address="127.0.0.1:0",
+                graceful_shutdown_timeout=5.0,
+            ),
+        )
+        self.controller = (
+            self.manager.controller(f"standby-{identity}")
+            .for_(CONFIG_MAP, options=InformerOptions(namespace=namespace, label_selector=LABEL))
+            .complete(self._reconcile)
+        )
+
+    async def _reconcile(self, request: Request) -> None:
+        self.reconciled.add(request.name)
+
+    async def ready(self) -> bool:
+        """Whether ``/readyz`` answers 200."""
+        url = f"http://127.0.0.1:{self.manager.health.port}/readyz"
+        async with aiohttp.ClientSession() as session, session.get(url) as response:
+            return response.status == 200
+
+
+@contextlib.asynccontextmanager
+async def following(manager: Manager) -> AsyncIterator[None]:
+    """Run a manager that does not lead yet (``run_manager`` would wait until it leads)."""
+    task = asyncio.create_task(manager.run(), name="standby")
+    try:
+        await eventually(lambda: manager.health.port is not None, message="probes served")
+        yield
+        assert not task.done(), task
+    finally:
+        manager.stop()
+        await asyncio.wait_for(task, 30)
+
+
+async def create_config_maps(client: Client, namespace: str) -> set[str]:
+    names = {f"cm-{i}" for i in range(COUNT)}
+    for name in names:
+        await client.create(
+            CONFIG_MAP,
+            {"metadata": {"name": name, "namespace": namespace, "labels": {LABEL: "yes"}}},
+        )
+    return names
+
+
+async def test_a_warm_standby_caches_and_queues_before_it_leads_and_takes_over_at_once(
+    kube_client: Client, namespace: str
+) -> None:
+    names = await create_config_maps(kube_client, namespace)
+    leader = Replica(kube_client, namespace, "leader", warm=True)
+    standby = Replica(kube_client, namespace, "standby", warm=True)
+    async with run_manager(leader.manager) as leading:
+        await eventually(lambda: leader.reconciled == names, message="the leader's pass")
+        async with following(standby.manager):
+            await eventually(standby.ready, message="the standby ready: its caches synced")
+            assert standby.manager.cache.synced
+            assert not standby.manager.is_leader
+            cached = standby.manager.cache.list(CONFIG_MAP, namespace)
+            assert {c["metadata"]["name"] for c in cached} == names
+            assert len(standby.controller.queue) == COUNT  # queued, not reconciled
+            assert standby.reconciled == set()
+            # A graceful stop releases the lease: the standby reconciles from its queue.
+            leader.manager.stop()
+            await leading.task
+            await eventually(lambda: standby.manager.is_leader, message="the standby leads")
+            await eventually(lambda: standby.reconciled == names, message="the standby's pass")
+
+
+async def test_a_cold_standby_caches_nothing_until_it_leads(
+    kube_client: Client, namespace: str
+) -> None:
+    names = await create_config_maps(kube_client, namespace)
+    leader = Replica(kube_client, namespace, "leader", warm=True)
+    standby = Replica(kube_client, namespace, "standby", warm=False)
+    async with run_manager(leader.manager) as leading:
+        await eventually(lambda: leader.reconciled == names, message="the leader's pass")
+        async with following(standby.manager):
+            # Ready while it campaigns, with nothing to sync: its informers have not started.
+            await eventually(standby.ready, message="the standby ready: campaigning")
+            assert not standby.manager.is_leader
+            assert standby.manager.cache.object_counts() == {"ConfigMap": 0}
+            assert not standby.manager.cache.synced
+            assert len(standby.controller.queue) == 0
+            leader.manager.stop()
+            await leading.task
+            await eventually(lambda: standby.manager.is_leader, message="the standby leads")
+            # It lists once it leads, and reconciles what it found.
+            await eventually(lambda: standby.reconciled == names, message="the standby's pass")
+            assert standby.manager.cache.synced
+            assert await standby.ready()

@@ -1,0 +1,99 @@
+"""``crewlet_operator_cache_objects{kind}``: the sizes of the caches' stores, read when scraped
+(no API server: the stores are filled by hand)."""
+
+from __future__ import annotations
+
+import gc
+
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+from crewlet_operator.cache import Cache, InformerOptions
+from crewlet_operator.kube.resources import CONFIG_MAP, SECRET, STATEFUL_SET, Resource
+from crewlet_operator.metrics import CachedObjectCounts
+from crewlet_operator.objects import KubeObject
+
+
+def config_map(name: str) -> KubeObject:
+    return {"metadata": {"name": name, "namespace": "default", "resourceVersion": "1"}}
+
+
+def untouched(obj: KubeObject) -> KubeObject:
+    return obj
+
+
+def cache_of(*resources: Resource) -> Cache:
+    cache = Cache(client=None)  # type: ignore[arg-type]  # never started: no client needed
+    for resource in resources:
+        cache.informer(resource, InformerOptions(transform=untouched))
+    return cache
+
+
+def scraped() -> tuple[CachedObjectCounts, CollectorRegistry]:
+    """Counts kept on a gauge of their own, beside the library's."""
+    registry = CollectorRegistry()
+    gauge = Gauge("crewlet_operator_cache_objects", "Objects.", ["kind"], registry=registry)
+    return CachedObjectCounts(gauge), registry
+
+
+def objects(registry: CollectorRegistry, kind: str) -> float | None:
+    return registry.get_sample_value("crewlet_operator_cache_objects", {"kind": kind})
+
+
+def test_the_gauge_follows_the_stores_at_each_scrape() -> None:
+    counts, registry = scraped()
+    cache = cache_of(CONFIG_MAP, SECRET, STATEFUL_SET)
+    counts.track(cache)
+    store = cache.informers[CONFIG_MAP].store
+    for name in ("a", "b", "c"):
+        store.put(config_map(name))
+    assert objects(registry, "ConfigMap") == 3
+    assert objects(registry, "Secret") == 0
+    assert objects(registry, "StatefulSet.apps") == 0  # the kind label names the group
+    store.delete("default/b")
+    assert objects(registry, "ConfigMap") == 2
+    exposed = generate_latest(registry).decode()
+    assert "# TYPE crewlet_operator_cache_objects gauge" in exposed
+    assert 'crewlet_operator_cache_objects{kind="ConfigMap"} 2.0' in exposed
+
+
+def test_the_caches_of_one_process_are_summed_by_kind() -> None:
+    counts, registry = scraped()
+    first, second = cache_of(CONFIG_MAP), cache_of(CONFIG_MAP, SECRET)
+    counts.track(first)
+    counts.track(second)
+    first.informers[CONFIG_MAP].store.put(config_map("a"))
+    second.informers[CONFIG_MAP].store.put(config_map("a"))
+    second.informers[CONFIG_MAP].store.put(config_map("b"))
+    assert objects(registry, "ConfigMap") == 3
+    counts.untrack(second)
+    assert objects(registry, "ConfigMap") == 1
+    assert objects(registry, "Secret") is None
+
+
+def test_a_cache_dropped_without_a_stop_counts_nothing() -> None:
+    counts, registry = scraped()
+    cache = cache_of(CONFIG_MAP)
+    counts.track(cache)
+    cache.informers[CONFIG_MAP].store.put(config_map("a"))
+    assert objects(registry, "ConfigMap") == 1
+    del cache
+    gc.collect()
+    assert objects(registry, "ConfigMap") == 0
+
+
+def test_a_kind_declared_later_is_reported_once_tracked_again() -> None:
+    counts, registry = scraped()
+    cache = cache_of(CONFIG_MAP)
+    counts.track(cache)
+    cache.informer(SECRET, InformerOptions(transform=untouched))
+    assert objects(registry, "Secret") is None
+    counts.track(cache)  # what a running cache does when it declares a kind
+    cache.informers[SECRET].store.put(config_map("s"))
+    assert objects(registry, "Secret") == 1
+
+
+def test_a_cache_counts_the_objects_of_each_informer() -> None:
+    cache = cache_of(CONFIG_MAP, SECRET)
+    assert cache.object_counts() == {"ConfigMap": 0, "Secret": 0}
+    cache.informers[SECRET].store.put(config_map("s"))
+    assert cache.object_counts() == {"ConfigMap": 0, "Secret": 1}

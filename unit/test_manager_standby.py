@@ -1,0 +1,40 @@
+"""What a cold standby refuses before it starts anything (no API server: nothing is started)."""
+
+from __future__ import annotations
+
+import pytest
+
+from crewlet_operator.cache import InformerOptions
+from crewlet_operator.kube.resources import CONFIG_MAP
+from crewlet_operator.manager import Manager, ManagerOptions
+from crewlet_operator.objects import KubeObject
+from crewlet_operator.reconcile import Request
+
+
+async def reconcile(request: Request) -> None: ...
+
+
+def untouched(obj: KubeObject) -> KubeObject:
+    return obj
+
+
+def cold_manager() -> Manager:
+    options = ManagerOptions(
+        warm_standby=False,
+        health_probe_bind_address="127.0.0.1:0",
+        metrics_bind_address="0",
+        metrics_secure=False,
+        cache_options=InformerOptions(transform=untouched),  # no client to trim for
+    )
+    return Manager(client=None, options=options)  # type: ignore[arg-type]  # never reaches it
+
+
+async def test_a_cold_standby_refuses_a_controller_that_runs_on_every_replica() -> None:
+    cold = cold_manager()
+    cold.controller("everywhere").for_(CONFIG_MAP).with_options(
+        need_leader_election=False
+    ).complete(reconcile)
+    cold.controller("leader-only").for_(CONFIG_MAP).complete(reconcile)
+    with pytest.raises(ValueError, match=r"\['everywhere'\] run without leader election"):
+        await cold.run()
+    assert cold.health.port is None  # refused before serving anything
