@@ -161,9 +161,16 @@ from crewlet_operator.ratelimit import (
 )
 from crewlet_operator.reconcile import ReconcileFunc, Reconciler, Request, Result
 from crewlet_operator.serving import HealthServer, MetricsServer
-from crewlet_operator.workqueue import RateLimitingQueue
+from crewlet_operator.workqueue import (
+    AGING_INTERVAL,
+    HIGH_PRIORITY,
+    LOW_PRIORITY,
+    NORMAL_PRIORITY,
+    RateLimitingQueue,
+)
 
 __all__ = [
+    "AGING_INTERVAL",
     "CLUSTER_ROLE",
     "CLUSTER_ROLE_BINDING",
     "CONFIG_MAP",
@@ -174,17 +181,20 @@ __all__ = [
     "DEPLOYMENT",
     "ENDPOINT_SLICE",
     "EVENT",
+    "HIGH_PRIORITY",
     "HORIZONTAL_POD_AUTOSCALER",
     "HTTP_ROUTE",
     "INGRESS",
     "JOB",
     "LEASE",
     "LIMIT_RANGE",
+    "LOW_PRIORITY",
     "MAX_LABEL_LENGTH",
     "MAX_NAME_LENGTH",
     "NAMESPACE",
     "NETWORK_POLICY",
     "NODE",
+    "NORMAL_PRIORITY",
     "PERSISTENT_VOLUME",
     "PERSISTENT_VOLUME_CLAIM",
     "POD",

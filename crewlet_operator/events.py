@@ -338,6 +338,15 @@ class EventRecorder:
                 error=repr(exc),
             )
 
+    async def start(self) -> None:
+        """Nothing to start: each Event is written in the background as it is recorded (a
+        :class:`~crewlet_operator.manager.Runnable`, so ``manager.add(recorder)`` flushes it on
+        the way out)."""
+
+    async def stop(self) -> None:
+        """Wait for the Events recorded so far (:meth:`flush`)."""
+        await self.flush()
+
     async def flush(self) -> None:
         """Wait until every event recorded so far is written (or has failed)."""
         while pending := [t for t in self._pending if not t.done()]:

@@ -66,7 +66,7 @@ def build(ctx: Inputs) -> Desired:
     copies = inputs.secret_copies(ctx)
     env_data = inputs.copied_values(ctx, copies)
     token = _token(ctx)
-    configs, config_files = _configs(ctx)
+    configs, config_files, config_annotations = _configs(ctx)
     secrets_hash = hash_of({"env": env_data, "token": token})
     desired = Desired(image=ctx.engine_class.spec.engine.image)
     add = desired.children.append
@@ -78,7 +78,12 @@ def build(ctx: Inputs) -> Desired:
         )
     )
     add(Apply(SECRET, _opaque_secret(ctx, naming.env_secret(ctx.name), env_data)))
-    add(Apply(SECRET, _opaque_secret(ctx, naming.config_secret(ctx.name), config_files)))
+    add(
+        Apply(
+            SECRET,
+            _opaque_secret(ctx, naming.config_secret(ctx.name), config_files, config_annotations),
+        )
+    )
     for component in (DATA, SEATS):
         add(Apply(NETWORK_POLICY, _network_policy(ctx, component)))
     add(Apply(SERVICE, _headless_service(ctx, DATA)))
@@ -107,9 +112,17 @@ def _volume_bytes(ctx: Inputs) -> int:
     return int(parse_quantity(ctx.engine_class.spec.storage.size))
 
 
-def _configs(ctx: Inputs) -> tuple[dict[Component, engine.Config], dict[str, str]]:
-    """Both components' crewlet.yaml, and the config Secret's data (base64 files), each checked
-    against the engine's schema unless the Secret already holds exactly that file."""
+def _configs(
+    ctx: Inputs,
+) -> tuple[dict[Component, engine.Config], dict[str, str], dict[str, str]]:
+    """Both components' crewlet.yaml, the config Secret's data (base64 files), each checked
+    against the engine's schema unless the Secret already holds exactly that file, and the
+    Secret's annotations.
+
+    Writing the files out (YAML) is most of what reconciling a converged company costs. So the
+    Secret says which configurations its files hold and what its data hashes to: when both
+    still hold, its data is the files, as they were written, and nothing is rendered.
+    """
     s3 = ctx.engine_class.spec.files.s3
     prefix = engine.s3_prefix(s3.prefix if s3 else None, ctx.namespace, ctx.name)
     data = engine.render_data_config(s3=s3, s3_key_prefix=prefix, volume_bytes=_volume_bytes(ctx))
@@ -119,7 +132,16 @@ def _configs(ctx: Inputs) -> tuple[dict[Component, engine.Config], dict[str, str
         data_hosts=[naming.data_pod_host(ctx.name, ctx.namespace)],
     )
     configs: dict[Component, engine.Config] = {DATA: data, SEATS: seats}
-    existing = (ctx.child(SECRET, naming.config_secret(ctx.name)) or {}).get("data") or {}
+    secret = ctx.child(SECRET, naming.config_secret(ctx.name)) or {}
+    existing: dict[str, str] = secret.get("data") or {}
+    held = (secret.get("metadata") or {}).get("annotations") or {}
+    wanted = hash_of(configs)
+    if (
+        held.get(naming.CONFIG_HASH_ANNOTATION) == wanted
+        and existing
+        and held.get(naming.FILES_HASH_ANNOTATION) == hash_of(existing)
+    ):
+        return configs, dict(existing), _config_annotations(wanted, existing)
     files: dict[str, str] = {}
     try:
         for component, config in configs.items():
@@ -129,7 +151,14 @@ def _configs(ctx: Inputs) -> tuple[dict[Component, engine.Config], dict[str, str
                 engine.validate(component, config)
     except engine.EngineConfigError as error:
         raise Refused(ENGINE_CONFIG_INVALID, f"{error}; this is a bug of the operator") from None
-    return configs, files
+    return configs, files, _config_annotations(wanted, files)
+
+
+def _config_annotations(configs_hash: str, files: dict[str, str]) -> dict[str, str]:
+    return {
+        naming.CONFIG_HASH_ANNOTATION: configs_hash,
+        naming.FILES_HASH_ANNOTATION: hash_of(files),
+    }
 
 
 def _token(ctx: Inputs) -> str:
@@ -179,12 +208,14 @@ def _service_account(ctx: Inputs) -> Object:
     }
 
 
-def _opaque_secret(ctx: Inputs, name: str, data: dict[str, str]) -> Object:
+def _opaque_secret(
+    ctx: Inputs, name: str, data: dict[str, str], annotations: dict[str, str] | None = None
+) -> Object:
     """An Opaque Secret; ``data`` is left out when empty (the API server drops an empty map)."""
     secret: Object = {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _metadata(ctx, name),
+        "metadata": _metadata(ctx, name, annotations=annotations),
         "type": "Opaque",
     }
     if data:

@@ -18,10 +18,12 @@ from typing import Any
 import structlog
 
 from crewlet_operator import (
+    LOW_PRIORITY,
     NAMESPACE,
     PERSISTENT_VOLUME_CLAIM,
     SECRET,
     EnqueueHandler,
+    EventRecorder,
     ForbiddenError,
     GenerationChanged,
     InformerOptions,
@@ -51,6 +53,7 @@ from reconcilers.engineclass import class_status
 from reconcilers.inputs import INVALID_CLASS
 from reconcilers.plan import CHILD_RESOURCES, ClusterFacts, Observed, Plan, child_resources
 from reconcilers.references import referenced_secrets
+from reconcilers.status import verdict
 
 log = structlog.get_logger("crewlet_operator.company")
 
@@ -59,6 +62,13 @@ COMPANY_INDEX = "company"
 COMPACT_PAGE = 100
 SECRET_ANSWER_TIMEOUT = 10.0
 """Seconds a reconcile waits for a newly watched Secret's first answer before it retries."""
+CHILDREN_PRIORITY = 2 * LOW_PRIORITY
+"""The priority at which a company's children are applied once its verdict has been written
+on its own. Verdicts come from creates and changes (normal priority), so a burst of new tenants
+hears Accepted (or why not) first, at the pace the API server takes status writes; the queue's
+aging still serves every company's children within 50 s of service behind later verdicts."""
+REPORTING_CONTROLLER = "crewlet-operator"
+"""The Events' ``reportingController``."""
 Object = dict[str, Any]
 
 WRITTEN_RESOURCES = frozenset(
@@ -94,6 +104,11 @@ class CrewletControllers:
         self.children = child_resources(facts)
         self.secrets = NamedObjects(manager.client, SECRET)
         manager.add(self.secrets)  # the manager stops its watches
+        self.recorder = EventRecorder(manager.client, REPORTING_CONTROLLER)
+        manager.add(self.recorder)  # the manager waits for its Events on the way out
+        self._announced: dict[str, Object] = {}
+        """Company key to the verdict written ahead of its children, until they are applied:
+        the status echo may not have reached the cache when the children's turn comes."""
         self._admitted: dict[str, int | None] = {}
         """EngineClass uid to the generation a company of it was last written whole with."""
         self._counted: dict[str, float] = {}
@@ -202,6 +217,7 @@ class CrewletControllers:
         """Converge one Company."""
         company = self.cache.get(COMPANY, request.name, request.namespace)
         if company is None:
+            self._announced.pop(str(request), None)
             return None  # deleted: owner references garbage-collect the children; claims stay
         engine_class = self.cache.get(ENGINE_CLASS, _class_name(company))
         ns = self.cache.get(NAMESPACE, request.namespace or "") or {}
@@ -217,17 +233,37 @@ class CrewletControllers:
     ) -> Result | None:
         """Write what the plan says, and nothing else.
 
+        A company whose verdict changes (a new one, or one whose class or spec changed what it
+        is told: accepted or why not, and the message) hears it first: its status is written
+        on its own, and its children are applied when the queue comes back to it at
+        :data:`CHILDREN_PRIORITY`, by a reconcile that decides the same status and writes only
+        the children. A change that leaves the verdict as it was (suspending a company, say)
+        is applied at once, so the conditions never run ahead of what they describe. Each
+        change of verdict is also an Event on the Company, so ``kubectl describe company``
+        says why.
+
         A child the API server refuses (a class field only it can judge, such as a toleration
         or a storage class name) refuses the company with ``InvalidClass`` and its message,
-        and leaves nothing half-written. The company is tried again after a growing backoff:
-        some refusals pass by themselves (a Service's "failed to allocate IP" while etcd is
-        away is a 422 too), and no event would announce it.
+        and leaves nothing half-written: until one company of a class's generation has been
+        written whole, its children are first applied as a dry run, before any verdict. The
+        company is tried again after a growing backoff: some refusals pass by themselves (a
+        Service's "failed to allocate IP" while etcd is away is a 422 too), and no event would
+        announce it.
         """
+        key = f"{namespace(company)}/{name(company)}"
+        decided = verdict(plan.status)
+        news = decided is not None and decided not in (
+            verdict(company.get("status")),
+            self._announced.get(key),
+        )
+        first = news and bool(plan.applies or plan.deletes)
         retry: Result | None = None
         try:
-            await self._write_children(plan, engine_class)
+            await self._admit(plan, engine_class)
+            if not first:
+                await self._write_children(plan, engine_class)
         except InvalidError as refused:
-            retry = Result(requeue=True)
+            retry, first = Result(requeue=True), False
             plan = refusal_plan(
                 company,
                 observed,
@@ -235,26 +271,45 @@ class CrewletControllers:
                 f"the API server refused a child of the company: {refused.message}; ask the "
                 f"platform's administrators to fix EngineClass {_class_name(company)}",
             )
-        if plan.claim_annotations and observed.data_claim is not None:
-            await self.client.patch(
-                PERSISTENT_VOLUME_CLAIM,
-                name(observed.data_claim),
-                {"metadata": {"annotations": plan.claim_annotations}},
-                namespace(observed.data_claim),
-            )
+            decided = verdict(plan.status)
+            news = decided != verdict(company.get("status"))
+        if not first:
+            self._announced.pop(key, None)
+            if plan.claim_annotations and observed.data_claim is not None:
+                await self.client.patch(
+                    PERSISTENT_VOLUME_CLAIM,
+                    name(observed.data_claim),
+                    {"metadata": {"annotations": plan.claim_annotations}},
+                    namespace(observed.data_claim),
+                )
         if plan.status is not None:
             meta = {"name": name(company), "namespace": namespace(company)}
             await self._write_status(COMPANY, meta, plan.status)
-            self.status_echoes.wrote(f"{meta['namespace']}/{meta['name']}", plan.status)
+            self.status_echoes.wrote(key, plan.status)
+            if news and decided is not None:
+                self._announce(company, decided)
+        if first and decided is not None:
+            self._announced[key] = decided
+            self.company_controller.queue.add(
+                Request(namespace(company), name(company)), CHILDREN_PRIORITY
+            )
         return retry
 
-    async def _write_children(self, plan: Plan, engine_class: Object | None) -> None:
-        """Apply and delete the plan's children.
+    def _announce(self, company: Object, decided: Object) -> None:
+        """An Event for a new verdict: Normal when accepted, a Warning with the reason when
+        not. Its note is the condition's message, which never holds a Secret's value."""
+        accepted = decided.get("status") == "True"
+        self.recorder.record(
+            company,
+            "Normal" if accepted else "Warning",
+            str(decided.get("reason")),
+            "Accept" if accepted else "Refuse",
+            str(decided.get("message") or ""),
+        )
 
-        Until one company of a class's generation has been written whole, every child is first
-        applied as a dry run: a child the API server refuses (a class field only it can judge)
-        must refuse the company before anything of it is written, not halfway through. The
-        companies after it skip that second round trip.
+    async def _admit(self, plan: Plan, engine_class: Object | None) -> None:
+        """Dry-run the plan's applies unless a company of the class's generation has already
+        been written whole.
 
         Raises:
             InvalidError: the API server refused a child; nothing was written.
@@ -265,6 +320,9 @@ class CrewletControllers:
         if plan.applies and not admitted:
             for apply in plan.applies:
                 await self.client.apply(apply.resource, apply.object, dry_run=True)
+
+    async def _write_children(self, plan: Plan, engine_class: Object | None) -> None:
+        """Apply and delete the plan's children (admitted by :meth:`_admit`)."""
         for apply in plan.applies:
             self.child_echoes.wrote(await self.client.apply(apply.resource, apply.object))
         if plan.applies and engine_class is not None:

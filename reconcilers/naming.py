@@ -26,7 +26,14 @@ COMPONENT_LABEL = "app.kubernetes.io/component"
 COMPANY_LABEL = "crewlet.ai/company"
 
 CONFIG_HASH_ANNOTATION = "crewlet.ai/config-hash"
-"""Pod-template annotation: the hash of the component's crewlet.yaml (Tier A is restart-only)."""
+"""Pod-template annotation: the hash of the component's crewlet.yaml configuration (Tier A is
+restart-only). On the config Secret: the hash of both components' configurations, the ones its
+files hold."""
+FILES_HASH_ANNOTATION = "crewlet.ai/files-hash"
+"""Config Secret annotation: the hash of its data, as the operator wrote it. With
+:data:`CONFIG_HASH_ANNOTATION` beside it (the configurations the files hold), a reconcile knows
+the files are current without writing them out again; data edited by anyone else no longer
+matches, and is written again."""
 SECRETS_HASH_ANNOTATION = "crewlet.ai/secrets-hash"
 """Pod-template annotation: the hash of the copied Secret values, so a rotation reaches the pods.
 

@@ -211,3 +211,17 @@ def status_change(
     old = company.get("status") or {}
     known_old = {k: old[k] for k in status if old.get(k) is not None}
     return None if known_old == known_new else known_new
+
+
+VERDICT_FIELDS = ("status", "reason", "message")
+"""What a verdict is: not when it was decided, nor for which generation (a spec change that
+leaves the company accepted as before is no news)."""
+
+
+def verdict(status: Object | None) -> Condition | None:
+    """The company's verdict in ``status``: its ``Accepted`` condition's status, reason and
+    message, or None before the first."""
+    for cond in (status or {}).get("conditions") or []:
+        if cond.get("type") == ACCEPTED:
+            return {k: cond.get(k) for k in VERDICT_FIELDS}
+    return None

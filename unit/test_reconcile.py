@@ -41,6 +41,7 @@ from reconcilers import (
 )
 from reconcilers.company import refusal_plan
 from reconcilers.references import referenced_secrets, secret_refs
+from reconcilers.status import verdict
 
 Object = dict[str, Any]
 
@@ -1299,3 +1300,73 @@ def test_a_class_parsed_once_per_resource_version_still_sees_every_edit() -> Non
         assert plan.status is not None
         images.append(plan.status["engineImage"])
     assert [i.rsplit(":", 1)[1] for i in images] == ["v0.2.0", "v0.3.0", "v0.2.0"]
+
+
+# --- The verdict written ahead of the children --------------------------------------------------
+
+# Every way a new company is judged: the goldens' classes (accepted) and each refusal.
+VERDICT_CASES: dict[str, tuple[Object, Object | None, bool, dict[str, str]]] = {
+    **{
+        name: (make_company(), case.engine_class, case.gateway_api, {})
+        for name, case in CASES.items()
+    },
+    "class-not-found": (make_company(), None, False, {}),
+    "downgrade-refused": (
+        {**make_company(), "status": {"highestEngineVersion": "0.3.0"}},
+        make_class(),
+        False,
+        {},
+    ),
+    "class-not-allowed": (
+        make_company(),
+        make_class(allowedNamespaces={"matchLabels": {"crewlet.ai/tenant": "true"}}),
+        False,
+        {"crewlet.ai/tenant": "false"},
+    ),
+    "invalid-class": (make_company(), make_class(storage={"size": "5Gi"}), False, {}),
+    "invalid-name": (make_company("a" * 47), make_class(), False, {}),
+    "secret-not-found": (
+        make_company(),
+        make_class(modelKeys=[{"name": "K", "secretRef": ref("absent", "k")}]),
+        False,
+        {},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VERDICT_CASES))
+def test_the_verdict_written_first_is_the_one_every_later_reconcile_keeps(case: str) -> None:
+    """The operator writes a new company's status (its verdict) before its children, and the
+    children later, by a reconcile that must decide the same verdict: no Accepted that turns
+    into a refusal once the children exist, no refusal that turns into Accepted."""
+    company, engine_class, gateway_api, namespace_labels = VERDICT_CASES[case]
+    world = World()
+    first = reconcile(
+        company,
+        engine_class,
+        namespace_labels,
+        world.observed(),
+        facts(gateway_api),
+        now=NOW,
+        token_factory=fixed_token,
+    )
+    written_first = verdict(first.status)
+    assert written_first is not None
+    world.status = copy.deepcopy(first.status)  # the status on its own, no child yet
+    for _ in range(4):
+        plan = reconcile(
+            world.with_status(company),
+            engine_class,
+            namespace_labels,
+            world.observed(),
+            facts(gateway_api),
+            now=LATER,
+            token_factory=fixed_token,
+        )
+        if plan.status is not None:
+            assert verdict(plan.status) == written_first
+        if plan.empty:
+            break
+        world.execute(plan)
+    assert plan.empty
+    assert verdict(world.status) == written_first
