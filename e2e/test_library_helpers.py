@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,8 +34,10 @@ from crewlet_operator import (
     controller_reference,
     set_condition,
 )
+from crewlet_operator.cache import Informer, InformerOptions
 from crewlet_operator.crd import ConditionDict, crd_for, list_map
 from crewlet_operator.envtest import ControlPlane, install_crds
+from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.kube import resources
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.testing import manager_options_for_tests, run_manager
@@ -348,3 +351,41 @@ async def test_a_forbidden_lease_watch_is_said_once_and_polling_still_acquires(
     assert lease["spec"]["holderIdentity"] == "me"
     with contextlib.suppress(ConflictError):
         await elector.release()
+
+
+# -- streamed lists --------------------------------------------------------------------------
+
+
+async def _informer_syncs_and_watches(client: Client, namespace: str) -> Informer:
+    for i in range(30):
+        await client.create(CONFIG_MAP, config_map(namespace, f"listed-{i}"))
+    informer = Informer(client, CONFIG_MAP, InformerOptions(namespace=namespace, page_size=7))
+    task = asyncio.create_task(informer.run())
+    try:
+        await informer.wait_for_sync(30)
+        stored = informer.store.keys()
+        assert len([k for k in stored if "/listed-" in k]) == 30
+        await client.create(CONFIG_MAP, config_map(namespace, "after"))
+        await eventually(lambda: informer.store.get(f"{namespace}/after"), message="watched")
+        await client.delete(CONFIG_MAP, "listed-0", namespace)
+        await eventually(lambda: informer.store.get(f"{namespace}/listed-0") is None)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    return informer
+
+
+async def test_an_informer_streams_its_list(kube_client: Client, namespace: str) -> None:
+    """Kubernetes 1.37 streams a list as a watch's first events (WatchList)."""
+    informer = await _informer_syncs_and_watches(kube_client, namespace)
+    assert informer.streams_lists
+
+
+async def test_an_api_server_that_refuses_streamed_lists_is_listed_in_pages(
+    tmp_path: Path,
+) -> None:
+    with ControlPlane(tmp_path, apiserver_args=("--feature-gates=WatchList=false",)) as plane:
+        async with Client(plane.admin_config()) as client:
+            informer = await _informer_syncs_and_watches(client, "default")
+    assert not informer.streams_lists

@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
+from crewlet_operator.diff import needs_apply
 from crewlet_operator.fieldset import (
+    _as_applied,
     apply_would_change,
     keep_managed_fields_of,
     keep_owned_fields_of,
@@ -240,3 +242,62 @@ def test_an_object_the_manager_never_applied_keeps_identity_and_status_only() ->
     obj["metadata"]["managedFields"] = []
     kept = keep_owned_fields_of("me")(obj)
     assert set(kept) == {"apiVersion", "kind", "metadata", "status"}
+
+
+def _slow(desired: dict[str, Any], observed: dict[str, Any], manager: str) -> bool:
+    """apply_would_change without its fast path: the semantic walks alone."""
+    return needs_apply(desired, observed) or would_remove_owned_fields(
+        desired, owned_fields(observed, manager)
+    )
+
+
+@pytest.mark.parametrize(
+    "desired_spec",
+    [
+        {"replicas": 1, "template": {"spec": {"containers": [{"name": "engine", "image": "e:1"}]}}},
+        {
+            "replicas": 1,
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "sidecar", "args": ["a", "b"]},
+                        {"name": "engine", "image": "e:1"},
+                    ],
+                    "nodeSelector": {"pool": "a", "zone": "b"},
+                }
+            },
+        },
+        {"replicas": 2},
+        {"replicas": 1},
+    ],
+)
+@pytest.mark.parametrize("labels", [{"app": "acme"}, {"app": "acme", "team": "theirs"}, None])
+def test_the_fast_path_answers_as_the_semantic_walks_do(
+    desired_spec: dict[str, Any], labels: dict[str, str] | None
+) -> None:
+    """A trimmed converged object compares as applied without a walk; every other case falls
+    through to the walks, so the answer never differs from theirs, trimmed cache or not."""
+    meta: dict[str, Any] = {"name": "acme-data"}
+    if labels is not None:
+        meta["labels"] = labels
+    desired = {"metadata": meta, "spec": desired_spec}
+    for observed in (
+        keep_owned_fields_of("me")(stateful_set()),
+        keep_managed_fields_of("me")(stateful_set()),
+    ):
+        assert apply_would_change(desired, observed, "me") == _slow(desired, observed, "me")
+
+
+def test_a_converged_trimmed_object_takes_the_fast_path() -> None:
+    """The object exactly as the manager applied it (the cache's trimmed copy) is no change,
+    and dropping one of its fields is one, though every other field still matches."""
+    trimmed = keep_owned_fields_of("me")(stateful_set())
+    as_applied = {k: v for k, v in trimmed.items() if k != "status"}
+    as_applied["metadata"] = {
+        key: trimmed["metadata"][key] for key in ("name", "labels", "ownerReferences")
+    }
+    assert _as_applied(as_applied, trimmed)
+    assert not apply_would_change(as_applied, trimmed, "me")
+    fewer = {**as_applied, "spec": {k: v for k, v in as_applied["spec"].items() if k != "replicas"}}
+    assert apply_would_change(fewer, trimmed, "me")
+    assert _slow(fewer, trimmed, "me")

@@ -24,13 +24,23 @@ from typing import Protocol
 import structlog
 
 from crewlet_operator.cache.store import IndexFunc, Store
-from crewlet_operator.errors import ApiError, CrewletError, GoneError, TransportError
+from crewlet_operator.errors import (
+    ApiError,
+    BadRequestError,
+    CrewletError,
+    GoneError,
+    InvalidError,
+    TransportError,
+)
 from crewlet_operator.fieldset import keep_managed_fields_of
-from crewlet_operator.kube.client import Client
+from crewlet_operator.kube.client import Client, WatchEvent
 from crewlet_operator.kube.resources import Resource
 from crewlet_operator.objects import KubeObject, object_key, resource_version
 
 Transform = Callable[[KubeObject], KubeObject]
+
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+"""The annotation of the bookmark that ends a streamed list."""
 
 log = structlog.get_logger("crewlet_operator.informer")
 
@@ -88,6 +98,8 @@ class Informer:
         self.last_error: CrewletError | None = None
         """Why the latest list or watch failed; None once a list has succeeded since."""
         self._resource_version: str | None = None
+        self.streams_lists = True
+        """Whether lists are streamed (WatchList); False once an API server refused it."""
         self.relists = 0
         self.watch_failures = 0
         """Lists and watches that failed (including silent watches the watchdog ended)."""
@@ -129,14 +141,27 @@ class Informer:
         await asyncio.wait_for(self._answered.wait(), timeout)
 
     async def run(self) -> None:
-        """List and watch until cancelled."""
+        """List and watch until cancelled.
+
+        The list is streamed (a watch whose first events are every object, Kubernetes'
+        WatchList), so objects are decoded, trimmed and stored as the API server sends them,
+        while it sends the next ones; an API server that refuses that is listed page by page.
+        """
         failures = 0
         while True:
             try:
-                if self._resource_version is None:
-                    await self._relist()
-                await self._watch()
+                if self._resource_version is None and self.streams_lists:
+                    await self._stream()
+                else:
+                    if self._resource_version is None:
+                        await self._relist()
+                    await self._watch()
                 failures = 0
+            except (BadRequestError, InvalidError) as refused:
+                if self._resource_version is not None or not self.streams_lists:
+                    raise
+                self._log.info("streaming lists refused; listing in pages", error=str(refused))
+                self.streams_lists = False
             except GoneError:
                 self._log.info("watch resourceVersion expired; relisting")
                 self._resource_version = None
@@ -174,6 +199,47 @@ class Informer:
                 elif resource_version(old) != resource_version(obj):
                     self._emit_update(old, obj)
             page.items.clear()
+        self._listed(seen, version)
+
+    async def _stream(self) -> None:
+        """One watch that sends every object first, ends that with a bookmark, then watches.
+
+        Until the bookmark the events are the list: what it did not name is gone (as after a
+        relist), and the informer has synced. Broken off before the bookmark, the next run
+        streams the whole list again.
+        """
+        opts = self.options
+        seen: set[str] = set()
+        listing = True
+        async for event in self.client.watch(
+            self.resource,
+            opts.namespace,
+            label_selector=opts.label_selector,
+            field_selector=opts.field_selector,
+            timeout_seconds=random.randint(*opts.watch_timeout),
+            inactivity_timeout=opts.inactivity_timeout,
+            send_initial_events=True,
+        ):
+            self.last_event_at = time.monotonic()
+            if not listing:
+                self._apply(event)
+                continue
+            if event.type == "BOOKMARK":
+                annotations = (event.object.get("metadata") or {}).get("annotations") or {}
+                if annotations.get(INITIAL_EVENTS_END) == "true":
+                    listing = False
+                    self._listed(seen, resource_version(event.object) or "")
+                continue
+            obj = self._transform(event.object)
+            seen.add(object_key(obj))
+            old = self.store.put(obj)
+            if old is None:
+                self._emit_add(obj, initial=not self.has_synced)
+            elif resource_version(old) != resource_version(obj):
+                self._emit_update(old, obj)
+
+    def _listed(self, seen: set[str], version: str) -> None:
+        """A list has ended: drop what it did not name, and say the informer has synced."""
         self.relists += 1
         for key in list(self.store.keys()):
             if key not in seen:
@@ -199,10 +265,12 @@ class Informer:
             inactivity_timeout=opts.inactivity_timeout,
         ):
             self.last_event_at = time.monotonic()
-            rv = resource_version(event.object)
-            if event.type == "BOOKMARK":
-                self._resource_version = rv or self._resource_version
-                continue
+            self._apply(event)
+
+    def _apply(self, event: WatchEvent) -> None:
+        """One change of a watch: stored, told to the handlers, and where to resume."""
+        rv = resource_version(event.object)
+        if event.type != "BOOKMARK":
             obj = self._transform(event.object)
             if event.type in ("ADDED", "MODIFIED"):
                 old = self.store.put(obj)
@@ -213,7 +281,7 @@ class Informer:
             elif event.type == "DELETED":
                 gone = self.store.delete(object_key(obj))
                 self._emit_delete(gone if gone is not None else obj)
-            self._resource_version = rv or self._resource_version
+        self._resource_version = rv or self._resource_version
 
     def _transform(self, obj: KubeObject) -> KubeObject:
         if "apiVersion" not in obj:

@@ -351,8 +351,14 @@ class Client:
         timeout_seconds: int | None = 300,
         inactivity_timeout: float | None = 90.0,
         allow_bookmarks: bool = True,
+        send_initial_events: bool = False,
     ) -> AsyncIterator[WatchEvent]:
         """Stream the changes after ``resource_version``.
+
+        With ``send_initial_events`` (a streaming list, Kubernetes' WatchList), the watch
+        starts with an ``ADDED`` event for every object that exists now, then a ``BOOKMARK``
+        annotated ``k8s.io/initial-events-end: "true"``, then goes on with the changes: the
+        list arrives as the server sends it, one object at a time, instead of in pages.
 
         Two clocks end a watch, because each catches what the other cannot: the server closes it
         after ``timeout_seconds``, and the client gives up when no byte has arrived for
@@ -363,7 +369,9 @@ class Client:
         """
         query: dict[str, QueryValue] = {
             "watch": True,
-            "allowWatchBookmarks": allow_bookmarks or None,
+            "allowWatchBookmarks": allow_bookmarks or send_initial_events or None,
+            "sendInitialEvents": send_initial_events or None,
+            "resourceVersionMatch": "NotOlderThan" if send_initial_events else None,
             "resourceVersion": resource_version,
             "labelSelector": label_selector,
             "fieldSelector": field_selector,
