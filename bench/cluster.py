@@ -66,6 +66,35 @@ class CompanyRef:
         }
 
 
+def model_keys_manifest() -> Object:
+    """The platform Secret every class takes its model key from."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": MODEL_KEYS, "namespace": PLATFORM},
+        "type": "Opaque",
+        "data": {"anthropic": base64.b64encode(b"sk-bench").decode()},
+    }
+
+
+def engine_class_manifest(class_name: str) -> Object:
+    """One of the bench's EngineClasses: the engine image and one model key."""
+    return {
+        "apiVersion": ENGINE_CLASS.api_version,
+        "kind": ENGINE_CLASS.kind,
+        "metadata": {"name": class_name},
+        "spec": {
+            "engine": {"image": IMAGE},
+            "modelKeys": [
+                {
+                    "name": "ANTHROPIC_API_KEY",
+                    "secretRef": {"namespace": PLATFORM, "name": MODEL_KEYS, "key": "anthropic"},
+                }
+            ],
+        },
+    }
+
+
 async def each(
     items: Iterable[T], work: Callable[[T], Awaitable[object]], concurrency: int
 ) -> None:
@@ -102,33 +131,10 @@ class Cluster:
         self.client = Client(self.plane.admin_config())
         await self._install_crds()
         await self.api.create(NAMESPACE, {"metadata": {"name": PLATFORM}})
-        self.model_keys = await self.api.create(
-            SECRET,
-            {
-                "metadata": {"name": MODEL_KEYS, "namespace": PLATFORM},
-                "type": "Opaque",
-                "data": {"anthropic": base64.b64encode(b"sk-bench").decode()},
-            },
-        )
+        self.model_keys = await self.api.create(SECRET, model_keys_manifest())
         for class_name in CLASSES:
             self.classes[class_name] = await self.api.create(
-                ENGINE_CLASS,
-                {
-                    "metadata": {"name": class_name},
-                    "spec": {
-                        "engine": {"image": IMAGE},
-                        "modelKeys": [
-                            {
-                                "name": "ANTHROPIC_API_KEY",
-                                "secretRef": {
-                                    "namespace": PLATFORM,
-                                    "name": MODEL_KEYS,
-                                    "key": "anthropic",
-                                },
-                            }
-                        ],
-                    },
-                },
+                ENGINE_CLASS, engine_class_manifest(class_name)
             )
 
     async def stop(self) -> None:

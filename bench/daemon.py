@@ -22,9 +22,11 @@ import aiohttp
 from bench.cluster import PLATFORM
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.process import ManagedProcess
+from reconcilers.cli import MAX_CONCURRENT_RECONCILES
 
-WORKERS = 4
-"""``--max-concurrent-reconciles``, the daemon's default; the floor uses as many workers."""
+WORKERS = int(os.environ.get("BENCH_WORKERS") or MAX_CONCURRENT_RECONCILES)
+"""``--max-concurrent-reconciles``: the daemon's default unless ``BENCH_WORKERS`` says
+otherwise (how that default was chosen)."""
 LEASE = "crewlet-operator-leader"
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -49,12 +51,35 @@ async def until(
         await asyncio.sleep(interval)
 
 
-def _sum(samples: list[Sample], name: str, labels: dict[str, str]) -> float:
+def total(samples: list[Sample], name: str, labels: dict[str, str]) -> float:
+    """The sum of the samples named ``name`` whose labels include ``labels``."""
     return sum(
         value
         for sample, found, value in samples
         if sample == name and all(found.get(k) == v for k, v in labels.items())
     )
+
+
+async def http_get(port: int, path: str) -> tuple[int, str]:
+    """GET ``http://127.0.0.1:<port><path>``: the status and the body."""
+    timeout = aiohttp.ClientTimeout(total=10)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.get(f"http://127.0.0.1:{port}{path}") as response,
+    ):
+        return response.status, await response.text()
+
+
+async def scrape(port: int) -> list[Sample]:
+    """Every sample of the Prometheus endpoint ``/metrics`` on ``port``: name, labels, value."""
+    _, text = await http_get(port, "/metrics")
+    found = []
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match is not None:
+            labels = dict(_LABEL.findall(match.group(2) or ""))
+            found.append((match.group(1), labels, float(match.group(3))))
+    return found
 
 
 def cpu_seconds(pid: int) -> float:
@@ -69,6 +94,16 @@ class Memory:
 
     rss: int
     peak: int
+
+
+def process_memory(pid: int) -> Memory:
+    """The process's VmRSS and VmHWM now."""
+    fields: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) * 1024
+    return Memory(rss=fields["VmRSS"], peak=fields["VmHWM"])
 
 
 class Daemon:
@@ -112,35 +147,20 @@ class Daemon:
         if not self.process.running():
             raise RuntimeError(f"operator {self.name} exited; {self.process.log_tail()}")
 
-    async def _get(self, port: int, path: str) -> tuple[int, str]:
-        timeout = aiohttp.ClientTimeout(total=10)
-        async with (
-            aiohttp.ClientSession(timeout=timeout) as session,
-            session.get(f"http://127.0.0.1:{port}{path}") as response,
-        ):
-            return response.status, await response.text()
-
     async def ready(self) -> bool:
         """Whether /readyz answers 200 (every informer has synced)."""
         self.check_alive()
-        status, _ = await self._get(self.health_port, "/readyz")
+        status, _ = await http_get(self.health_port, "/readyz")
         return status == 200
 
     async def samples(self) -> list[Sample]:
         """Every sample of /metrics: name, labels, value."""
         self.check_alive()
-        _, text = await self._get(self.metrics_port, "/metrics")
-        found = []
-        for line in text.splitlines():
-            match = _SAMPLE.match(line)
-            if match is not None:
-                labels = dict(_LABEL.findall(match.group(2) or ""))
-                found.append((match.group(1), labels, float(match.group(3))))
-        return found
+        return await scrape(self.metrics_port)
 
     async def metric(self, sample: str, /, **labels: str) -> float:
         """The sum of the samples named ``sample`` whose labels include ``labels``."""
-        return _sum(await self.samples(), sample, labels)
+        return total(await self.samples(), sample, labels)
 
     async def reconciles(self, controller: str = "company") -> float:
         """``controller_runtime_reconcile_total`` of ``controller``, every result."""
@@ -154,8 +174,8 @@ class Daemon:
         """Nothing queued and no reconcile running, in any controller."""
         samples = await self.samples()
         return (
-            _sum(samples, "workqueue_depth", {}) == 0
-            and _sum(samples, "controller_runtime_active_workers", {}) == 0
+            total(samples, "workqueue_depth", {}) == 0
+            and total(samples, "controller_runtime_active_workers", {}) == 0
         )
 
     async def quiesce(self, timeout: float) -> float:
@@ -169,12 +189,7 @@ class Daemon:
                 return first
 
     def memory(self) -> Memory:
-        fields: dict[str, int] = {}
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                fields[key] = int(value.split()[0]) * 1024
-        return Memory(rss=fields["VmRSS"], peak=fields["VmHWM"])
+        return process_memory(self.pid)
 
     async def exited(self) -> bool:
         return not self.process.running()

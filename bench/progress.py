@@ -64,9 +64,13 @@ async def current_version(client: Client, resource: Resource) -> str:
 class Progress:
     """Tracks ``companies`` from now on; use as ``async with Progress(...) as progress``."""
 
-    def __init__(self, client: Client, companies: Collection[Key]) -> None:
+    def __init__(
+        self, client: Client, companies: Collection[Key], *, accepted: bool = True
+    ) -> None:
+        """``accepted=False`` counts a company converged once every child is seen (the floor,
+        which writes no status while timed)."""
         self._client = client
-        self._state = {key: _Company() for key in companies}
+        self._state = {key: _Company(accepted_at=None if accepted else 0.0) for key in companies}
         self._left = len(self._state)
         self._done = asyncio.Event()
         self._failure: BaseException | None = None

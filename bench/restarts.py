@@ -5,21 +5,34 @@
    ``controller_runtime_reconcile_total{controller="company"}`` has grown by N.
 3, memory: the operator's RSS (VmRSS a few seconds after a restart's first pass, and VmHWM)
    at two sizes; bytes per Company is the slope between them.
-6, start-up: process start to /readyz 200 (caches synced) and to the first pass done.
+6, start-up: process start to /readyz 200 (caches synced) and to the first pass done, the
+   writes of that pass, and peak over steady RSS. Beside it, what the world costs to read: its
+   etcd revision over its objects (its history), and one kind (StatefulSets, the largest)
+   listed in pages of 100 as informers did (paged lists are read from etcd, history and all)
+   and streamed as they do now (from the API server's watch cache).
 """
 
 from __future__ import annotations
 
+import time
+
 from bench.report import MIB, Figure
 from bench.session import Pass, Reading, Session
+from crewlet_operator import STATEFUL_SET
+from crewlet_operator.cache.informer import INITIAL_EVENTS_END
 
 MEMORY_LIMIT = 256 * MIB
-STARTUP_LIMIT = 60.0
+SYNC_LIMIT = 10.0
+STARTUP_LIMIT = 15.0
+PEAK_OVER_STEADY = 1.3
 TARGET_COMPANIES = 10_000
 """The size memory and start-up are judged at; smaller runs judge a linear projection."""
 RESYNC_TARGET = "0 mutating requests"
 MEMORY_TARGET = "10,000 companies in <= 256 MiB (peak)"
-STARTUP_TARGET = f"first pass < {STARTUP_LIMIT:.0f} s with 10,000"
+STARTUP_TARGET = (
+    f"with 10,000: caches synced < {SYNC_LIMIT:.0f} s, first pass < {STARTUP_LIMIT:.0f} s, "
+    f"0 writes, peak RSS <= {PEAK_OVER_STEADY}x steady"
+)
 
 
 async def resync(session: Session) -> Figure:
@@ -86,20 +99,62 @@ async def memory(session: Session) -> Figure:
 
 async def startup(session: Session) -> Figure:
     await session.grow(session.scale.startup)
+    world = await _world(session)
     result = await session.restart()
-    first_pass = result.first_pass_s * max(1.0, TARGET_COMPANIES / result.companies)
-    data: dict[str, object] = {"pass": result.as_json()}
+    scale = max(1.0, TARGET_COMPANIES / result.companies)
+    synced, first_pass = result.ready_s * scale, result.first_pass_s * scale
+    writes = sum(result.writes.values())
+    peak_ratio = result.memory.peak / max(1, result.memory.rss)
+    data: dict[str, object] = {
+        "pass": result.as_json(),
+        "peak_over_steady": round(peak_ratio, 2),
+        "world": world,
+    }
     line = (
         f"{result.companies} companies: caches synced (/readyz) in {result.ready_s:.1f} s, "
-        f"first pass done in {result.first_pass_s:.1f} s"
+        f"first pass done in {result.first_pass_s:.1f} s, {writes} writes, peak RSS "
+        f"{peak_ratio:.2f}x steady; the world: {world['revisions_per_object']} etcd revisions "
+        f"an object, {world['statefulsets']} StatefulSets listed in pages in "
+        f"{world['paged_list_s']} s, streamed in {world['streamed_list_s']} s"
     )
     if result.companies < TARGET_COMPANIES:
-        data["projected_first_pass_s_at_10000"] = round(first_pass, 1)
-        line += f"; projected at 10,000: {first_pass:.0f} s"
-    return Figure(
-        "startup",
-        line,
-        STARTUP_TARGET,
-        first_pass < STARTUP_LIMIT,
-        data,
+        data["projected_at_10000"] = {
+            "synced_s": round(synced, 1),
+            "first_pass_s": round(first_pass, 1),
+        }
+        line += f"; projected at 10,000: synced {synced:.0f} s, first pass {first_pass:.0f} s"
+    met = (
+        synced < SYNC_LIMIT
+        and first_pass < STARTUP_LIMIT
+        and writes == 0
+        and peak_ratio <= PEAK_OVER_STEADY
     )
+    return Figure("startup", line, STARTUP_TARGET, met, data)
+
+
+async def _world(session: Session) -> dict[str, object]:
+    """What the world the operator starts over costs to read (see the module's docstring)."""
+    api, plane = session.cluster.api, session.cluster.plane
+    objects = 0.0
+    for line in plane.admin_request("GET", "/metrics", raw=True).splitlines():
+        if line.startswith("apiserver_storage_objects{"):
+            objects += float(line.rsplit(" ", 1)[1])
+    started, count, revision = time.monotonic(), 0, ""
+    async for page in api.list_pages(STATEFUL_SET, page_size=100):
+        count += len(page.items)
+        revision = page.resource_version
+    paged = time.monotonic() - started
+    started = time.monotonic()
+    async for event in api.watch(STATEFUL_SET, send_initial_events=True, timeout_seconds=300):
+        annotations = (event.object.get("metadata") or {}).get("annotations") or {}
+        if event.type == "BOOKMARK" and annotations.get(INITIAL_EVENTS_END) == "true":
+            break
+    streamed = time.monotonic() - started
+    return {
+        "objects": int(objects),
+        "etcd_revision": int(revision or 0),
+        "revisions_per_object": round(int(revision or 0) / max(1.0, objects), 1),
+        "statefulsets": count,
+        "paged_list_s": round(paged, 2),
+        "streamed_list_s": round(streamed, 2),
+    }

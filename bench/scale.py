@@ -22,6 +22,10 @@ class Scale:
     probes: int
     failover_burst: int
     startup: int
+    peers: int
+    """The peers figure's burst, and the size of each contender's world at its restart."""
+    peers_large: int
+    """Each contender's world at its second restart, with ``BENCH_PEERS_LARGE=1``."""
     timeout: float
     """Seconds any one wait may take before the figure fails."""
 
@@ -36,6 +40,8 @@ FULL = Scale(
     probes=30,
     failover_burst=200,
     startup=10000,
+    peers=1000,
+    peers_large=10000,
     timeout=900.0,
 )
 SMALL = Scale(
@@ -48,6 +54,8 @@ SMALL = Scale(
     probes=10,
     failover_burst=50,
     startup=500,
+    peers=200,
+    peers_large=500,
     timeout=300.0,
 )
 SCALES = {s.name: s for s in (FULL, SMALL)}

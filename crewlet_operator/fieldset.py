@@ -107,10 +107,25 @@ class _Plan:
 
 
 def _plan(owned: Mapping[str, Any]) -> _Plan:
-    """``owned`` compiled: every object of a kind a controller applies has the same tree, so the
-    plan is made once per distinct tree (keyed by its JSON) and each object walks it with no
-    string parsing. A cache's sync prunes tens of thousands of objects."""
-    return _compiled(orjson.dumps(owned, option=orjson.OPT_SORT_KEYS))
+    """``owned`` compiled: the objects of a kind a controller applies have the same trees, so
+    each top-level field's plan is made once per distinct tree (keyed by its JSON) and each
+    object walks it with no string parsing. A cache's sync prunes tens of thousands of objects.
+
+    Per top-level field, not per object: ``metadata.ownerReferences`` is keyed by the owner's
+    uid, which makes each owner's children's whole trees unique (a cache of them missed 85% of
+    the time in a burst), while their ``spec`` or ``data`` trees are shared.
+    """
+    return _Plan(
+        fields=tuple(
+            (k[2:], _compiled(orjson.dumps(sub, option=orjson.OPT_SORT_KEYS)))
+            if _has_children(sub)
+            else (k[2:], None)
+            for k, sub in owned.items()
+            if k.startswith("f:")
+        ),
+        keyed=(),
+        set_items=(),
+    )
 
 
 @functools.lru_cache(maxsize=1024)

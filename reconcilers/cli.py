@@ -28,6 +28,13 @@ SUPPORTED_MINOR = "37"
 """The Kubernetes minor the operator is tested against (the install page supports one)."""
 
 
+MAX_CONCURRENT_RECONCILES = 4
+"""Workers per controller. Measured by the bench's convergence figure (1,000 Companies in one
+burst, each company's children applied in two concurrent waves): 4 workers converged in 35.0 s,
+16 in 37.8 s (more CPU for the same writes); the API server's own best, a plain script at 4,
+16 or 64, was 28.7 s. Four reconciles' waves keep this API server as busy as it can be."""
+
+
 def served_minor(version: Mapping[str, Any]) -> str:
     """The Kubernetes minor the API server behaves as, from its ``/version``.
 
@@ -99,7 +106,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--health-probe-bind-address", default=":8081", help="address of /healthz and /readyz"
     )
     p.add_argument(
-        "--max-concurrent-reconciles", type=int, default=4, help="workers per controller"
+        "--max-concurrent-reconciles",
+        type=int,
+        default=MAX_CONCURRENT_RECONCILES,
+        help="workers per controller",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--log-format", default="json", choices=["json", "console", "auto"])

@@ -11,6 +11,7 @@ by company, so a reconcile decodes only its own. Referenced Secrets are watched 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from typing import Any
@@ -22,6 +23,7 @@ from crewlet_operator import (
     NAMESPACE,
     PERSISTENT_VOLUME_CLAIM,
     SECRET,
+    STATEFUL_SET,
     EnqueueHandler,
     EventRecorder,
     ForbiddenError,
@@ -51,7 +53,14 @@ from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from reconcilers.company import reconcile, refusal_plan
 from reconcilers.engineclass import class_status
 from reconcilers.inputs import INVALID_CLASS
-from reconcilers.plan import CHILD_RESOURCES, ClusterFacts, Observed, Plan, child_resources
+from reconcilers.plan import (
+    CHILD_RESOURCES,
+    Apply,
+    ClusterFacts,
+    Observed,
+    Plan,
+    child_resources,
+)
 from reconcilers.references import referenced_secrets
 from reconcilers.status import verdict
 
@@ -81,6 +90,13 @@ resync must not touch."""
 def _company_of_child(child: Object) -> list[str]:
     company = labels(child).get(naming.COMPANY_LABEL)
     return [f"{namespace(child)}/{company}"] if company else []
+
+
+def _waves(applies: list[Apply]) -> list[list[Apply]]:
+    """The plan's applies in two waves: every child, then the StatefulSets, which start the
+    engine and mount the others (a refused child is met before anything runs)."""
+    workloads = [a for a in applies if a.resource == STATEFUL_SET]
+    return [w for w in ([a for a in applies if a.resource != STATEFUL_SET], workloads) if w]
 
 
 def _class_name(company: Object) -> str:
@@ -202,8 +218,12 @@ class CrewletControllers:
         ns, company_name = namespace(company) or "", name(company)
         children: dict[tuple[str, str], Object] = {}
         for resource in self.children:
-            for child in self.cache.list(resource, index=(COMPANY_INDEX, f"{ns}/{company_name}")):
-                children[(resource.kind, name(child))] = child
+            key = f"{ns}/{company_name}"
+            cached = self.cache.list(resource, index=(COMPANY_INDEX, key))
+            # The children this process applied last may not have reached the cache yet.
+            for child in self.child_echoes.newest(resource.kind, cached, ns):
+                if _company_of_child(child) == [key]:
+                    children[(resource.kind, name(child))] = child
         secrets: dict[tuple[str, str], Object | None] = {}
         unreadable: dict[tuple[str, str], str] = {}
         if engine_class is not None:
@@ -260,8 +280,9 @@ class CrewletControllers:
         retry: Result | None = None
         try:
             await self._admit(plan, engine_class)
-            if not first:
-                await self._write_children(plan, engine_class)
+            if not first and await self._write_children(plan, engine_class):
+                # A child changed while it was written: look again, as its event would have.
+                self.company_controller.queue.add(Request(namespace(company), name(company)))
         except InvalidError as refused:
             retry, first = Result(requeue=True), False
             plan = refusal_plan(
@@ -284,8 +305,9 @@ class CrewletControllers:
                 )
         if plan.status is not None:
             meta = {"name": name(company), "namespace": namespace(company)}
-            await self._write_status(COMPANY, meta, plan.status)
+            # Told first: the echo can beat the write's answer to this process.
             self.status_echoes.wrote(key, plan.status)
+            await self._write_status(COMPANY, meta, plan.status)
             if news and decided is not None:
                 self._announce(company, decided)
         if first and decided is not None:
@@ -318,13 +340,15 @@ class CrewletControllers:
             uid(engine_class) or ""
         ) == generation(engine_class)
         if plan.applies and not admitted:
-            for apply in plan.applies:
-                await self.client.apply(apply.resource, apply.object, dry_run=True)
+            for wave in _waves(plan.applies):
+                await self._apply_all(wave, dry_run=True)
 
-    async def _write_children(self, plan: Plan, engine_class: Object | None) -> None:
-        """Apply and delete the plan's children (admitted by :meth:`_admit`)."""
-        for apply in plan.applies:
-            self.child_echoes.wrote(await self.client.apply(apply.resource, apply.object))
+    async def _write_children(self, plan: Plan, engine_class: Object | None) -> bool:
+        """Apply and delete the plan's children (admitted by :meth:`_admit`): whether one of
+        them changed while it was written (see :meth:`_apply_all`)."""
+        missed = False
+        for wave in _waves(plan.applies):
+            missed |= await self._apply_all(wave)
         if plan.applies and engine_class is not None:
             self._admitted[uid(engine_class) or ""] = generation(engine_class)
         for delete in plan.deletes:
@@ -332,6 +356,34 @@ class CrewletControllers:
                 await self.client.delete(
                     delete.resource, delete.name, delete.namespace, uid=delete.uid
                 )
+        return missed
+
+    async def _apply_all(self, applies: list[Apply], dry_run: bool = False) -> bool:
+        """Apply each at once: a company's children are independent of one another, and one
+        at a time a burst is bound by the round trips, not by the API server. Whether a change
+        to one of them came while it was written (the company needs another reconcile).
+
+        Raises:
+            APIError: the first refusal, once every apply has been answered.
+        """
+        if not dry_run:
+            for apply in applies:
+                self.child_echoes.writing(apply.object)
+        answers = await asyncio.gather(
+            *(self.client.apply(a.resource, a.object, dry_run=dry_run) for a in applies),
+            return_exceptions=True,
+        )
+        missed = False
+        if not dry_run:
+            for apply, answer in zip(applies, answers, strict=True):
+                if isinstance(answer, BaseException):
+                    missed |= self.child_echoes.abandoned(apply.object)
+                else:
+                    missed |= self.child_echoes.wrote(answer)
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+        return missed
 
     async def _write_status(self, resource: Resource, meta: Object, status: Object) -> None:
         """Apply an object's status (the client falls back to a merge patch where apply cannot

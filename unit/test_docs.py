@@ -35,6 +35,7 @@ PAGES: dict[str, str] = {
     "docs/hosting-many-tenants.md": "Hosting many tenants on the operator",
     "docs/library.md": "Writing your own controller with crewlet_operator",
     "docs/metrics.md": "Metrics",
+    "docs/scaling.md": "Scaling the operator",
     "RELEASING.md": "Releasing",
 }
 # How the install page refers to each page it names.

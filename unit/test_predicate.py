@@ -354,3 +354,73 @@ def test_own_writes_forgets_deleted_objects_and_the_oldest_beyond_its_limit() ->
         echoes.wrote(child("1", uid=f"u-{n}"))
     assert echoes.create(child("1", uid="u-0"))  # forgotten: the oldest of three
     assert not echoes.create(child("1", uid="u-2"))
+
+
+def written(resource_version: str, name: str = "acme-data", uid: str = "u-1") -> dict[str, Any]:
+    """A StatefulSet in namespace ``acme`` as an apply returns it."""
+    meta = {"name": name, "namespace": "acme", "uid": uid, "resourceVersion": resource_version}
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta}
+
+
+def test_own_writes_reads_the_controllers_writes_until_the_cache_holds_them() -> None:
+    echoes = OwnWrites()
+    echoes.wrote(written("7"))
+    assert echoes.newest("StatefulSet", [], "acme") == [written("7")]  # not cached yet
+    assert echoes.newest("StatefulSet", [], "other") == []
+    assert echoes.newest("Service", [], "acme") == []
+    older, other = written("5"), written("3", name="acme-seats", uid="u-2")
+    assert echoes.newest("StatefulSet", [older, other], "acme") == [written("7"), other]
+    assert echoes.newest("StatefulSet", [written("8")], "acme") == [written("8")]
+    assert echoes.newest("StatefulSet", [], "acme") == []  # forgotten: the cache went past it
+
+
+def test_own_writes_forgets_a_write_once_its_echo_or_a_delete_passed() -> None:
+    echoes = OwnWrites()
+    echoes.wrote(written("7"))
+    assert echoes.update(written("5"), written("6"))  # an older change, still before ours
+    assert echoes.newest("StatefulSet", [], "acme") == [written("7")]
+    assert not echoes.update(written("6"), written("7"))  # the echo
+    assert echoes.newest("StatefulSet", [], "acme") == []
+    echoes.wrote(written("9"))
+    assert echoes.delete(written("9"))
+    assert echoes.newest("StatefulSet", [], "acme") == []
+
+
+def test_own_writes_keeps_the_newest_object_of_a_name_and_believes_the_cache_otherwise() -> None:
+    echoes = OwnWrites()
+    echoes.wrote(written("7"))
+    echoes.wrote(written("9", uid="u-3"))  # deleted and created again
+    assert echoes.newest("StatefulSet", [], "acme") == [written("9", uid="u-3")]
+    assert echoes.delete(written("7"))  # the old object's delete leaves the new one
+    assert echoes.newest("StatefulSet", [], "acme") == [written("9", uid="u-3")]
+    echoes.wrote(written("opaque", name="acme-seats", uid="u-4"))
+    cached = written("2", name="acme-seats", uid="u-4")
+    assert echoes.newest("StatefulSet", [cached], "acme") == [cached, written("9", uid="u-3")]
+
+
+def test_own_writes_holds_events_of_an_object_being_written_until_its_answer() -> None:
+    echoes = OwnWrites()
+    echoes.writing(written("?"))
+    assert not echoes.create(written("7"))  # the echo beat the answer: held
+    assert echoes.wrote(written("7")) is False  # and it was the echo: nothing to do
+    assert echoes.newest("StatefulSet", [], "acme") == []  # the cache holds it already
+    assert echoes.update(written("7"), written("8"))  # later changes pass again
+    echoes.writing(written("?"))
+    assert not echoes.update(written("8"), written("9"))  # held...
+    assert echoes.wrote(written("10")) is False  # ...and applied over by the write
+    assert echoes.newest("StatefulSet", [], "acme") == [written("10")]
+    assert not echoes.update(written("9"), written("10"))  # the write's echo, after it
+
+
+def test_own_writes_asks_for_another_look_when_a_held_change_came_after_the_write() -> None:
+    echoes = OwnWrites()
+    echoes.writing(written("?"))
+    assert not echoes.update(written("7"), written("8"))
+    assert not echoes.update(written("8"), written("9"))  # someone changed it after the write
+    assert echoes.wrote(written("8")) is True
+    echoes.writing(written("?"))
+    assert echoes.abandoned(written("?")) is False  # failed, and nothing came meanwhile
+    echoes.writing(written("?"))
+    assert not echoes.update(written("9"), written("11"))
+    assert echoes.abandoned(written("?")) is True
+    assert echoes.update(written("11"), written("12"))  # no longer held
