@@ -44,11 +44,15 @@ kopf virtualenv, from the network the first time) and adds minutes to the run.""
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("figures", nargs="*", metavar="FIGURE", help=", ".join(FIGURES))
+    parser.add_argument(
+        "figures", nargs="*", metavar="FIGURE", help=", ".join(FIGURES) + "; all: every one"
+    )
     parser.add_argument(
         "--profile", action="store_true", help="run every operator process under cProfile"
     )
     args = parser.parse_args(argv)
+    if "all" in args.figures:
+        args.figures = list(FIGURES)
     unknown = sorted(set(args.figures) - set(FIGURES))
     if unknown:
         parser.error(f"unknown figure {', '.join(unknown)}; choose from {', '.join(FIGURES)}")

@@ -126,7 +126,8 @@ class CrewletControllers:
         """Company key to the verdict written ahead of its children, until they are applied:
         the status echo may not have reached the cache when the children's turn comes."""
         self._admitted: dict[str, int | None] = {}
-        """EngineClass uid to the generation a company of it was last written whole with."""
+        """EngineClass uid to the generation whose children the API server last admitted (a
+        company of it written whole, or its dry run passed)."""
         self._counted: dict[str, float] = {}
         """EngineClass name to when its status was last written (monotonic seconds)."""
         # Companies and children are held by the thousand and read a few at a time: compact,
@@ -265,7 +266,8 @@ class CrewletControllers:
         A child the API server refuses (a class field only it can judge, such as a toleration
         or a storage class name) refuses the company with ``InvalidClass`` and its message,
         and leaves nothing half-written: until one company of a class's generation has been
-        written whole, its children are first applied as a dry run, before any verdict. The
+        admitted (by a dry run or by being written), its children are first applied as a dry
+        run, before any verdict. The
         company is tried again after a growing backoff: some refusals pass by themselves (a
         Service's "failed to allocate IP" while etcd is away is a 422 too), and no event would
         announce it.
@@ -330,8 +332,10 @@ class CrewletControllers:
         )
 
     async def _admit(self, plan: Plan, engine_class: Object | None) -> None:
-        """Dry-run the plan's applies unless a company of the class's generation has already
-        been written whole.
+        """Dry-run the plan's applies unless the API server has already admitted the children
+        of a company of the class's generation. Once is enough: what it can refuse comes from
+        the class, and the verdicts of a burst come before any company's children are written
+        (else each would be dry-run: 13 requests more a company).
 
         Raises:
             InvalidError: the API server refused a child; nothing was written.
@@ -342,6 +346,8 @@ class CrewletControllers:
         if plan.applies and not admitted:
             for wave in _waves(plan.applies):
                 await self._apply_all(wave, dry_run=True)
+            if engine_class is not None:
+                self._admitted[uid(engine_class) or ""] = generation(engine_class)
 
     async def _write_children(self, plan: Plan, engine_class: Object | None) -> bool:
         """Apply and delete the plan's children (admitted by :meth:`_admit`): whether one of
