@@ -137,7 +137,7 @@ async def _world(session: Session) -> dict[str, object]:
     api, plane = session.cluster.api, session.cluster.plane
     objects = 0.0
     for line in plane.admin_request("GET", "/metrics", raw=True).splitlines():
-        if line.startswith("apiserver_storage_objects{"):
+        if line.startswith("apiserver_resource_objects{"):  # 1.37's name (was _storage_)
             objects += float(line.rsplit(" ", 1)[1])
     started, count, revision = time.monotonic(), 0, ""
     async for page in api.list_pages(STATEFUL_SET, page_size=100):
