@@ -218,8 +218,8 @@ class OwnWrites(_UpdateFilter):
     def wrote(self, obj: KubeObject) -> bool:
         """The controller wrote ``obj`` (as the API server returned it): whether an event held
         since :meth:`writing` came after the write (then reconcile again)."""
-        written_uid, version = uid(obj), resource_version(obj)
-        held = self._writing.pop(_written_key(obj), None)
+        written_uid, version, where = uid(obj), resource_version(obj), _written_key(obj)
+        held = self._writing.pop(where, None)
         if not (written_uid and version):
             return bool(held)
         if held and not _before(held, version):  # the cache holds the write, or newer
@@ -230,7 +230,6 @@ class OwnWrites(_UpdateFilter):
         self._written[written_uid] = version
         if len(self._written) > self.remember:
             del self._written[next(iter(self._written))]
-        where = _written_key(obj)
         self._forget(written_uid)
         replaced = self._objects.get(where[:2], {}).get(where[2])
         if replaced is not None:  # the same name, recreated: another uid

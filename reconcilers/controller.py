@@ -282,7 +282,7 @@ class CrewletControllers:
         retry: Result | None = None
         try:
             await self._admit(plan, engine_class)
-            if not first and await self._write_children(plan, engine_class):
+            if not first and await self._write_children(plan):
                 # A child changed while it was written: look again, as its event would have.
                 self.company_controller.queue.add(Request(namespace(company), name(company)))
         except InvalidError as refused:
@@ -349,14 +349,12 @@ class CrewletControllers:
             if engine_class is not None:
                 self._admitted[uid(engine_class) or ""] = generation(engine_class)
 
-    async def _write_children(self, plan: Plan, engine_class: Object | None) -> bool:
+    async def _write_children(self, plan: Plan) -> bool:
         """Apply and delete the plan's children (admitted by :meth:`_admit`): whether one of
         them changed while it was written (see :meth:`_apply_all`)."""
         missed = False
         for wave in _waves(plan.applies):
             missed |= await self._apply_all(wave)
-        if plan.applies and engine_class is not None:
-            self._admitted[uid(engine_class) or ""] = generation(engine_class)
         for delete in plan.deletes:
             with contextlib.suppress(NotFoundError):
                 await self.client.delete(

@@ -177,7 +177,7 @@ class Informer:
 
     async def _relist(self) -> None:
         opts = self.options
-        seen = set()
+        seen: set[str] = set()
         version = ""
         # Page by page: only one page of whole objects is ever held, however many are cached.
         async for page in self.client.list_pages(
@@ -189,15 +189,7 @@ class Informer:
         ):
             version = page.resource_version
             for listed in page.items:
-                obj = self._transform(listed)
-                seen.add(object_key(obj))
-                old = self.store.put(obj)
-                if old is None:
-                    # The first list is the initial one; a relist's new objects were created
-                    # while the watch was down.
-                    self._emit_add(obj, initial=not self.has_synced)
-                elif resource_version(old) != resource_version(obj):
-                    self._emit_update(old, obj)
+                self._listed_one(listed, seen)
             page.items.clear()
         self._listed(seen, version)
 
@@ -230,13 +222,19 @@ class Informer:
                     listing = False
                     self._listed(seen, resource_version(event.object) or "")
                 continue
-            obj = self._transform(event.object)
-            seen.add(object_key(obj))
-            old = self.store.put(obj)
-            if old is None:
-                self._emit_add(obj, initial=not self.has_synced)
-            elif resource_version(old) != resource_version(obj):
-                self._emit_update(old, obj)
+            self._listed_one(event.object, seen)
+
+    def _listed_one(self, listed: KubeObject, seen: set[str]) -> None:
+        """One object of a list (paged or streamed): stored, noted as seen, and told."""
+        obj = self._transform(listed)
+        seen.add(object_key(obj))
+        old = self.store.put(obj)
+        if old is None:
+            # The first list is the initial one; a relist's new objects were created while the
+            # watch was down.
+            self._emit_add(obj, initial=not self.has_synced)
+        elif resource_version(old) != resource_version(obj):
+            self._emit_update(old, obj)
 
     def _listed(self, seen: set[str], version: str) -> None:
         """A list has ended: drop what it did not name, and say the informer has synced."""
