@@ -99,21 +99,27 @@ def keep_owned_fields_of(manager: str) -> Callable[[KubeObject], KubeObject]:
 @dataclass(frozen=True)
 class _Plan:
     """A fieldsV1 tree compiled for pruning: the fields of a map, the items of a list (by their
-    keys, or whole set items), each with the plan below it, or None where it is owned whole."""
+    keys, or whole set items), each with the plan below it, or None where it is owned whole.
+
+    ``keyed`` groups a list's items by the names of their key fields (one group in practice:
+    ``name``, or ``containerPort`` and ``protocol``) and maps each group's key values to the
+    item's plan, so that an item is found by one lookup rather than compared with every key.
+    """
 
     fields: tuple[tuple[str, _Plan | None], ...]
-    keyed: tuple[tuple[Mapping[str, Any], _Plan | None], ...]
+    keyed: tuple[tuple[tuple[str, ...], dict[Any, _Plan | None]], ...]
     set_items: tuple[Any, ...]
 
 
 def _plan(owned: Mapping[str, Any]) -> _Plan:
-    """``owned`` compiled: the objects of a kind a controller applies have the same trees, so
+    """``owned`` compiled, but for ``metadata``, which the transform keeps by name (see
+    :data:`_IDENTITY`): the objects of a kind a controller applies have the same trees, so
     each top-level field's plan is made once per distinct tree (keyed by its JSON) and each
     object walks it with no string parsing. A cache's sync prunes tens of thousands of objects.
 
     Per top-level field, not per object: ``metadata.ownerReferences`` is keyed by the owner's
-    uid, which makes each owner's children's whole trees unique (a cache of them missed 85% of
-    the time in a burst), while their ``spec`` or ``data`` trees are shared.
+    uid, which makes each owner's children's whole trees unique, while their ``spec`` or
+    ``data`` trees are shared.
     """
     return _Plan(
         fields=tuple(
@@ -121,7 +127,7 @@ def _plan(owned: Mapping[str, Any]) -> _Plan:
             if _has_children(sub)
             else (k[2:], None)
             for k, sub in owned.items()
-            if k.startswith("f:")
+            if k.startswith("f:") and k != "f:metadata"
         ),
         keyed=(),
         set_items=(),
@@ -137,11 +143,31 @@ def _compile(owned: Mapping[str, Any]) -> _Plan:
     def below(sub: Mapping[str, Any]) -> _Plan | None:
         return _compile(sub) if _has_children(sub) else None
 
+    groups: dict[tuple[str, ...], dict[Any, _Plan | None]] = {}
+    for k, sub in owned.items():
+        if k.startswith("k:"):
+            wanted: dict[str, Any] = _parsed(k[2:])
+            names = tuple(sorted(wanted))
+            groups.setdefault(names, {})[_key_of(wanted, names)] = below(sub)
     return _Plan(
         fields=tuple((k[2:], below(sub)) for k, sub in owned.items() if k.startswith("f:")),
-        keyed=tuple((_parsed(k[2:]), below(sub)) for k, sub in owned.items() if k.startswith("k:")),
+        keyed=tuple(groups.items()),
         set_items=tuple(_parsed(k[2:]) for k in owned if k.startswith("v:")),
     )
+
+
+def _key_of(item: Mapping[str, Any], names: tuple[str, ...]) -> Any:
+    """The values of an item's key fields, hashable (a key field is a scalar; anything else,
+    which no schema makes a key, is compared by its JSON)."""
+    values = tuple(item.get(n) for n in names)
+    try:
+        hash(values)
+    except TypeError:
+        return orjson.dumps(values, option=orjson.OPT_SORT_KEYS)
+    return values
+
+
+_MISSING = object()
 
 
 def _prune(value: Any, plan: _Plan) -> Any:
@@ -149,22 +175,25 @@ def _prune(value: Any, plan: _Plan) -> Any:
     if isinstance(value, dict):
         kept: dict[str, Any] = {}
         for name, sub in plan.fields:
-            if name in value:
-                child = value[name]
+            child = value.get(name, _MISSING)
+            if child is not _MISSING:
                 kept[name] = child if sub is None else _prune(child, sub)
         return kept
     if isinstance(value, list):
         items: list[Any] = []
         for item in value:  # in the object's order, which a comparison of lists relies on
-            if item in plan.set_items:
+            if isinstance(item, dict):
+                for names, by_key in plan.keyed:
+                    key = _key_of(item, names)
+                    if key in by_key:
+                        sub = by_key[key]
+                        items.append(item if sub is None else _prune(item, sub))
+                        break
+                else:
+                    if item in plan.set_items:
+                        items.append(item)
+            elif item in plan.set_items:
                 items.append(item)
-                continue
-            if not isinstance(item, dict):
-                continue
-            for wanted, sub in plan.keyed:
-                if all(item.get(k) == v for k, v in wanted.items()):
-                    items.append(item if sub is None else _prune(item, sub))
-                    break
         return items
     return value
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -93,6 +94,12 @@ class ManagerOptions:
     A cold standby runs nothing before it leads, so it cannot run controllers with
     ``need_leader_election=False`` (:meth:`Manager.run` refuses them). Without leader election
     this has no effect."""
+    freeze_gc_after_sync: bool = True
+    """Once the caches have synced, collect garbage once and move every object then alive out
+    of the cyclic garbage collector's sight (:func:`gc.freeze`): the caches and indexes live as
+    long as the process, and every full collection after would walk them again (a start over
+    3,000 Companies spent 1.2 s of 17 in full collections). False for a process whose objects
+    at that moment are not meant to last."""
 
 
 class Manager:
@@ -134,6 +141,7 @@ class Manager:
         self._cold_campaigning = False
         self._started_runnables: list[Runnable] = []
         self._holding: asyncio.Task[None] | None = None
+        self._froze_gc = False
         self.health.add_readyz_check("informers-synced", self.ready_to_lead)
         self.health.add_healthz_check("informers-watching", lambda: not self.cache.stale())
 
@@ -238,7 +246,14 @@ class Manager:
         for runnable in self.runnables:
             await runnable.start()
             self._started_runnables.append(runnable)
-        return await self._until_stopped(self.cache.wait_for_sync(self.options.cache_sync_timeout))
+        synced = await self._until_stopped(
+            self.cache.wait_for_sync(self.options.cache_sync_timeout)
+        )
+        if synced and self.options.freeze_gc_after_sync and not self._froze_gc:
+            gc.collect()
+            gc.freeze()
+            self._froze_gc = True
+        return synced
 
     async def _hold(self, elector: LeaderElector) -> None:
         """Renew the lease; when it is lost, stop everything at once (fencing)."""
@@ -284,4 +299,7 @@ class Manager:
         await self.cache.stop()
         await self.metrics.stop()
         await self.health.stop()
+        if self._froze_gc:  # what the stopped manager held may be collected again
+            gc.unfreeze()
+            self._froze_gc = False
         log.info("manager stopped", leadership_lost=lost)

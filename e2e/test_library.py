@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 import subprocess
 import sys
@@ -230,6 +231,24 @@ async def test_the_metrics_endpoint_counts_the_cached_objects_by_kind(
     # A stopped cache reports nothing.
     sample = {"kind": "ConfigMap"}
     assert metrics.REGISTRY.get_sample_value("crewlet_operator_cache_objects", sample) is None
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+async def test_a_synced_cache_is_kept_out_of_the_collectors_sight_until_the_stop(
+    kube_client: Client, namespace: str, freeze: bool
+) -> None:
+    manager = Manager(kube_client, manager_options(freeze_gc_after_sync=freeze))
+
+    async def reconcile(request: Request) -> None: ...
+
+    manager.controller(f"frozen-{namespace}-{freeze}").for_(
+        CONFIG_MAP, options=InformerOptions(namespace=namespace)
+    ).complete(reconcile)
+    assert gc.get_freeze_count() == 0
+    async with running(manager):
+        await eventually(manager.started.is_set, message="controllers started")
+        assert (gc.get_freeze_count() > 0) is freeze
+    assert gc.get_freeze_count() == 0  # given back to the collector with the manager
 
 
 # -- faults, on a control plane of their own ------------------------------------------------

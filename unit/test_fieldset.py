@@ -301,3 +301,65 @@ def test_a_converged_trimmed_object_takes_the_fast_path() -> None:
     fewer = {**as_applied, "spec": {k: v for k, v in as_applied["spec"].items() if k != "replicas"}}
     assert apply_would_change(fewer, trimmed, "me")
     assert _slow(fewer, trimmed, "me")
+
+
+def test_list_items_are_found_by_whichever_keys_the_manager_owns_them_by() -> None:
+    """Containers by name, their ports by port and protocol, a set of strings by value: each
+    item the manager owns is kept, in the object's order, and no other."""
+    pod_spec = {
+        "containers": [
+            {
+                "name": "engine",
+                "image": "e:1",
+                "imagePullPolicy": "IfNotPresent",  # a default, owned by nobody
+                "ports": [
+                    {"containerPort": 80, "protocol": "UDP", "name": "theirs"},
+                    {"containerPort": 80, "protocol": "TCP", "name": "http"},
+                ],
+            },
+            {"name": "theirs", "image": "t:1"},
+        ],
+        "finalizers": ["x", "mine"],
+    }
+    owned = {
+        "f:spec": {
+            "f:containers": {
+                'k:{"name":"engine"}': {
+                    ".": {},
+                    "f:name": {},
+                    "f:image": {},
+                    "f:ports": {
+                        'k:{"containerPort":80,"protocol":"TCP"}': {
+                            ".": {},
+                            "f:containerPort": {},
+                            "f:protocol": {},
+                            "f:name": {},
+                        }
+                    },
+                }
+            },
+            "f:finalizers": {'v:"mine"': {}},
+        }
+    }
+    obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "p",
+            "managedFields": [
+                {"manager": "me", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": owned}
+            ],
+        },
+        "spec": pod_spec,
+    }
+    kept = keep_owned_fields_of("me")(obj)
+    assert kept["spec"] == {
+        "containers": [
+            {
+                "name": "engine",
+                "image": "e:1",
+                "ports": [{"containerPort": 80, "protocol": "TCP", "name": "http"}],
+            }
+        ],
+        "finalizers": ["mine"],
+    }

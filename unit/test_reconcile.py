@@ -975,6 +975,17 @@ def test_an_unparseable_class_references_no_secret() -> None:
     assert referenced_secrets({"spec": {"engine": {"image": "Ghcr.io//X"}}}) == set()
 
 
+def test_a_class_s_references_are_read_again_when_its_resource_version_changes() -> None:
+    engine_class = make_class(modelKeys=[{"name": "K", "secretRef": ref("keys", "k")}])
+    engine_class["metadata"].update(uid="u-refs", resourceVersion="1")
+    first = referenced_secrets(engine_class)
+    assert first == {("platform", "keys")}
+    engine_class["spec"]["modelKeys"] = []  # what an update would bring ...
+    assert referenced_secrets(engine_class) == first  # ... is only read with its version
+    engine_class["metadata"]["resourceVersion"] = "2"
+    assert referenced_secrets(engine_class) == frozenset()
+
+
 def test_secret_not_found_leaves_a_running_company_untouched() -> None:
     case = CASES["s3-static-gateway"]
     world = converge(case.company, case.engine_class, True)

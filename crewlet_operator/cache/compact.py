@@ -1,24 +1,27 @@
-"""Objects kept compressed in a cache: a tenth of their memory, for a fraction of a millisecond
-per read.
+"""Objects kept compressed in a cache: a tenth of their memory, for a few microseconds per read.
 
 A decoded Kubernetes object costs about five times its JSON in Python dicts and strings, and
 objects of one kind differ little from each other. :class:`CompactCodec` keeps each object as
-its JSON compressed with zlib, primed with a dictionary: the JSON of the first object the store
+its JSON compressed with zstd, primed with a dictionary: the JSON of the first object the store
 held, so what every object of the kind shares costs almost nothing (a StatefulSet of 44 KiB as
 dicts becomes about 600 bytes).
+
+zstd rather than zlib: the dictionary is digested once per store, where zlib primes it again for
+every object. Measured on the bench's own children (13 a company): 25-30 against 116 us to pack
+an object, 11 against 23 us to unpack one, and 2.5 against 2.6 KiB a company. A start packs
+every object the API server sends and a first pass unpacks every one again.
 """
 
 from __future__ import annotations
 
-import zlib
-
 import orjson
+import zstandard
 
 from crewlet_operator.objects import KubeObject
 
-_LEVEL = 6
-"""zlib's default level: on the objects a company's children are cached as, a quarter smaller
-than level 1 (2.9 against 3.8 KiB a company, measured) for ~0.15 ms more a company."""
+_LEVEL = 3
+"""zstd's default level: level 1 is 15% quicker to pack and 10% larger; level 6 is 5% smaller
+and half as quick again (measured on the same children)."""
 
 
 class CompactCodec:
@@ -26,19 +29,27 @@ class CompactCodec:
     dictionary it learns from its first object is needed to read everything packed after)."""
 
     def __init__(self) -> None:
-        self._dictionary: bytes | None = None
+        self._packer: zstandard.ZstdCompressor | None = None
+        self._unpacker: zstandard.ZstdDecompressor | None = None
 
     def pack(self, obj: KubeObject) -> bytes:
         """``obj`` as compressed JSON."""
         text = orjson.dumps(obj)
-        if self._dictionary is None:
-            self._dictionary = text
-        compressor = zlib.compressobj(_LEVEL, zdict=self._dictionary)
-        return compressor.compress(text) + compressor.flush()
+        if self._packer is None:
+            dictionary = zstandard.ZstdCompressionDict(
+                text, dict_type=zstandard.DICT_TYPE_RAWCONTENT
+            )
+            dictionary.precompute_compress(level=_LEVEL)
+            # No checksum or dictionary id: a pack never leaves the process that made it.
+            self._packer = zstandard.ZstdCompressor(
+                level=_LEVEL, dict_data=dictionary, write_checksum=False, write_dict_id=False
+            )
+            self._unpacker = zstandard.ZstdDecompressor(dict_data=dictionary)
+        packed: bytes = self._packer.compress(text)
+        return packed
 
     def unpack(self, packed: bytes) -> KubeObject:
         """A fresh copy of the object :meth:`pack` was given."""
-        assert self._dictionary is not None, "unpack before any pack"
-        decompressor = zlib.decompressobj(zdict=self._dictionary)
-        obj: KubeObject = orjson.loads(decompressor.decompress(packed) + decompressor.flush())
+        assert self._unpacker is not None, "unpack before any pack"
+        obj: KubeObject = orjson.loads(self._unpacker.decompress(packed))
         return obj
