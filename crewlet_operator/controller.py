@@ -76,10 +76,14 @@ class Controller:
         mapper: MapFunc,
         predicates: Sequence[Predicate] = (),
         options: InformerOptions | None = None,
+        *,
+        initial: bool = True,
     ) -> None:
-        """Enqueue ``mapper(obj)`` for each event on ``resource`` that passes ``predicates``."""
+        """Enqueue ``mapper(obj)`` for each event on ``resource`` that passes ``predicates``
+        (and for the objects of the initial list unless ``initial`` is false: see
+        :class:`~crewlet_operator.handler.EnqueueHandler`)."""
         informer = self.cache.informer(resource, options)
-        informer.add_handler(EnqueueHandler(self.queue, mapper, predicates))
+        informer.add_handler(EnqueueHandler(self.queue, mapper, predicates, initial=initial))
 
     async def start(self, resync_before: float | None = None) -> None:
         """Start the workers (the cache must be running: they read from it).
@@ -251,7 +255,8 @@ class Builder:
         predicates: Sequence[Predicate] = (),
         options: InformerOptions | None = None,
     ) -> Builder:
-        """A child kind: its events reconcile its controlling owner of the primary kind."""
+        """A child kind: its events reconcile its controlling owner of the primary kind (not
+        its initial list's: the primary's initial list already requests every owner)."""
         self._owns.append((resource, predicates, options))
         return self
 
@@ -296,7 +301,8 @@ class Builder:
         controller.watch(primary, request_for_object, predicates, options)
         for resource, child_predicates, child_options in self._owns:
             mapper = requests_for_owner(primary.group, primary.kind, primary.namespaced)
-            controller.watch(resource, mapper, child_predicates, child_options)
+            # The primary's initial list requests every owner already.
+            controller.watch(resource, mapper, child_predicates, child_options, initial=False)
         for resource, mapper, watch_predicates, watch_options in self._watches:
             controller.watch(resource, mapper, watch_predicates, watch_options)
         self._manager.add_controller(controller)

@@ -41,6 +41,11 @@ class EnqueueHandler:
     for them: a start-up's or a new leader's pass over everything), every other event at
     ``NORMAL_PRIORITY`` (a create, a change, a delete: somebody just asked for something), as
     controller-runtime's priority queue does.
+
+    ``initial=False`` leaves the initial list's objects out: for an owned kind, whose owners
+    the primary kind's own initial list already requests (an owner that is not listed there
+    does not exist, and its reconcile would find nothing). A start over 10,000 owners with 13
+    children each then maps 10,000 objects to requests instead of 140,000.
     """
 
     def __init__(
@@ -48,10 +53,13 @@ class EnqueueHandler:
         queue: RateLimitingQueue[Request],
         mapper: MapFunc,
         predicates: Sequence[Predicate] = (),
+        *,
+        initial: bool = True,
     ) -> None:
         self.queue = queue
         self.mapper = mapper
         self.predicates = tuple(predicates)
+        self.initial = initial
 
     def _enqueue(self, obj: KubeObject, priority: int = NORMAL_PRIORITY) -> None:
         for request in self.mapper(obj):
@@ -59,6 +67,8 @@ class EnqueueHandler:
 
     def on_add(self, obj: KubeObject, initial: bool = False) -> None:
         """Enqueue for a created object, or one of the initial list (at low priority)."""
+        if initial and not self.initial:
+            return
         if all(p.create(obj) for p in self.predicates):
             self._enqueue(obj, LOW_PRIORITY if initial else NORMAL_PRIORITY)
 

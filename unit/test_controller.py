@@ -162,6 +162,22 @@ def test_an_initial_list_is_queued_low_and_events_normal() -> None:
     assert queue.priority_of(Request("ns", "changed")) == NORMAL_PRIORITY
 
 
+def test_an_owned_kinds_initial_list_is_left_to_the_primarys() -> None:
+    """initial=False (what Builder.owns uses): a child of the initial list requests nothing, a
+    child created or changed later requests its owner as before."""
+    queue: RateLimitingQueue[Request] = RateLimitingQueue("unit-handler-owned-initial")
+    handler = EnqueueHandler(
+        queue, lambda child: [Request("ns", child["metadata"]["labels"]["owner"])], initial=False
+    )
+    handler.on_add(
+        {"metadata": {"name": "a", "namespace": "ns", "labels": {"owner": "listed"}}}, initial=True
+    )
+    assert len(queue) == 0
+    handler.on_add({"metadata": {"name": "b", "namespace": "ns", "labels": {"owner": "created"}}})
+    assert queue.priority_of(Request("ns", "created")) == NORMAL_PRIORITY
+    assert len(queue) == 1
+
+
 async def test_the_first_pass_is_every_request_waiting_at_start() -> None:
     """Measured from start() until each request waiting then has been reconciled once; what
     arrives meanwhile is not part of it."""
