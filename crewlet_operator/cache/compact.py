@@ -47,7 +47,7 @@ class CompactCodec:
             self._unpacker = zstandard.ZstdDecompressor(dict_data=dictionary)
         # Copied to a bytes of its own size: zstd answers in a buffer of the worst case (about
         # the JSON's size), whose unused tail the allocator cannot give back while the pack
-        # lives (10,000 companies' children held 466 MiB instead of ~140).
+        # lives (the operator's RSS over 10,000 companies was 466 MiB, 199 MiB with the copy).
         return bytes(memoryview(self._packer.compress(text)))
 
     def unpack(self, packed: bytes) -> KubeObject:
