@@ -33,11 +33,19 @@ log = structlog.get_logger("crewlet_operator.controller")
 
 
 class Controller:
-    """Runs ``max_concurrent_reconciles`` workers over one deduplicating queue.
+    """Runs ``max_concurrent_reconciles`` workers over one deduplicating queue, and
+    ``reserved_workers`` more that take only the requests somebody is waiting for.
 
     The queue guarantees that no two workers reconcile the same request at once, and that a
     request added while it is being reconciled runs again afterwards. A reconcile that raises
     never kills its worker: the request is retried with backoff (see :mod:`.reconcile`).
+
+    Reserved workers take only requests queued at
+    :data:`~crewlet_operator.workqueue.NORMAL_PRIORITY` or higher (creates, changes, a
+    controller's own urgent requeues): a backlog at low priority (an initial list, work a
+    reconcile deferred) can hold every other worker for minutes, and the queue's order alone
+    only decides what a worker takes next, not when one is free. None by default, as in
+    controller-runtime.
     """
 
     def __init__(
@@ -47,14 +55,18 @@ class Controller:
         cache: Cache,
         *,
         max_concurrent_reconciles: int = 1,
+        reserved_workers: int = 0,
         rate_limiter: RateLimiter[Request] | None = None,
         need_leader_election: bool = True,
     ) -> None:
         if max_concurrent_reconciles < 1:
             raise ValueError("max_concurrent_reconciles must be at least 1")
+        if reserved_workers < 0:
+            raise ValueError("reserved_workers cannot be negative")
         self.name = name
         self.cache = cache
         self.max_concurrent_reconciles = max_concurrent_reconciles
+        self.reserved_workers = reserved_workers
         self.need_leader_election = need_leader_election
         self._reconcile = as_reconcile_func(reconciler)
         # Paused until the workers start: on a standby replica the informers fill the queue
@@ -68,7 +80,7 @@ class Controller:
         self._workers: list[asyncio.Task[None]] = []
         self._sampler: asyncio.Task[None] | None = None
         self._stopping = False
-        metrics.init_controller_metrics(name, max_concurrent_reconciles)
+        metrics.init_controller_metrics(name, max_concurrent_reconciles + reserved_workers)
 
     def watch(
         self,
@@ -106,6 +118,9 @@ class Controller:
         self._workers = [
             asyncio.create_task(self._worker(), name=f"{self.name} worker {i}")
             for i in range(self.max_concurrent_reconciles)
+        ] + [
+            asyncio.create_task(self._worker(urgent_only=True), name=f"{self.name} reserved {i}")
+            for i in range(self.reserved_workers)
         ]
         self._sampler = asyncio.create_task(
             self.queue.unfinished_work_loop(), name=f"{self.name} unfinished work"
@@ -134,10 +149,10 @@ class Controller:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    async def _worker(self) -> None:
+    async def _worker(self, urgent_only: bool = False) -> None:
         while not self._stopping:
             try:
-                request = await self.queue.get()
+                request = await self.queue.get(urgent_only=urgent_only)
             except QueueShutDown:
                 return
             if self._stopping:  # shut down while waiting: leave the rest to the next leader
@@ -221,7 +236,7 @@ class Builder:
             .for_(WIDGET) \\
             .owns(CONFIG_MAP) \\
             .watches(SECRET, lambda s: [Request("ns", "w")]) \\
-            .with_options(max_concurrent_reconciles=4) \\
+            .with_options(max_concurrent_reconciles=4, reserved_workers=2) \\
             .complete(reconcile)
     """
 
@@ -276,12 +291,15 @@ class Builder:
         self,
         *,
         max_concurrent_reconciles: int | None = None,
+        reserved_workers: int | None = None,
         rate_limiter: RateLimiter[Request] | None = None,
         need_leader_election: bool | None = None,
     ) -> Builder:
-        """Controller options (workers, rate limiter, whether it runs only on the leader)."""
+        """Controller options (workers, workers reserved for requests somebody waits for, rate
+        limiter, whether it runs only on the leader): see :class:`Controller`."""
         given = {
             "max_concurrent_reconciles": max_concurrent_reconciles,
+            "reserved_workers": reserved_workers,
             "rate_limiter": rate_limiter,
             "need_leader_election": need_leader_election,
         }

@@ -14,7 +14,14 @@ served count as one more priority point, so no key starves under any arrival pat
 held by property tests: a key of priority ``p`` that became ready at ``t`` is handed out before
 any key of priority at most ``P`` that becomes ready after ``t + (P - p) * aging_interval`` (with
 the defaults, an initial-list key waits at most 25 s of service behind later normal work, then
-only for the keys already waiting, at most one per distinct key). A typical worker::
+only for the keys already waiting, at most one per distinct key).
+
+A getter may ask for **urgent** work only (``get(urgent_only=True)``): keys added at
+``urgent_priority`` (:data:`NORMAL_PRIORITY` by default) or higher, in the same order among
+themselves. A controller's reserved workers get this way, so somebody's create never waits for a
+worker behind a backlog of low-priority work that holds every other one. A key's own priority
+decides, not its aged one: a backlog that has waited long is served first by the other workers,
+never by the reserved ones. A typical worker::
 
     queue: RateLimitingQueue[str] = RateLimitingQueue("crewlets")
 
@@ -98,6 +105,7 @@ class RateLimitingQueue(Generic[K]):
         point; see the module's docstring for the bound it gives.
     :param paused: Start with aging paused (:meth:`pause`): a controller's queue fills on a
         standby replica long before anything is served.
+    :param urgent_priority: The lowest priority :meth:`get` with ``urgent_only`` hands out.
     """
 
     # How the collections keep client-go's guarantees. Every method below preserves:
@@ -122,6 +130,11 @@ class RateLimitingQueue(Generic[K]):
     #     times are on the service clock, which stands still while the queue is paused, so a
     #     key's advantage for having waited grows only while the queue is served: ordering by
     #     that fixed key is ordering by priority raised by waiting time, without re-sorting.
+    # (7) Urgent lane: every live entry of priority >= ``urgent_priority`` is also in the
+    #     ``_urgent`` heap, with the same key and sequence number (so an entry is live in one
+    #     heap iff it is live in the other); ``get(urgent_only=True)`` pops the smallest live
+    #     entry there. Each heap drops its stale entries when they reach its top, and is rebuilt
+    #     when over half of it is stale.
     #
     # Delayed items (``_waiting``/``_heap``) are outside these sets: an item may wait for a
     # timer while also queued or processing; when the timer fires it simply goes through
@@ -137,6 +150,7 @@ class RateLimitingQueue(Generic[K]):
         *,
         aging_interval: float = AGING_INTERVAL,
         paused: bool = False,
+        urgent_priority: int = NORMAL_PRIORITY,
     ) -> None:
         if aging_interval <= 0:
             raise ValueError("aging_interval must be positive")
@@ -152,10 +166,13 @@ class RateLimitingQueue(Generic[K]):
         self._added: dict[K, float] = {}  # dirty item -> when (clock) its record was made
         self._queued: dict[K, int] = {}  # item -> sequence number of its live _ready entry
         self._ready: list[tuple[float, float, int, K]] = []  # (key, ready, seq, item) heap
+        self._urgent: list[tuple[float, float, int, K]] = []  # the same, urgent entries only
+        self._urgent_priority = urgent_priority
         self._processing: dict[K, int] = {}  # item -> the priority it was handed out with
         self._shutting_down = False
         self._drain = False  # shut_down_with_drain() in effect (shut_down() cancels it)
         self._getters: deque[asyncio.Future[None]] = deque()
+        self._urgent_getters: deque[asyncio.Future[None]] = deque()  # get(urgent_only=True)
         self._drain_waiters: list[asyncio.Future[None]] = []
 
         # The service clock: the queue's own time, standing still while paused.
@@ -227,6 +244,8 @@ class RateLimitingQueue(Generic[K]):
             self._count(priority, +1)
             if item in self._queued:
                 self._push(item, priority, ready)
+                if held < self._urgent_priority <= priority:
+                    self._wake_one_getter(priority)  # it is urgent now
             return
         self._dirty[item] = (priority, self._service_now())
         self._added[item] = self._clock()
@@ -238,35 +257,38 @@ class RateLimitingQueue(Generic[K]):
             # Invariant (2): never queue an item a worker holds; done() will queue it.
             return
         self._push(item, priority, self._dirty[item][1])
-        self._wake_one_getter()
+        self._wake_one_getter(priority)
 
-    async def get(self) -> K:
+    async def get(self, *, urgent_only: bool = False) -> K:
         """Wait for an item and hand it to the caller, who must call :meth:`done` with it.
 
         The item handed out is the one with the highest priority, raised by how long it has
-        waited (see the module's docstring); among equals, the one ready first. After
-        shutdown, the items still queued are handed out; once there are none left this raises
-        :exc:`QueueShutDown` (client-go's ``shutdown == true``).
+        waited (see the module's docstring); among equals, the one ready first. With
+        ``urgent_only``, only items added at ``urgent_priority`` or higher are handed out, in
+        the same order. After shutdown, the items still queued (those ``urgent_only`` takes)
+        are handed out; once there are none left this raises :exc:`QueueShutDown`
+        (client-go's ``shutdown == true``).
 
         :raises QueueShutDown: The queue is shut down and empty.
         """
-        while not self._queued:
+        getters = self._urgent_getters if urgent_only else self._getters
+        while not (self._urgent_head() if urgent_only else self._queued):
             if self._shutting_down:
                 raise QueueShutDown(self.name)
             waiter = asyncio.get_running_loop().create_future()
-            self._getters.append(waiter)
+            getters.append(waiter)
             try:
                 await waiter
             except BaseException:
                 waiter.cancel()
                 with suppress(ValueError):
-                    self._getters.remove(waiter)
+                    getters.remove(waiter)
                 # If we were woken for an item but cancelled before taking it, pass the
                 # wake-up on so the item is not stranded while another getter sleeps.
-                if self._queued and not waiter.cancelled():
-                    self._wake_one_getter()
+                if not waiter.cancelled():
+                    self._pass_wake_up()
                 raise
-        item = self._pop()
+        item = self._pop(self._urgent if urgent_only else self._ready)
         priority, _ = self._dirty.pop(item)
         del self._added[item]
         self._processing[item] = priority
@@ -297,7 +319,7 @@ class RateLimitingQueue(Generic[K]):
         if again is not None:
             # Invariant (3): it was re-added while processing and is not queued yet (2).
             self._push(item, *again)
-            self._wake_one_getter()
+            self._wake_one_getter(again[0])
         if not self._processing:
             self._wake_drain_waiters()
 
@@ -352,15 +374,36 @@ class RateLimitingQueue(Generic[K]):
     def _push(self, item: K, priority: int, ready: float) -> None:
         seq = next(self._seq)
         self._queued[item] = seq
-        heapq.heappush(self._ready, (ready - priority * self._aging, ready, seq, item))
-        if len(self._ready) > _COMPACT_MIN_HEAP and len(self._ready) > 2 * len(self._queued):
-            self._ready = [e for e in self._ready if self._queued.get(e[3]) == e[2]]
-            heapq.heapify(self._ready)
+        entry = (ready - priority * self._aging, ready, seq, item)
+        heapq.heappush(self._ready, entry)
+        self._ready = self._compacted(self._ready)
+        if priority >= self._urgent_priority:  # invariant (7)
+            heapq.heappush(self._urgent, entry)
+        self._urgent = self._compacted(self._urgent)
 
-    def _pop(self) -> K:
-        """Take the live entry with the smallest key off the heap (invariant 6)."""
+    def _compacted(
+        self, heap: list[tuple[float, float, int, K]]
+    ) -> list[tuple[float, float, int, K]]:
+        """``heap`` without its stale entries once they are over half of it (live ones never
+        outnumber the queued items)."""
+        if len(heap) <= _COMPACT_MIN_HEAP or len(heap) <= 2 * len(self._queued):
+            return heap
+        live = [e for e in heap if self._queued.get(e[3]) == e[2]]
+        heapq.heapify(live)
+        return live
+
+    def _urgent_head(self) -> bool:
+        """Whether an urgent item is queued (dropping the stale entries on top of its heap)."""
+        heap = self._urgent
+        while heap and self._queued.get(heap[0][3]) != heap[0][2]:
+            heapq.heappop(heap)
+        return bool(heap)
+
+    def _pop(self, heap: list[tuple[float, float, int, K]]) -> K:
+        """Take the live entry with the smallest key off ``heap`` (invariants 6 and 7): its
+        twin in the other heap, if any, is stale from now on."""
         while True:
-            _, _, seq, item = heapq.heappop(self._ready)
+            _, _, seq, item = heapq.heappop(heap)
             if self._queued.get(item) == seq:
                 del self._queued[item]
                 return item
@@ -426,17 +469,34 @@ class RateLimitingQueue(Generic[K]):
         self._waiting.clear()
         self._heap.clear()
         # Wake every getter: each takes a remaining item or raises QueueShutDown.
-        while self._getters:
-            getter = self._getters.popleft()
-            if not getter.done():
-                getter.set_result(None)
+        for getters in (self._getters, self._urgent_getters):
+            while getters:
+                getter = getters.popleft()
+                if not getter.done():
+                    getter.set_result(None)
 
-    def _wake_one_getter(self) -> None:
-        while self._getters:
-            getter = self._getters.popleft()
+    def _wake_one_getter(self, priority: int) -> None:
+        """Wake a getter for an item just queued at ``priority``: an urgent one first if the
+        item is urgent (the other getters are then left for the rest of the queue)."""
+        if priority >= self._urgent_priority and self._wake(self._urgent_getters):
+            return
+        self._wake(self._getters)
+
+    def _pass_wake_up(self) -> None:
+        """Wake another getter for what a cancelled one was woken for, if it is still queued."""
+        if self._urgent_head() and self._wake(self._urgent_getters):
+            return
+        if self._queued:
+            self._wake(self._getters)
+
+    @staticmethod
+    def _wake(getters: deque[asyncio.Future[None]]) -> bool:
+        while getters:
+            getter = getters.popleft()
             if not getter.done():
                 getter.set_result(None)
-                return
+                return True
+        return False
 
     def _wake_drain_waiters(self) -> None:
         for waiter in self._drain_waiters:

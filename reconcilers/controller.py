@@ -76,6 +76,15 @@ CHILDREN_PRIORITY = 2 * LOW_PRIORITY
 on its own. Verdicts come from creates and changes (normal priority), so a burst of new tenants
 hears Accepted (or why not) first, at the pace the API server takes status writes; the queue's
 aging still serves every company's children within 50 s of service behind later verdicts."""
+VERDICT_WORKERS = 8
+"""Company workers reserved for creates and changes (the queue's normal priority and above),
+beside ``--max-concurrent-reconciles``: the verdicts of 100 creates a second, at the ~50 ms a
+status write takes under a backlog's load, keep about 5 busy, while the backlog's children hold
+every other worker."""
+CHILD_APPLIES_IN_FLIGHT = 16
+"""Children applies in flight at once, across every worker: the API server's best floor
+(bench's convergence figure, 4, 16 or 64 writers) was reached at 16. More only queues in the
+API server, and a verdict's status write would wait behind them."""
 REPORTING_CONTROLLER = "crewlet-operator"
 """The Events' ``reportingController``."""
 Object = dict[str, Any]
@@ -130,6 +139,7 @@ class CrewletControllers:
         company of it written whole, or its dry run passed)."""
         self._counted: dict[str, float] = {}
         """EngineClass name to when its status was last written (monotonic seconds)."""
+        self._apply_slots = asyncio.Semaphore(CHILD_APPLIES_IN_FLIGHT)
         # Companies and children are held by the thousand and read a few at a time: compact,
         # and listed in small pages (a page of whole StatefulSets is ~4 MiB of dicts at 100, the
         # transient peak of a relist; memory freed after it is not all given back).
@@ -164,7 +174,9 @@ class CrewletControllers:
         builder.watches(ENGINE_CLASS, self._companies_of_class, predicates=[GenerationChanged()])
         builder.watches(NAMESPACE, self._companies_in_namespace, predicates=[LabelChanged()])
         builder.watches(PERSISTENT_VOLUME_CLAIM, self._company_of_labels, options=labelled)
-        self.company_controller = builder.complete(self.reconcile_company)
+        self.company_controller = builder.with_options(reserved_workers=VERDICT_WORKERS).complete(
+            self.reconcile_company
+        )
         self.secrets.add_handler(
             EnqueueHandler(self.company_controller.queue, self._companies_of_secret)
         )
@@ -374,8 +386,7 @@ class CrewletControllers:
             for apply in applies:
                 self.child_echoes.writing(apply.object)
         answers = await asyncio.gather(
-            *(self.client.apply(a.resource, a.object, dry_run=dry_run) for a in applies),
-            return_exceptions=True,
+            *(self._apply(a, dry_run) for a in applies), return_exceptions=True
         )
         missed = False
         if not dry_run:
@@ -388,6 +399,12 @@ class CrewletControllers:
             if isinstance(answer, BaseException):
                 raise answer
         return missed
+
+    async def _apply(self, apply: Apply, dry_run: bool) -> Object:
+        """Apply one child when a slot is free (:data:`CHILD_APPLIES_IN_FLIGHT`); status
+        writes take none, so a verdict never queues behind a backlog's children."""
+        async with self._apply_slots:
+            return await self.client.apply(apply.resource, apply.object, dry_run=dry_run)
 
     async def _write_status(self, resource: Resource, meta: Object, status: Object) -> None:
         """Apply an object's status (the client falls back to a merge patch where apply cannot

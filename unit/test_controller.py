@@ -203,6 +203,60 @@ async def test_the_first_pass_is_every_request_waiting_at_start() -> None:
         await c.stop(1.0)
 
 
+async def test_a_reserved_worker_serves_a_create_while_the_backlog_holds_every_other() -> None:
+    """Two low-priority reconciles hold both ordinary workers; the create is reconciled by
+    the reserved worker meanwhile, and the reserved worker never takes the third backlog
+    request (it stays queued until an ordinary worker is free)."""
+    release = asyncio.Event()
+    reconciled: list[str] = []
+
+    async def reconcile(request: Request) -> None:
+        reconciled.append(request.name)
+        if request.name.startswith("backlog"):
+            await release.wait()
+
+    c = Controller(
+        "unit-reserved",
+        reconcile,
+        Cache(client=None),  # type: ignore[arg-type]
+        max_concurrent_reconciles=2,
+        reserved_workers=1,
+    )
+    for name in ("backlog-1", "backlog-2", "backlog-3"):
+        c.queue.add(Request("ns", name), LOW_PRIORITY)
+    await c.start()
+    try:
+        c.queue.add(Request("ns", "create"))
+        for _ in range(200):
+            if "create" in reconciled:
+                break
+            await asyncio.sleep(0.005)
+        assert sorted(reconciled) == ["backlog-1", "backlog-2", "create"]
+        assert len(c.queue) == 1  # backlog-3: not for the reserved worker
+        release.set()
+        for _ in range(200):
+            if "backlog-3" in reconciled:
+                break
+            await asyncio.sleep(0.005)
+        assert "backlog-3" in reconciled
+        workers = metrics.REGISTRY.get_sample_value(
+            "controller_runtime_max_concurrent_reconciles", {"controller": "unit-reserved"}
+        )
+        assert workers == 3
+    finally:
+        await c.stop(1.0)
+
+
+def test_reserved_workers_cannot_be_negative() -> None:
+    with pytest.raises(ValueError, match="reserved_workers"):
+        Controller(
+            "unit-reserved-bad",
+            make(None, "unit-reserved-ok")._reconcile,
+            Cache(client=None),  # type: ignore[arg-type]
+            reserved_workers=-1,
+        )
+
+
 @pytest.mark.parametrize(("lease", "renew", "retry"), [(15, 15, 2), (15, 10, 9), (10, 15, 2)])
 def test_leader_election_timings_are_validated(lease: float, renew: float, retry: float) -> None:
     with pytest.raises(ValueError, match="lease_duration > renew_deadline"):

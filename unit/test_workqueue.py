@@ -65,6 +65,10 @@ def check_invariants(queue: RateLimitingQueue[Any]) -> None:
         priority, dirty_ready = queue._dirty[item]
         assert ready == dirty_ready
         assert key == pytest.approx(ready - priority * queue._aging)
+    urgent = {item for _, _, seq, item in queue._urgent if queue._queued.get(item) == seq}
+    assert urgent == {  # (7): the urgent lane holds exactly the urgent queued items
+        item for item in queue._queued if queue._dirty[item][0] >= queue._urgent_priority
+    }
 
 
 def sample(metric: str, name: str, **labels: str) -> float | None:
@@ -590,7 +594,7 @@ KEYS = st.integers(min_value=0, max_value=5)
 PRIORITIES = st.sampled_from([LOW_PRIORITY, NORMAL_PRIORITY, 1, 7, HIGH_PRIORITY])
 OPS = st.one_of(
     st.builds(Op, kind=st.just("add"), key=KEYS, priority=PRIORITIES),
-    st.builds(Op, kind=st.just("get")),
+    st.builds(Op, kind=st.sampled_from(["get", "get_urgent"])),
     st.builds(Op, kind=st.just("done"), n=st.integers(min_value=0, max_value=10)),
     # Few keys for delayed adds, so the same key is often scheduled twice.
     st.builds(
@@ -648,8 +652,11 @@ class Model:
         priority, ready = self.dirty[key]
         return (ready - priority * self.aging, ready, self.queued[key])
 
-    def get(self) -> int:
-        key = min(self.queued, key=self.order)
+    def urgent(self) -> list[int]:
+        return [k for k in self.queued if self.dirty[k][0] >= NORMAL_PRIORITY]
+
+    def get(self, urgent_only: bool = False) -> int:
+        key = min(self.urgent() if urgent_only else self.queued, key=self.order)
         del self.queued[key]
         priority, _ = self.dirty.pop(key)
         self.processing[key] = priority
@@ -723,6 +730,9 @@ async def test_property_queue_matches_model_and_delivers_everything(ops: list[Op
                 for key, (p_wait, ready_wait) in waiting_before.items():
                     if key in model.queued:
                         assert ready_out - ready_wait <= (p_out - p_wait) * model.aging, key
+            elif op.kind == "get_urgent" and model.urgent():
+                expected = model.get(urgent_only=True)
+                assert await asyncio.wait_for(queue.get(urgent_only=True), 1.0) == expected
             elif op.kind == "done" and model.processing:
                 key = sorted(model.processing)[op.n % len(model.processing)]
                 queue.done(key)
@@ -845,6 +855,100 @@ async def test_a_readd_keeps_the_higher_priority_and_the_earlier_ready_time() ->
     queue.add("b", LOW_PRIORITY)  # lower: ignored
     assert queue.priority_of("a") == NORMAL_PRIORITY
     assert [await get_soon(queue), await get_soon(queue)] == ["a", "b"]
+
+
+async def test_an_urgent_getter_takes_only_urgent_keys_even_aged_ones_not() -> None:
+    """A reserved worker's ``get(urgent_only=True)``: keys added at normal priority or higher,
+    in the queue's order among them; a low key that has aged past them stays for the others."""
+    clock = FakeClock()
+    queue = RateLimitingQueue[str]("urgent-lane", clock=clock)
+    queue.add("backlog", LOW_PRIORITY)
+    clock.advance(-LOW_PRIORITY * AGING_INTERVAL + 10.0)  # aged past anything new
+    queue.add("create")
+    queue.add("change", HIGH_PRIORITY)
+    assert await asyncio.wait_for(queue.get(urgent_only=True), 1.0) == "change"
+    assert await asyncio.wait_for(queue.get(urgent_only=True), 1.0) == "create"
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(queue.get(urgent_only=True), 0.01)
+    assert await get_soon(queue) == "backlog"
+    check_invariants(queue)
+
+
+async def test_an_urgent_key_wakes_an_urgent_getter_first() -> None:
+    queue = RateLimitingQueue[str](unique("urgent-wake"))
+    general = asyncio.create_task(queue.get())
+    urgent = asyncio.create_task(queue.get(urgent_only=True))
+    await settle()
+    queue.add("backlog", LOW_PRIORITY)  # only the general getter may take it
+    await settle()
+    assert general.done() and general.result() == "backlog"
+    assert not urgent.done()
+    general = asyncio.create_task(queue.get())
+    await settle()
+    queue.add("create")
+    await settle()
+    assert urgent.done() and urgent.result() == "create"
+    assert not general.done()  # left for the rest of the queue
+    queue.shut_down()
+    with pytest.raises(QueueShutDown):
+        await general
+
+
+async def test_a_key_raised_to_urgent_wakes_an_urgent_getter() -> None:
+    queue = RateLimitingQueue[str](unique("urgent-raise"))
+    queue.add("company", LOW_PRIORITY)
+    urgent = asyncio.create_task(queue.get(urgent_only=True))
+    await settle()
+    assert not urgent.done()
+    queue.add("company")  # an event about it: now somebody is waiting
+    assert await asyncio.wait_for(urgent, 1.0) == "company"
+    check_invariants(queue)
+
+
+async def test_a_key_demoted_below_urgent_leaves_the_urgent_lane() -> None:
+    clock = FakeClock()
+    queue = RateLimitingQueue[str]("urgent-demote", clock=clock)
+    queue.add("seen-by-the-old-leader")
+    clock.advance(1.0)
+    queue.demote_added_before(clock())
+    check_invariants(queue)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(queue.get(urgent_only=True), 0.01)
+    assert await get_soon(queue) == "seen-by-the-old-leader"
+
+
+async def test_an_urgent_getter_drains_urgent_keys_then_stops_at_shut_down() -> None:
+    queue = RateLimitingQueue[str](unique("urgent-shutdown"))
+    queue.add("backlog", LOW_PRIORITY)
+    queue.add("create")
+    queue.shut_down()
+    assert await asyncio.wait_for(queue.get(urgent_only=True), 1.0) == "create"
+    with pytest.raises(QueueShutDown):
+        await queue.get(urgent_only=True)
+    assert await get_soon(queue) == "backlog"
+
+
+async def test_a_cancelled_urgent_getter_passes_its_wakeup_on() -> None:
+    queue = RateLimitingQueue[str](unique("urgent-cancel"))
+    first = asyncio.create_task(queue.get(urgent_only=True))
+    second = asyncio.create_task(queue.get(urgent_only=True))
+    await settle()
+    queue.add("create")  # wakes the first
+    first.cancel()
+    assert await asyncio.wait_for(second, 1.0) == "create"
+    with pytest.raises(asyncio.CancelledError):
+        await first
+
+
+async def test_the_urgent_lane_drops_stale_entries_without_urgent_getters() -> None:
+    """Without reserved workers nothing pops the urgent heap: it must not grow with every
+    urgent key the other workers take."""
+    queue = RateLimitingQueue[int](unique("urgent-compact"))
+    for item in range(1_000):
+        queue.add(item)
+        assert await asyncio.wait_for(queue.get(), 1.0) == item
+        queue.done(item)
+    assert len(queue._urgent) <= 2 * len(queue._queued) + 65
 
 
 async def test_a_waiting_low_key_ages_past_later_normal_work() -> None:
