@@ -18,7 +18,7 @@ import time
 from bench.cluster import CompanyRef, Object
 from bench.progress import Progress
 from bench.report import Figure
-from bench.session import Session
+from bench.session import WRITTEN, Session, writes_between
 
 TARGET_P99 = 1.0
 TARGET_BACKLOG_RATIO = 1.25
@@ -59,6 +59,8 @@ async def latency(session: Session) -> Figure:
             created[ref.key] = await cluster.create_company(ref)
 
     keys = [r.key for r in (*background, *probes)]
+    counted = WRITTEN | {"namespaces"}
+    writes_before = cluster.plane.mutating_requests(counted)
     async with Progress(cluster.api, keys) as progress:
         started = time.monotonic()
         tasks = []
@@ -81,6 +83,7 @@ async def latency(session: Session) -> Figure:
             # What the operator did not finish, the floor script completes before the next
             # operator starts.
             left = [created[k] for k in keys if not progress.has_converged(k)]
+    writes = writes_between(cluster.plane.mutating_requests(counted), writes_before)
     # The session counts what converged; what is left, it counts once the floor script is done.
     session.unfilled += left
     session.converged += len(keys) - len(left)
@@ -100,6 +103,8 @@ async def latency(session: Session) -> Figure:
             1 for r in background if r.key in finished_when_probes_done
         ),
         "backlog_converged_s": None if backlog_s is None else round(backlog_s, 1),
+        "writes": writes,
+        "writes_per_company": round(sum(writes.values()) / len(keys), 1),
     }
     line = (
         f"p50 {_text(p50)}, p99 {_text(p99)} for {len(probes)} probes while "

@@ -64,7 +64,8 @@ class Pass:
         }
 
 
-def _writes(counts: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+def writes_between(counts: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    """What changed between two readings of :meth:`ControlPlane.mutating_requests`."""
     return {k: v - before.get(k, 0) for k, v in sorted(counts.items()) if v != before.get(k, 0)}
 
 
@@ -135,7 +136,7 @@ class Session:
         passed = await until(
             first_pass, self.scale.timeout, f"{daemon.name} first pass", interval=0.25
         )
-        writes = _writes(plane.mutating_requests(WRITTEN | {"leases"}), before)
+        writes = writes_between(plane.mutating_requests(WRITTEN | {"leases"}), before)
         return Pass(
             companies=self.converged,
             ready_s=ready - daemon.started_at,
