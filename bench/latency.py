@@ -59,8 +59,7 @@ async def latency(session: Session) -> Figure:
             created[ref.key] = await cluster.create_company(ref)
 
     keys = [r.key for r in (*background, *probes)]
-    counted = WRITTEN | {"namespaces"}
-    writes_before = cluster.plane.mutating_requests(counted)
+    writes_before = cluster.plane.mutating_requests(WRITTEN)
     async with Progress(cluster.api, keys) as progress:
         started = time.monotonic()
         tasks = []
@@ -83,7 +82,7 @@ async def latency(session: Session) -> Figure:
             # What the operator did not finish, the floor script completes before the next
             # operator starts.
             left = [created[k] for k in keys if not progress.has_converged(k)]
-    writes = writes_between(cluster.plane.mutating_requests(counted), writes_before)
+    writes = writes_between(cluster.plane.mutating_requests(WRITTEN), writes_before)
     # The session counts what converged; what is left, it counts once the floor script is done.
     session.unfilled += left
     session.converged += len(keys) - len(left)
