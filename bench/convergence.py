@@ -62,12 +62,29 @@ async def burst(session: Session, phase: str, count: int) -> dict[str, float]:
     }
 
 
+async def measure_floor(
+    session: Session, phase: str, count: int, workers: int
+) -> tuple[float, float]:
+    """The floor script over ``count`` new Companies at ``workers``, in the world as it is
+    (the operator must be stopped): seconds until the observer saw the last child, and the CPU
+    seconds of the script, the observer, the API server and etcd meanwhile. The Companies stay,
+    converged."""
+    cluster = session.cluster
+    refs = cluster.allocate(phase, count)
+    await cluster.create_namespaces(refs)
+    created = await cluster.create_companies(refs)
+    measured = await floor.timed(
+        cluster, created, workers, lambda: _server_cpu(session) + time.process_time()
+    )
+    session.converged += count
+    return measured
+
+
 def _server_cpu(session: Session) -> float:
     return sum(cpu_seconds(pid) for pid in session.cluster.plane.pids().values())
 
 
 async def convergence(session: Session) -> Figure:
-    cluster = session.cluster
     sizes = session.scale.convergence
     daemon = await session.operator()
     workers = await daemon.metric(
@@ -81,15 +98,10 @@ async def convergence(session: Session) -> Figure:
     await session.stop_operator()
     rows: list[dict[str, Any]] = []
     for n, timings in zip(sizes, bursts, strict=True):
-        floors = {}
-        for workers_n in FLOOR_WORKERS:
-            refs = cluster.allocate(f"floor{n}x{workers_n}", n)
-            await cluster.create_namespaces(refs)
-            created = await cluster.create_companies(refs)
-            floors[workers_n] = await floor.timed(
-                cluster, created, workers_n, lambda: _server_cpu(session) + time.process_time()
-            )
-            session.converged += n
+        floors = {
+            workers_n: await measure_floor(session, f"floor{n}x{workers_n}", n, workers_n)
+            for workers_n in FLOOR_WORKERS
+        }
         best = min(floors, key=lambda w: floors[w][0])
         floor_s, floor_cpu = floors[best]
         rows.append(
@@ -105,7 +117,7 @@ async def convergence(session: Session) -> Figure:
                 "cpu_ratio": round(timings["cpu_s"] / floor_cpu, 2),
             }
         )
-    session.floor_rate = sizes[-1] / float(rows[-1]["floor_s"])
+    session.floor_workers = int(rows[-1]["floor_workers"])
     return Figure(
         "convergence",
         "; ".join(

@@ -83,8 +83,8 @@ class Session:
     """Companies that are Accepted and have every child."""
     unfilled: list[Object] = field(default_factory=list)
     """Companies that may lack children (the latency figure's backlog), as created."""
-    floor_rate: float | None = None
-    """Companies per second whose children the API server alone applies (largest floor)."""
+    floor_workers: int | None = None
+    """The concurrency of the convergence figure's best floor at its largest burst."""
     _daemons: int = 0
 
     def __post_init__(self) -> None:
