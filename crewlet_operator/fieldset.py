@@ -85,7 +85,12 @@ def keep_owned_fields_of(manager: str) -> Callable[[KubeObject], KubeObject]:
     def transform(obj: KubeObject) -> KubeObject:
         trimmed = trim(obj)
         owned = owned_fields(trimmed, manager)
-        kept = _prune(trimmed, _plan(owned)) if _has_children(owned) else {}
+        kept: dict[str, Any] = {}
+        if _has_children(owned):
+            for name, prune in _top_level(owned):
+                value = trimmed.get(name, _MISSING)
+                if value is not _MISSING:
+                    kept[name] = value if prune is None else prune(value)
         meta = trimmed.get("metadata") or {}
         kept["metadata"] = {k: v for k, v in meta.items() if k in _IDENTITY}
         for key in ("apiVersion", "kind", "status"):
@@ -111,32 +116,31 @@ class _Plan:
     set_items: tuple[Any, ...]
 
 
-def _plan(owned: Mapping[str, Any]) -> _Plan:
+Pruner = Callable[[Any], Any]
+"""A value reduced to the fields of one compiled :class:`_Plan` (see :func:`_pruner`)."""
+
+
+def _top_level(owned: Mapping[str, Any]) -> list[tuple[str, Pruner | None]]:
     """``owned`` compiled, but for ``metadata``, which the transform keeps by name (see
     :data:`_IDENTITY`): the objects of a kind a controller applies have the same trees, so
-    each top-level field's plan is made once per distinct tree (keyed by its JSON) and each
-    object walks it with no string parsing. A cache's sync prunes tens of thousands of objects.
+    each top-level field's pruner is made once per distinct tree (keyed by its JSON) and each
+    object runs it with no string parsing. A cache's sync prunes tens of thousands of objects.
 
     Per top-level field, not per object: ``metadata.ownerReferences`` is keyed by the owner's
     uid, which makes each owner's children's whole trees unique, while their ``spec`` or
-    ``data`` trees are shared.
+    ``data`` trees are shared. The JSON is not sorted for the key: the API server writes a
+    tree's fields in one order, and a tree written in another would only be compiled twice.
     """
-    return _Plan(
-        fields=tuple(
-            (k[2:], _compiled(orjson.dumps(sub, option=orjson.OPT_SORT_KEYS)))
-            if _has_children(sub)
-            else (k[2:], None)
-            for k, sub in owned.items()
-            if k.startswith("f:") and k != "f:metadata"
-        ),
-        keyed=(),
-        set_items=(),
-    )
+    return [
+        (k[2:], _compiled(orjson.dumps(sub)) if _has_children(sub) else None)
+        for k, sub in owned.items()
+        if k.startswith("f:") and k != "f:metadata"
+    ]
 
 
 @functools.lru_cache(maxsize=1024)
-def _compiled(raw: bytes) -> _Plan:
-    return _compile(orjson.loads(raw))
+def _compiled(raw: bytes) -> Pruner:
+    return _pruner(_compile(orjson.loads(raw)))
 
 
 def _compile(owned: Mapping[str, Any]) -> _Plan:
@@ -154,6 +158,48 @@ def _compile(owned: Mapping[str, Any]) -> _Plan:
         keyed=tuple(groups.items()),
         set_items=tuple(_parsed(k[2:]) for k in owned if k.startswith("v:")),
     )
+
+
+def _pruner(plan: _Plan) -> Pruner:
+    """``plan`` as a function of its own, which :func:`_prune` would answer the same for any
+    value: the fields and list keys it reads are written into its code, where the interpreter
+    walks them for every object (a sync prunes each of 130,000 children; the compiled pruner
+    takes about half the time). Maps and lists of the shapes the API server sends (``dict``
+    and ``list``) take the compiled path, anything else the interpreter. The names are written
+    as string literals (``repr``), and the keys and set items are bound as values, so nothing
+    the API server sent becomes code."""
+    env: dict[str, Any] = {"_MISSING": _MISSING, "_prune": _prune, "_plan": plan}
+    code = ["def prune(value):", "    if type(value) is dict:", "        kept = {}"]
+    for i, (name, sub) in enumerate(plan.fields):
+        code.append(f"        v = value.get({name!r}, _MISSING)")
+        if sub is None:
+            code.append(f"        if v is not _MISSING: kept[{name!r}] = v")
+        else:
+            env[f"field_{i}"] = _pruner(sub)
+            code.append(f"        if v is not _MISSING: kept[{name!r}] = field_{i}(v)")
+    code += ["        return kept", "    if type(value) is list:", "        items = []"]
+    code += ["        for item in value:", "            if type(item) is dict:"]
+    for i, (names, by_key) in enumerate(plan.keyed):
+        env[f"names_{i}"] = names
+        env[f"keyed_{i}"] = {k: None if p is None else _pruner(p) for k, p in by_key.items()}
+        values = "".join(f"item.get({n!r}), " for n in names)
+        code += [
+            "                try:",
+            f"                    sub = keyed_{i}.get(({values}), _MISSING)",
+            "                except TypeError:  # a key of no hashable value: by its JSON",
+            f"                    sub = keyed_{i}.get(_key_of(item, names_{i}), _MISSING)",
+            "                if sub is not _MISSING:",
+            "                    items.append(item if sub is None else sub(item))",
+            "                    continue",
+        ]
+    env["_set_items"] = plan.set_items
+    code += ["                pass", "            if item in _set_items:"]
+    code += ["                items.append(item)", "        return items"]
+    code.append("    return _prune(value, _plan)")
+    env["_key_of"] = _key_of
+    exec("\n".join(code), env)  # names as literals, values bound: see the docstring
+    pruner: Pruner = env["prune"]
+    return pruner
 
 
 def _key_of(item: Mapping[str, Any], names: tuple[str, ...]) -> Any:

@@ -99,7 +99,8 @@ resync must not touch."""
 
 
 def _company_of_child(child: Object) -> list[str]:
-    company = labels(child).get(naming.COMPANY_LABEL)
+    # Read in place (labels() copies): an index function runs for each of a sync's children.
+    company = ((child.get("metadata") or {}).get("labels") or {}).get(naming.COMPANY_LABEL)
     return [f"{namespace(child)}/{company}"] if company else []
 
 

@@ -227,8 +227,9 @@ class Informer:
     def _listed_one(self, listed: KubeObject, seen: set[str]) -> None:
         """One object of a list (paged or streamed): stored, noted as seen, and told."""
         obj = self._transform(listed)
-        seen.add(object_key(obj))
-        old = self.store.put(obj)
+        key = object_key(obj)
+        seen.add(key)
+        old = self.store.put(obj, key)
         if old is None:
             # The first list is the initial one; a relist's new objects were created while the
             # watch was down.

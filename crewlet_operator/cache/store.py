@@ -81,9 +81,10 @@ class Store:
             raise KeyError(f"no index {index!r}; add it with add_indexer")
         return list(self._indices[index].get(value, ()))
 
-    def put(self, obj: KubeObject) -> KubeObject | None:
-        """Store ``obj``; return the object it replaced."""
-        key = object_key(obj)
+    def put(self, obj: KubeObject, key: str | None = None) -> KubeObject | None:
+        """Store ``obj`` (under ``key``, its :func:`object_key`, when the caller has it);
+        return the object it replaced."""
+        key = object_key(obj) if key is None else key
         old = self._drop(key)
         self._put(key, obj)
         return old
