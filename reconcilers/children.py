@@ -309,6 +309,7 @@ def _data_claim_template(ctx: Inputs, notes: list[str]) -> Object:
     existing = _existing_claim_template(ctx)
     if existing is None or semantic_subset(template, existing):
         return template
+    existing = copy.deepcopy(existing)  # the cached child's own, which the plan must not share
     notes.append(
         f"the data volume keeps the size and StorageClass it was created with (a StatefulSet's "
         f"claim template cannot change): to grow it, expand the claim "
@@ -321,7 +322,7 @@ def _existing_claim_template(ctx: Inputs) -> Object | None:
     sts = ctx.child(STATEFUL_SET, naming.statefulset(ctx.name, DATA))
     for template in ((sts or {}).get("spec") or {}).get("volumeClaimTemplates") or ():
         if (template.get("metadata") or {}).get("name") == naming.DATA_VOLUME:
-            return copy.deepcopy(dict(template))
+            return dict(template)
     return None
 
 

@@ -67,14 +67,12 @@ def reconcile(
         ctx = inputs.read_inputs(
             company, engine_class, namespace_labels, observed, facts, token_factory=token_factory
         )
-        inputs.refuse_downgrade(ctx)
+        high_water = inputs.refuse_downgrade(ctx)
         desired = children.build(ctx)
     except Refused as refusal:
         return _refused_plan(company, observed, refusal, now)
     plan = Plan(applies=_changed(desired.children, observed), deletes=_unwanted(ctx, desired))
-    high = versions.highest(
-        versions.high_water(company, observed), versions.image_version(desired.image)
-    )
+    high = versions.highest(high_water, versions.image_version(desired.image))
     conditions = status.accepted_conditions(ctx, desired, plan, now)
     plan.status = status.status_change(company, conditions, desired.image, high)
     plan.claim_annotations = versions.claim_annotations(observed, high)

@@ -14,6 +14,7 @@ import secrets as token_source
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import semver
 from pydantic import ValidationError
 
 from crewlet_operator import Resource, label_selector_matches, parse_quantity
@@ -227,8 +228,9 @@ def _check_namespace_allowed(
 # -- the engine version ------------------------------------------------------------------------
 
 
-def refuse_downgrade(ctx: Inputs) -> None:
+def refuse_downgrade(ctx: Inputs) -> semver.Version | None:
     """An ordered image below the high-water mark would open migrated data with an older engine.
+    Returns the mark (status, claim and data StatefulSet: :func:`versions.high_water`).
 
     Raises:
         Refused: ``DowngradeRefused``.
@@ -237,7 +239,7 @@ def refuse_downgrade(ctx: Inputs) -> None:
     candidate = versions.image_version(image)
     high = versions.high_water(ctx.raw, ctx.observed)
     if not versions.is_downgrade(candidate, high):
-        return
+        return high
     raise Refused(
         DOWNGRADE_REFUSED,
         f"EngineClass {ctx.class_name} runs {image} (version {candidate}), older than {high}, "
@@ -250,15 +252,31 @@ def refuse_downgrade(ctx: Inputs) -> None:
 # -- what the class asks for -------------------------------------------------------------------
 
 
+_CHECKED_CLASSES: dict[int, tuple[EngineClass, Refused | None]] = {}
+"""What :func:`check_class` found, by parsed class (the parsed classes are cached, so every
+company of one class content shares one): a start checks each company's class again."""
+
+
 def check_class(ctx: Inputs) -> None:
     """What the CRD's schema cannot judge: the volume's floor, quantities, variable names.
 
     Raises:
         Refused: ``InvalidClass``, naming the field to fix.
     """
-    _check_storage(ctx)
-    _check_resources(ctx)
-    _check_env_names(ctx)
+    found = _CHECKED_CLASSES.get(id(ctx.engine_class))
+    if found is None or found[0] is not ctx.engine_class:
+        refusal: Refused | None = None
+        try:
+            _check_storage(ctx)
+            _check_resources(ctx)
+            _check_env_names(ctx)
+        except Refused as refused:
+            refusal = refused
+        if len(_CHECKED_CLASSES) >= 256:
+            _CHECKED_CLASSES.clear()
+        found = _CHECKED_CLASSES[id(ctx.engine_class)] = (ctx.engine_class, refusal)
+    if found[1] is not None:
+        raise Refused(found[1].reason, found[1].message)
 
 
 def _check_storage(ctx: Inputs) -> None:
