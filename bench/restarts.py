@@ -6,7 +6,9 @@
 3, memory: the operator's RSS (VmRSS a few seconds after a restart's first pass, and VmHWM)
    at two sizes; bytes per Company is the slope between them.
 6, start-up: process start to /readyz 200 (caches synced) and to the first pass done, the
-   writes of that pass, and peak over steady RSS. Beside it, what the world costs to read: its
+   writes of that pass, and peak over steady RSS: of the first process over a world filled
+   with none running (every company rendered), and of a restart after it (the checkpoint of
+   reconcilers.checkpoint). Beside it, what the world costs to read: its
    etcd revision over its objects (its history), and one kind (StatefulSets, the largest)
    listed in pages of 100 as informers did (paged lists are read from etcd, history and all)
    and streamed as they do now (from the API server's watch cache).
@@ -100,34 +102,48 @@ async def memory(session: Session) -> Figure:
 async def startup(session: Session) -> Figure:
     await session.grow(session.scale.startup)
     world = await _world(session)
+    # The world was filled with no operator running: the first process renders every company
+    # (the first start of a new version looks the same). The next one restarts over the world
+    # the first left, as a rolling update, a rescheduled pod or a crash does, and resumes from
+    # its checkpoint (reconcilers.checkpoint). The target holds for both.
+    cold = await session.restart()
     result = await session.restart()
     scale = max(1.0, TARGET_COMPANIES / result.companies)
-    synced, first_pass = result.ready_s * scale, result.first_pass_s * scale
-    writes = sum(result.writes.values())
-    peak_ratio = result.memory.peak / max(1, result.memory.rss)
+    passes = {"cold": cold, "restart": result}
+    projected = {k: (p.ready_s * scale, p.first_pass_s * scale) for k, p in passes.items()}
+    writes = {k: sum(p.writes.values()) for k, p in passes.items()}
+    peak_ratio = {k: p.memory.peak / max(1, p.memory.rss) for k, p in passes.items()}
     data: dict[str, object] = {
         "pass": result.as_json(),
-        "peak_over_steady": round(peak_ratio, 2),
+        "cold_pass": cold.as_json(),
+        "peak_over_steady": round(peak_ratio["restart"], 2),
+        "cold_peak_over_steady": round(peak_ratio["cold"], 2),
         "world": world,
     }
     line = (
-        f"{result.companies} companies: caches synced (/readyz) in {result.ready_s:.1f} s, "
-        f"first pass done in {result.first_pass_s:.1f} s, {writes} writes, peak RSS "
-        f"{peak_ratio:.2f}x steady; the world: {world['revisions_per_object']} etcd revisions "
-        f"an object, {world['statefulsets']} StatefulSets listed in pages in "
-        f"{world['paged_list_s']} s, streamed in {world['streamed_list_s']} s"
+        f"{result.companies} companies: a restart synced its caches (/readyz) in "
+        f"{result.ready_s:.1f} s and finished its first pass in {result.first_pass_s:.1f} s, "
+        f"the first start over the world in {cold.ready_s:.1f} s and {cold.first_pass_s:.1f} s; "
+        f"{writes['restart']} and {writes['cold']} writes, peak RSS "
+        f"{peak_ratio['restart']:.2f}x and {peak_ratio['cold']:.2f}x steady; the world: "
+        f"{world['revisions_per_object']} etcd revisions an object, {world['statefulsets']} "
+        f"StatefulSets listed in pages in {world['paged_list_s']} s, streamed in "
+        f"{world['streamed_list_s']} s"
     )
     if result.companies < TARGET_COMPANIES:
         data["projected_at_10000"] = {
-            "synced_s": round(synced, 1),
-            "first_pass_s": round(first_pass, 1),
+            k: {"synced_s": round(v[0], 1), "first_pass_s": round(v[1], 1)}
+            for k, v in projected.items()
         }
-        line += f"; projected at 10,000: synced {synced:.0f} s, first pass {first_pass:.0f} s"
-    met = (
-        synced < SYNC_LIMIT
-        and first_pass < STARTUP_LIMIT
-        and writes == 0
-        and peak_ratio <= PEAK_OVER_STEADY
+        line += "; projected at 10,000: " + ", ".join(
+            f"{k} synced {v[0]:.0f} s, first pass {v[1]:.0f} s" for k, v in projected.items()
+        )
+    met = all(
+        projected[k][0] < SYNC_LIMIT
+        and projected[k][1] < STARTUP_LIMIT
+        and writes[k] == 0
+        and peak_ratio[k] <= PEAK_OVER_STEADY
+        for k in passes
     )
     return Figure("startup", line, STARTUP_TARGET, met, data)
 

@@ -126,6 +126,8 @@ from crewlet_operator.objects import (
     namespace,
     namespaced_key,
     object_key,
+    resource_version,
+    resource_version_at_most,
     uid,
 )
 from crewlet_operator.owners import (
@@ -314,6 +316,8 @@ __all__ = [
     "remove_finalizer",
     "request_for_object",
     "requests_for_owner",
+    "resource_version",
+    "resource_version_at_most",
     "semantic_subset",
     "set_condition",
     "set_controller_reference",

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -77,6 +77,11 @@ class Controller:
         )
         self._first_pass: set[Request] = set()
         self._first_pass_started = 0.0
+        self.touched: set[Request] = set()
+        """Requests an event has come for since the process started (a create, a change, a
+        delete: not the initial list), until the first pass has ended: see :meth:`touch`."""
+        self._touching = True
+        self._failed: set[Request] = set()
         self._workers: list[asyncio.Task[None]] = []
         self._sampler: asyncio.Task[None] | None = None
         self._stopping = False
@@ -95,7 +100,39 @@ class Controller:
         (and for the objects of the initial list unless ``initial`` is false: see
         :class:`~crewlet_operator.handler.EnqueueHandler`)."""
         informer = self.cache.informer(resource, options)
-        informer.add_handler(EnqueueHandler(self.queue, mapper, predicates, initial=initial))
+        informer.add_handler(self.enqueue_handler(mapper, predicates, initial=initial))
+
+    def enqueue_handler(
+        self, mapper: MapFunc, predicates: Sequence[Predicate] = (), *, initial: bool = True
+    ) -> EnqueueHandler:
+        """A handler that maps events to this controller's requests and queues them (and tells
+        :meth:`touch`): for informers the controller does not declare itself, such as
+        :class:`~crewlet_operator.cache.named.NamedObjects`."""
+        return EnqueueHandler(self.queue, mapper, predicates, initial=initial, touched=self.touch)
+
+    def touch(self, requests: Iterable[Request]) -> None:
+        """Note that something a request reads changed after the process started.
+
+        Until the first pass has ended, :attr:`touched` holds these requests. A reconciler
+        that recognises work it need not redo on a start (an object no newer than when a
+        previous process left everything done, say) must not apply that to them: a delete
+        leaves nothing newer behind, and a change seen after the start has not been worked on
+        by anyone. The handlers of the controller's watches call this; then it stops
+        collecting, and empties the set.
+        """
+        if self._touching:
+            self.touched.update(requests)
+
+    @property
+    def first_pass_done(self) -> bool:
+        """Whether the controller has started and reconciled every request that was waiting
+        when it did (its first pass)."""
+        return not self._touching
+
+    def unsettled(self) -> set[Request]:
+        """The requests this controller has work left for: queued, being reconciled, waiting
+        for a delay or a backoff, or whose last reconcile failed (a terminal error too)."""
+        return self.queue.unsettled() | self._failed
 
     async def start(self, resync_before: float | None = None) -> None:
         """Start the workers (the cache must be running: they read from it).
@@ -179,6 +216,7 @@ class Controller:
                 result = await self._reconcile(request)
             except TerminalError as exc:
                 result_label = "error"
+                self._failed.add(request)
                 metrics.TERMINAL_RECONCILE_ERRORS.labels(controller=self.name).inc()
                 metrics.RECONCILE_ERRORS.labels(controller=self.name).inc()
                 self.queue.forget(request)
@@ -187,6 +225,7 @@ class Controller:
                 raise
             except Exception as exc:
                 result_label = "error"
+                self._failed.add(request)
                 metrics.RECONCILE_ERRORS.labels(controller=self.name).inc()
                 if not isinstance(exc, CrewletError):
                     # An unexpected exception is a bug (Go would have panicked): count it as
@@ -201,6 +240,7 @@ class Controller:
                     exc_info=not isinstance(exc, CrewletError),
                 )
             else:
+                self._failed.discard(request)
                 if isinstance(result, Result) and result.requeue_after:
                     self.queue.forget(request)
                     result_label = "requeue_after"
@@ -224,6 +264,8 @@ class Controller:
                         self._first_pass_done()
 
     def _first_pass_done(self) -> None:
+        self._touching = False
+        self.touched.clear()
         seconds = time.monotonic() - self._first_pass_started
         metrics.FIRST_PASS_SECONDS.labels(controller=self.name).set(seconds)
         log.info("first pass done", controller=self.name, seconds=round(seconds, 3))

@@ -46,6 +46,11 @@ class EnqueueHandler:
     the primary kind's own initial list already requests (an owner that is not listed there
     does not exist, and its reconcile would find nothing). A start over 10,000 owners with 13
     children each then maps 10,000 objects to requests instead of 140,000.
+
+    ``touched``, when given, is called with the requests of every event that is not the
+    initial list's (a create, a change, a delete), whatever the predicates say: what has
+    changed for a request since the process started (see :meth:`Controller.touch
+    <crewlet_operator.controller.Controller.touch>`).
     """
 
     def __init__(
@@ -55,30 +60,41 @@ class EnqueueHandler:
         predicates: Sequence[Predicate] = (),
         *,
         initial: bool = True,
+        touched: Callable[[Iterable[Request]], None] | None = None,
     ) -> None:
         self.queue = queue
         self.mapper = mapper
         self.predicates = tuple(predicates)
         self.initial = initial
+        self.touched = touched
 
     def _enqueue(self, obj: KubeObject, priority: int = NORMAL_PRIORITY) -> None:
         for request in self.mapper(obj):
             self.queue.add(request, priority)
 
+    def _touch(self, obj: KubeObject) -> None:
+        if self.touched is not None:
+            self.touched(self.mapper(obj))
+
     def on_add(self, obj: KubeObject, initial: bool = False) -> None:
         """Enqueue for a created object, or one of the initial list (at low priority)."""
         if initial and not self.initial:
             return
+        if not initial:
+            self._touch(obj)
         if all(p.create(obj) for p in self.predicates):
             self._enqueue(obj, LOW_PRIORITY if initial else NORMAL_PRIORITY)
 
     def on_update(self, old: KubeObject, new: KubeObject) -> None:
         """Enqueue for both versions: a changed owner or label must reach the old mapping too."""
+        self._touch(old)
+        self._touch(new)
         if all(p.update(old, new) for p in self.predicates):
             self._enqueue(old)
             self._enqueue(new)
 
     def on_delete(self, obj: KubeObject) -> None:
         """Enqueue for a deleted object."""
+        self._touch(obj)
         if all(p.delete(obj) for p in self.predicates):
             self._enqueue(obj)

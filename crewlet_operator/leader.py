@@ -22,6 +22,7 @@ import random
 import socket
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,10 @@ class LeaderElectionConfig:
     renew_deadline: float = 10.0
     retry_period: float = 2.0
     release_on_cancel: bool = True
+    annotations: Callable[[], Mapping[str, str]] | None = None
+    """Called before each write of the Lease by this replica (its acquisition, each renewal
+    and its release): what it returns is merged into the Lease's annotations, in the same
+    request. Empty leaves them as they are. For a leader to leave word for the next one."""
 
     def __post_init__(self) -> None:
         if not self.lease_duration > self.renew_deadline > JITTER * self.retry_period > 0:
@@ -95,6 +100,9 @@ class LeaderElector:
         what came after its last renewal may be waiting for the next leader. None when it has
         never seen another holder (it created the Lease, or found it released)."""
         self._other_renewed_at: float | None = None
+        self.annotations_when_acquired: dict[str, str] = {}
+        """The Lease's annotations as this replica found them when it acquired it: what the
+        previous holder last wrote there (see :attr:`LeaderElectionConfig.annotations`)."""
         self._gauge = metrics.LEADER_ELECTION_MASTER_STATUS.labels(name=config.name)
         self._gauge.set(0)
         self._log = log.bind(lease=f"{config.namespace}/{config.name}", identity=config.identity)
@@ -161,10 +169,20 @@ class LeaderElector:
                 "leaseDurationSeconds": 1,
                 "renewTime": micro_time(),
             }
+            self._annotate(lease)
             await self.client.replace(LEASE, lease)
             self._log.info("released the lease")
         except CrewletError as exc:
             self._log.warning("could not release the lease", error=str(exc))
+
+    def _annotate(self, lease: dict[str, Any]) -> None:
+        """Merge the configured annotations into ``lease`` before it is written."""
+        if self.config.annotations is None:
+            return
+        extra = dict(self.config.annotations())
+        if extra:
+            meta = lease.setdefault("metadata", {})
+            meta["annotations"] = {**(meta.get("annotations") or {}), **extra}
 
     def _lead(self, leading: bool) -> None:
         self.is_leader = leading
@@ -203,7 +221,9 @@ class LeaderElector:
             new_spec = self._spec(spec.get("acquireTime") or now, now, transitions)
         else:
             new_spec = self._spec(now, now, transitions + 1)
+        found = dict((lease.get("metadata") or {}).get("annotations") or {})
         lease["spec"] = new_spec
+        self._annotate(lease)
         try:
             updated = await self.client.replace(LEASE, lease)
         except CrewletError as exc:  # a conflict means someone else wrote first
@@ -211,6 +231,7 @@ class LeaderElector:
             return False
         if holder != cfg.identity:
             self.previous_holder_seen_at = self._other_renewed_at
+            self.annotations_when_acquired = found
         self._observe(updated)
         return True
 

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import gc
 import signal
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -94,6 +94,13 @@ class ManagerOptions:
     A cold standby runs nothing before it leads, so it cannot run controllers with
     ``need_leader_election=False`` (:meth:`Manager.run` refuses them). Without leader election
     this has no effect."""
+    lease_annotations: Callable[[], Mapping[str, str]] | None = None
+    """With leader election, called before each write of the Lease by this replica (each
+    renewal, every ``retry_period``, and the release on a graceful stop): what it returns is
+    merged into the Lease's annotations in the same request, so a leader can leave word for
+    the next one (what it had finished, say) without a write of its own. The next leader
+    finds it in :attr:`Manager.lease_annotations_found`. Empty leaves them as they are. Read
+    at each write, so it may be set after the manager is made (by what it runs)."""
     freeze_gc_after_sync: bool = True
     """Once the caches have synced, collect garbage once and move every object then alive out
     of the cyclic garbage collector's sight (:func:`gc.freeze`): the caches and indexes live as
@@ -134,6 +141,7 @@ class Manager:
                     lease_duration=self.options.lease_duration,
                     renew_deadline=self.options.renew_deadline,
                     retry_period=self.options.retry_period,
+                    annotations=self._lease_annotations,
                 ),
             )
         self._stop = asyncio.Event()
@@ -162,6 +170,17 @@ class Manager:
     def stop(self) -> None:
         """Ask :meth:`run` to shut down gracefully (safe to call from a signal handler)."""
         self._stop.set()
+
+    def _lease_annotations(self) -> Mapping[str, str]:
+        provider = self.options.lease_annotations
+        return {} if provider is None else provider()
+
+    @property
+    def lease_annotations_found(self) -> dict[str, str]:
+        """The Lease's annotations as this replica found them when it took the lease (what
+        the previous leader left there: see ``ManagerOptions.lease_annotations``); empty
+        without leader election, before the lease is taken, or on a Lease it created."""
+        return {} if self.elector is None else dict(self.elector.annotations_when_acquired)
 
     @property
     def is_leader(self) -> bool:

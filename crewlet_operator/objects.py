@@ -15,7 +15,7 @@ missing ``metadata`` (a half-built desired object) and never mutate their argume
 import datetime
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 KubeObject = dict[str, Any]
 """A Kubernetes object as the API server's JSON: ``apiVersion``, ``kind``, ``metadata``, ..."""
@@ -54,6 +54,28 @@ def uid(obj: Mapping[str, Any]) -> str | None:
 def resource_version(obj: Mapping[str, Any]) -> str | None:
     """Return ``metadata.resourceVersion`` (an opaque string), or ``None``."""
     return metadata(obj).get("resourceVersion") or None
+
+
+def resource_version_at_most(version: str | None, bound: str | None) -> bool:
+    """Whether ``version`` is known to be no newer than ``bound``, for two objects of one kind.
+
+    Kubernetes 1.35 made resourceVersions comparable within a kind (KEP-5504): a decimal
+    integer, without leading zeros, compared by value. Anything else (a missing version, an
+    API server that serves another form) compares as unknown, which answers False: a caller
+    that skips work for an object no newer than a mark then does the work.
+    """
+    if not (_decimal(version) and _decimal(bound)):
+        return False
+    return (len(version), version) <= (len(bound), bound)
+
+
+def _decimal(version: str | None) -> TypeGuard[str]:
+    return (
+        version is not None
+        and version.isascii()
+        and version.isdigit()
+        and (version == "0" or not version.startswith("0"))
+    )
 
 
 def generation(obj: Mapping[str, Any]) -> int | None:

@@ -343,6 +343,11 @@ class RateLimitingQueue(Generic[K]):
         """The items waiting to be handed out: queued, or re-added while being processed."""
         return set(self._dirty)
 
+    def unsettled(self) -> set[K]:
+        """Every item the queue still has work for: waiting, being processed, or due after a
+        delay (a requeue, a backoff)."""
+        return set(self._dirty) | set(self._processing) | set(self._waiting)
+
     def priority_of(self, item: K) -> int | None:
         """The priority ``item`` holds: the one it was added with if it is queued or re-added,
         else the one it was handed out with while it is processed; None for any other item."""

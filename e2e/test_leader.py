@@ -77,3 +77,51 @@ async def test_at_retry_ticks_alone_the_takeover_would_be_late(
     misses the bound the test above holds it to."""
     took = await takeover_after_last_renewal(kube_client, namespace, "ticks", wake_at_expiry=False)
     assert took > LEASE_SECONDS + LATENCY
+
+
+async def test_a_leader_leaves_word_in_the_lease_for_the_next_one(
+    kube_client: Client, namespace: str
+) -> None:
+    """What the leader's annotations callback returns is written with each renewal and with
+    its release (the last word, after its work has drained); the next leader finds it as the
+    Lease held it when it took over, and an empty answer leaves what is there."""
+    said: dict[str, str] = {}
+
+    def elector(identity: str, words: dict[str, str]) -> LeaderElector:
+        return LeaderElector(
+            kube_client,
+            LeaderElectionConfig(
+                "word",
+                namespace,
+                identity=identity,
+                lease_duration=4,
+                renew_deadline=3,
+                retry_period=1,
+                annotations=lambda: dict(words),
+            ),
+        )
+
+    first = elector("first", said)
+    await asyncio.wait_for(first.acquire(), 30)
+    assert first.annotations_when_acquired == {}, "it created the Lease"
+    said["example.com/done"] = "renewed"
+    holding = asyncio.create_task(first.hold())
+
+    async def annotations() -> dict[str, str]:
+        lease = await kube_client.get(LEASE, "word", namespace)
+        return dict(lease["metadata"].get("annotations") or {})
+
+    for _ in range(50):
+        if (await annotations()).get("example.com/done") == "renewed":
+            break
+        await asyncio.sleep(0.2)
+    assert (await annotations()).get("example.com/done") == "renewed"
+    holding.cancel()
+    said["example.com/done"] = "released"
+    await first.release()
+    assert (await annotations()).get("example.com/done") == "released"
+
+    second = elector("second", {})
+    await asyncio.wait_for(second.acquire(), 30)
+    assert second.annotations_when_acquired.get("example.com/done") == "released"
+    assert (await annotations()).get("example.com/done") == "released", "nothing said, kept"

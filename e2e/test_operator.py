@@ -16,8 +16,10 @@ import pytest_asyncio
 from operator_helpers import (
     IMAGE,
     MANAGED,
+    MANAGER_NAMESPACE,
     PLATFORM,
     ROOT,
+    TEST_FIELD_MANAGER,
     Operator,
     _none,
     company,
@@ -32,6 +34,7 @@ from operator_helpers import (
 from crewlet_operator import (
     HTTP_ROUTE,
     INGRESS,
+    LEASE,
     NAMESPACE,
     NETWORK_POLICY,
     PERSISTENT_VOLUME_CLAIM,
@@ -48,7 +51,9 @@ from crewlet_operator.envtest import KWOK_NODE, ControlPlane, binaries
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from reconcilers.checkpoint import ANNOTATION
 from reconcilers.controller import WRITTEN_RESOURCES
+from reconcilers.naming import CONFIG_HASH_ANNOTATION as CONFIG_HASH
 from reconcilers.versions import CLAIM_ANNOTATION
 
 
@@ -415,3 +420,126 @@ async def test_webhook_route_is_an_ingress_without_the_gateway_api_and_an_httpro
         assert written["spec"]["hostnames"] == ["acme.example.com"]
         assert written["spec"]["parentRefs"][0]["name"] == "public"
         await eventually(lambda: _none(ingress()), timeout=30, message="Ingress removed")
+
+
+async def test_a_restart_renders_again_only_what_changed_since_the_leaders_checkpoint(
+    crds: None,
+    kube_client: Client,
+    namespace: str,
+    control_plane: ControlPlane,
+    tmp_path: Path,
+) -> None:
+    """The leader leaves a checkpoint in its Lease (reconcilers.checkpoint), and the next
+    process renders only the companies something changed for since, as the manager, under the
+    chart's RBAC and policy. A restart with nothing changed skips every company and writes
+    nothing; a child edited by someone else, a referenced Secret's new data and a class's new
+    spec, each made while no operator ran, are applied, while the company nothing changed for
+    is skipped; a child deleted while none ran is made again (every company in full: a deleted
+    child leaves nothing newer behind)."""
+    kubeconfig = await manager_kubeconfig(
+        kube_client, control_plane, tmp_path / "sa", leader_election=True
+    )
+    lease = f"restart-{namespace}"
+
+    def start(name: str) -> contextlib.AbstractAsyncContextManager[Operator]:
+        return operator(
+            kubeconfig,
+            tmp_path / name,
+            leader_elect=True,
+            lease_namespace=MANAGER_NAMESPACE,
+            args=[f"--leader-election-id={lease}", "--log-level=debug"],
+        )
+
+    async def first_pass(daemon: Operator) -> None:
+        def reconciled() -> float:
+            return daemon.metric(
+                'controller_runtime_reconcile_total{controller="company",result="success"}'
+            )
+
+        await eventually(lambda: reconciled() >= 4, timeout=60, message="first pass")
+
+    keys, still, moved, grown = (f"{n}-{namespace}" for n in ("keys", "still", "moved", "grown"))
+    key_ref = {"namespace": PLATFORM, "name": keys, "key": "anthropic"}
+    await kube_client.create(SECRET, secret(PLATFORM, keys, anthropic="sk-before"))
+    await kube_client.create(ENGINE_CLASS, engine_class(still))
+    await kube_client.create(
+        ENGINE_CLASS,
+        engine_class(moved, modelKeys=[{"name": "ANTHROPIC_API_KEY", "secretRef": key_ref}]),
+    )
+    await kube_client.create(ENGINE_CLASS, engine_class(grown))
+    names = {"steady": still, "edited": still, "rolled": moved, "regrown": grown}
+    async with start("first"):
+        for company_name, class_name in names.items():
+            await kube_client.create(COMPANY, company(namespace, company_name, class_name))
+        for company_name in names:
+            await wait_condition(kube_client, namespace, company_name, "Ready", "True", timeout=120)
+
+        async def counted() -> bool:
+            got = await kube_client.get(ENGINE_CLASS, still)
+            return bool((got.get("status") or {}).get("companies") == 2)
+
+        await eventually(counted, message="the class counts its companies")
+    lease_object = await kube_client.get(LEASE, lease, MANAGER_NAMESPACE)
+    assert ANNOTATION in lease_object["metadata"]["annotations"]
+
+    before = control_plane.mutating_requests(WRITTEN_RESOURCES)
+    async with start("unchanged") as again:
+        await first_pass(again)
+        assert (
+            again.count_log(
+                "resuming from the restart checkpoint: companies unchanged since "
+                "are not rendered again"
+            )
+            == 1
+        )
+        assert again.count_log("unchanged since the checkpoint") == 4
+    assert control_plane.mutating_requests(WRITTEN_RESOURCES) == before, "a restart wrote"
+
+    async with Client(control_plane.admin_config(), field_manager=TEST_FIELD_MANAGER) as someone:
+        await someone.patch(
+            STATEFUL_SET,
+            "edited-data",
+            {"spec": {"template": {"metadata": {"annotations": {CONFIG_HASH: "tampered"}}}}},
+            namespace,
+        )
+        await someone.patch(
+            SECRET, keys, {"data": {"anthropic": base64.b64encode(b"sk-after").decode()}}, PLATFORM
+        )
+        await someone.patch(
+            ENGINE_CLASS, grown, {"spec": {"env": [{"name": "LOUD", "value": "1"}]}}
+        )
+
+    async def env_of(company_name: str) -> dict[str, str]:
+        found = await kube_client.get(SECRET, f"{company_name}-env", namespace)
+        return {k: base64.b64decode(v).decode() for k, v in (found.get("data") or {}).items()}
+
+    async with start("changed") as changed:
+        await first_pass(changed)
+
+        async def tampering_undone() -> bool:
+            sts = await kube_client.get(STATEFUL_SET, "edited-data", namespace)
+            return bool(
+                sts["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH] != "tampered"
+            )
+
+        async def new_key_copied() -> bool:
+            return (await env_of("rolled")).get("ANTHROPIC_API_KEY") == "sk-after"
+
+        async def new_spec_applied() -> bool:
+            sts = await kube_client.get(STATEFUL_SET, "regrown-data", namespace)
+            env = sts["spec"]["template"]["spec"]["containers"][0].get("env") or []
+            return {"name": "LOUD", "value": "1"} in env
+
+        await eventually(tampering_undone, timeout=60, message="the edited child put back")
+        await eventually(new_key_copied, timeout=60, message="the Secret's new data copied")
+        await eventually(new_spec_applied, timeout=60, message="the class's new spec applied")
+        assert changed.count_log("unchanged since the checkpoint") == 1  # steady alone
+
+    async def api_service() -> dict[str, Any] | None:
+        return await kube_client.get_or_none(SERVICE, "steady-api", namespace)
+
+    await kube_client.delete(SERVICE, "steady-api", namespace)
+    async with start("deleted") as after_delete:
+        await eventually(api_service, timeout=60, message="the deleted child made again")
+        await first_pass(after_delete)
+        assert after_delete.count_log("unchanged since the checkpoint") == 0

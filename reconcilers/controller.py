@@ -24,7 +24,6 @@ from crewlet_operator import (
     PERSISTENT_VOLUME_CLAIM,
     SECRET,
     STATEFUL_SET,
-    EnqueueHandler,
     EventRecorder,
     ForbiddenError,
     GenerationChanged,
@@ -46,10 +45,13 @@ from crewlet_operator import (
     labels,
     name,
     namespace,
+    namespaced_key,
+    resource_version,
     uid,
 )
 from reconcilers import naming
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from reconcilers.checkpoint import MAX_UNSETTLED, Checkpoint, code_version
 from reconcilers.company import reconcile, refusal_plan
 from reconcilers.engineclass import class_status
 from reconcilers.inputs import INVALID_CLASS
@@ -143,6 +145,13 @@ class CrewletControllers:
         self._counted: dict[str, float] = {}
         """EngineClass name to when its status was last written (monotonic seconds)."""
         self._apply_slots = asyncio.Semaphore(CHILD_APPLIES_IN_FLIGHT)
+        self.version = code_version(facts)
+        """What a restart checkpoint must have been written by (reconcilers.checkpoint)."""
+        self._resumed: Checkpoint | None = None
+        self._resume_judged = False
+        self.unchanged_since_checkpoint = 0
+        """Companies a first pass found unchanged since the previous leader's checkpoint."""
+        manager.options.lease_annotations = self.checkpoint_annotations
         # Companies and children are held by the thousand and read a few at a time: compact,
         # and listed in small pages (a page of whole StatefulSets is ~4 MiB of dicts at 100, the
         # transient peak of a relist; memory freed after it is not all given back).
@@ -180,9 +189,7 @@ class CrewletControllers:
         self.company_controller = builder.with_options(reserved_workers=VERDICT_WORKERS).complete(
             self.reconcile_company
         )
-        self.secrets.add_handler(
-            EnqueueHandler(self.company_controller.queue, self._companies_of_secret)
-        )
+        self.secrets.add_handler(self.company_controller.enqueue_handler(self._companies_of_secret))
         self.class_controller = (
             manager.controller("engineclass")
             .for_(ENGINE_CLASS)
@@ -261,8 +268,113 @@ class CrewletControllers:
             return None  # the namespace controller is deleting everything in it: do not fight it
         ns_labels = labels(ns)
         observed = await self.observe(company, engine_class)
+        if self._unchanged_since_checkpoint(request, company, engine_class, ns, observed):
+            self.unchanged_since_checkpoint += 1
+            log.debug("unchanged since the checkpoint")
+            return None
         plan = reconcile(company, engine_class, ns_labels, observed, self.facts)
         return await self.execute(company, engine_class, plan, observed)
+
+    # -- the restart checkpoint (reconcilers.checkpoint) ------------------------------------------
+    def checkpoint_annotations(self) -> dict[str, str]:
+        """The checkpoint for the Lease (each renewal and the release), or nothing while the
+        first pass runs, a cache relists, or more than :data:`MAX_UNSETTLED` companies have
+        work left."""
+        if not self.company_controller.first_pass_done:
+            return {}
+        kinds: dict[str, tuple[str, str]] = {}
+        for resource, informer in self.cache.informers.items():
+            if informer.resource_version is None:
+                return {}
+            kinds[resource.group_kind] = (
+                informer.resource_version,
+                format(informer.store.uid_digest, "016x"),
+            )
+        secrets: dict[str, str | None] = {}
+        for (ns, secret_name), informer in self.secrets.informers.items():
+            if informer.resource_version is None:
+                return {}
+            key = namespaced_key(ns, secret_name)
+            found = informer.store.get(key)
+            secrets[key] = None if found is None else resource_version(found)
+        unsettled = self.company_controller.unsettled()
+        if len(unsettled) > MAX_UNSETTLED:
+            return {}
+        return Checkpoint(
+            self.version, kinds, secrets, frozenset(str(r) for r in unsettled)
+        ).annotation()
+
+    def _checkpoint(self) -> Checkpoint | None:
+        """The previous leader's checkpoint, judged once, at this process's first reconcile
+        (before it writes anything): None when there is none of this version, or when a kind of
+        child has gained or lost an object since (a deleted child leaves nothing newer)."""
+        if self._resume_judged:
+            return self._resumed
+        self._resume_judged = True
+        found = Checkpoint.found(self.manager.lease_annotations_found, self.version)
+        informers = self.cache.informers
+        moved = (
+            []
+            if found is None
+            else [
+                r.kind
+                for r in self.children
+                if found.kinds.get(r.group_kind, ("", ""))[1]
+                != format(informers[r].store.uid_digest, "016x")
+            ]
+        )
+        if found is None:
+            log.info("no restart checkpoint of this version: every company is reconciled in full")
+        elif moved:
+            log.info(
+                "children were created or deleted since the restart checkpoint: every company "
+                "is reconciled in full",
+                kinds=moved,
+            )
+        else:
+            self._resumed = found
+            log.info(
+                "resuming from the restart checkpoint: companies unchanged since are not "
+                "rendered again",
+                unsettled=len(found.unsettled),
+            )
+        return self._resumed
+
+    def _unchanged_since_checkpoint(
+        self,
+        request: Request,
+        company: Object,
+        engine_class: Object | None,
+        ns: Object,
+        observed: Observed,
+    ) -> bool:
+        """Whether this first-pass reconcile would find what the previous leader's last one
+        did, and so nothing to do (see :mod:`reconcilers.checkpoint`)."""
+        checkpoint = self._checkpoint()
+        if (
+            checkpoint is None
+            or self.company_controller.first_pass_done
+            or request in self.company_controller.touched
+            or str(request) in checkpoint.unsettled
+            or engine_class is None
+            or not ns
+            or observed.unreadable_secrets
+        ):
+            return False
+        by_kind: dict[str, list[Object]] = {
+            COMPANY.group_kind: [company],
+            ENGINE_CLASS.group_kind: [engine_class],
+            NAMESPACE.group_kind: [ns],
+        }
+        if observed.data_claim is not None:
+            by_kind[PERSISTENT_VOLUME_CLAIM.group_kind] = [observed.data_claim]
+        kinds = {r.kind: r.group_kind for r in self.children}
+        for (kind, _), child in observed.children.items():
+            by_kind.setdefault(kinds[kind], []).append(child)
+        return all(checkpoint.unchanged(k, objects) for k, objects in by_kind.items()) and all(
+            checkpoint.secret_unchanged(namespaced_key(*key), secret)
+            for key, secret in observed.secrets.items()
+        )
 
     async def execute(
         self, company: Object, engine_class: Object | None, plan: Plan, observed: Observed

@@ -261,3 +261,52 @@ def test_reserved_workers_cannot_be_negative() -> None:
 def test_leader_election_timings_are_validated(lease: float, renew: float, retry: float) -> None:
     with pytest.raises(ValueError, match="lease_duration > renew_deadline"):
         LeaderElectionConfig("l", "ns", "me", lease, renew, retry)
+
+
+async def test_a_controller_notes_what_events_touched_until_its_first_pass_ends() -> None:
+    """Creates, changes and deletes touch their requests, whatever the predicates let through;
+    the initial list does not. Once the first pass is over, nothing is collected."""
+    c = make(None, "unit-touched")
+    handler = c.enqueue_handler(request_for_object, [GenerationChanged()])
+    listed = {"metadata": {"name": "listed", "namespace": "ns", "generation": 1}}
+    handler.on_add(listed, initial=True)
+    handler.on_update(listed, {"metadata": {**listed["metadata"], "labels": {"a": "b"}}})
+    handler.on_delete({"metadata": {"name": "gone", "namespace": "ns"}})
+    handler.on_add({"metadata": {"name": "new", "namespace": "ns"}})
+    assert c.touched == {Request("ns", n) for n in ("listed", "gone", "new")}
+    assert c.queue.pending() == {Request("ns", n) for n in ("listed", "gone", "new")}
+    assert not c.first_pass_done
+    await c.start()
+    try:
+        for _ in range(200):
+            if c.first_pass_done:
+                break
+            await asyncio.sleep(0.005)
+        assert c.first_pass_done
+        assert c.touched == set()
+        handler.on_add({"metadata": {"name": "later", "namespace": "ns"}})
+        assert c.touched == set()
+    finally:
+        await c.stop(1.0)
+
+
+async def test_unsettled_is_what_is_queued_waiting_or_failed_until_it_succeeds() -> None:
+    """A request whose reconcile failed for good (not requeued) still has work left: it is
+    unsettled until a reconcile of it succeeds."""
+    outcome: list[BaseException | None] = [TerminalError("no")]
+
+    async def reconcile(request: Request) -> Result | None:
+        if outcome[0] is not None:
+            raise outcome[0]
+        return None
+
+    c = Controller("unit-unsettled", reconcile, Cache(client=None))  # type: ignore[arg-type]
+    queued, waiting, failed = Request("ns", "q"), Request("ns", "w"), Request("ns", "f")
+    c.queue.add(queued)
+    c.queue.add_after(waiting, 60)
+    await c.reconcile_once(failed)
+    assert failed not in c.queue.unsettled()
+    assert c.unsettled() == {queued, waiting, failed}
+    outcome[0] = None
+    await c.reconcile_once(failed)
+    assert c.unsettled() == {queued, waiting}

@@ -1,12 +1,19 @@
-"""The object helpers every module shares: keys and MicroTime."""
+"""The object helpers every module shares: keys, MicroTime, resourceVersions."""
 
 from __future__ import annotations
 
 import datetime
 import time
 
+import pytest
+
 from crewlet_operator import events
-from crewlet_operator.objects import micro_time, namespaced_key, object_key
+from crewlet_operator.objects import (
+    micro_time,
+    namespaced_key,
+    object_key,
+    resource_version_at_most,
+)
 from crewlet_operator.reconcile import Request
 
 
@@ -36,3 +43,25 @@ def test_micro_time_defaults_to_now() -> None:
 def test_events_writes_the_same_micro_time() -> None:
     assert events.micro_time is micro_time
     assert micro_time(0.5) == "1970-01-01T00:00:00.500000Z"
+
+
+@pytest.mark.parametrize(
+    ("version", "bound", "at_most"),
+    [
+        ("9", "10", True),
+        ("10", "10", True),
+        ("11", "10", False),
+        ("100", "99", False),
+        ("0", "0", True),
+        ("07", "9", False),  # not the decimal form KEP-5504 compares
+        ("9", "abc", False),
+        ("", "9", False),
+        (None, "9", False),
+        ("9", None, False),
+        ("٣", "9", False),  # a digit, but not an ASCII one
+    ],
+)
+def test_resource_versions_compare_as_decimals_and_anything_else_as_unknown(
+    version: str | None, bound: str | None, at_most: bool
+) -> None:
+    assert resource_version_at_most(version, bound) is at_most

@@ -124,3 +124,38 @@ def test_a_compact_store_holds_about_what_it_packed() -> None:
     )
     grew_kib, packed_kib = map(int, run.stdout.split())
     assert grew_kib < 4 * packed_kib + 8 * 1024, run.stdout
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_the_uid_digest_says_which_objects_are_stored_whatever_their_versions(
+    compact: bool,
+) -> None:
+    """A change of an object keeps the digest; a delete, or a new object under an old name,
+    changes it; storing the same objects again, in any order, gives the same digest."""
+
+    def versioned(name: str, uid: str, version: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": version}
+        }
+
+    store = Store(compact=compact)
+    assert store.uid_digest == 0
+    store.put(versioned("a", "uid-a", "1"))
+    store.put(versioned("b", "uid-b", "2"))
+    both = store.uid_digest
+    store.put(versioned("a", "uid-a", "3"))
+    assert store.uid_digest == both
+    store.delete("ns/b")
+    assert store.uid_digest != both
+    store.put(versioned("b", "uid-b2", "4"))  # deleted and made again: another object
+    assert store.uid_digest not in (both, 0)
+    store.delete("ns/b")
+    store.put(versioned("b", "uid-b", "2"))
+    assert store.uid_digest == both
+    again = Store(compact=compact)
+    again.put(versioned("b", "uid-b", "9"))
+    again.put(versioned("a", "uid-a", "8"))
+    assert again.uid_digest == both
+    store.delete("ns/a")
+    store.delete("ns/b")
+    assert store.uid_digest == 0

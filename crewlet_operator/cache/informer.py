@@ -126,6 +126,13 @@ class Informer:
         return 2 * (self.options.inactivity_timeout + self.options.max_backoff)
 
     @property
+    def resource_version(self) -> str | None:
+        """The resourceVersion up to which the store holds every change of the kind (that of
+        the last list, event or bookmark): None until the first list has ended, and again
+        while a relist (after a 410) runs."""
+        return self._resource_version
+
+    @property
     def has_synced(self) -> bool:
         """Whether the first list has been stored."""
         return self._synced.is_set()

@@ -29,6 +29,11 @@ class NamedObjects:
         self._tasks: dict[tuple[str | None, str], asyncio.Task[None]] = {}
         self._handlers: list[EventHandler] = []
 
+    @property
+    def informers(self) -> dict[tuple[str | None, str], Informer]:
+        """The informer of each watched ``(namespace, name)``."""
+        return dict(self._informers)
+
     def add_handler(self, handler: EventHandler) -> None:
         """Tell ``handler`` about every event of every watched object."""
         self._handlers.append(handler)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import hashlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -21,15 +22,23 @@ def namespace_index(obj: KubeObject) -> list[str]:
     return [ns] if ns else []
 
 
+def _uid_hash(obj: KubeObject) -> int:
+    uid = (obj.get("metadata") or {}).get("uid")
+    if not isinstance(uid, str):
+        return 0
+    return int.from_bytes(hashlib.blake2b(uid.encode(), digest_size=8).digest(), "big")
+
+
 class Store:
     """Objects by ``namespace/name`` key, and indexes from value to keys.
 
     With ``compact``, objects are kept compressed (:class:`~.compact.CompactCodec`) and every
     read returns a fresh copy; otherwise reads return the stored objects themselves.
 
-    Invariant: ``self._indices[index][value]`` holds exactly the keys of the stored objects
-    for which the ``index`` function yields ``value``, and no value maps to an empty set;
-    ``_put`` and ``_drop`` keep it. Index functions must be pure: ``_drop`` finds the values to
+    Invariants, which ``_put`` and ``_drop`` keep: ``self._indices[index][value]`` holds
+    exactly the keys of the stored objects for which the ``index`` function yields ``value``,
+    and no value maps to an empty set; ``self._uids`` is the XOR of :func:`_uid_hash` over the
+    stored objects. Index functions must be pure: ``_drop`` finds the values to
     remove by running them again on the stored object (which it decodes anyway, to return it),
     rather than keeping every object's values, ~0.3 KiB an object.
     """
@@ -42,6 +51,7 @@ class Store:
             **(indexers or {}),
         }
         self._indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
+        self._uids = 0
 
     def add_indexer(self, name: str, func: IndexFunc) -> None:
         """Add an index (it is built over the objects already stored)."""
@@ -52,6 +62,13 @@ class Store:
         for key in self._items:
             for value in func(self._read(key)):
                 self._indices[name].setdefault(value, set()).add(key)
+
+    @property
+    def uid_digest(self) -> int:
+        """A digest of which objects are stored, whatever their versions: the XOR of a 64-bit
+        hash of each one's uid. Two stores whose digests are equal hold (but for a chance of
+        one in 2**64) the same objects; an object deleted, or created, changes it."""
+        return self._uids
 
     def __len__(self) -> int:
         return len(self._items)
@@ -99,6 +116,7 @@ class Store:
 
     def _put(self, key: str, obj: KubeObject) -> None:
         self._items[key] = self._codec.pack(obj) if self._codec is not None else obj
+        self._uids ^= _uid_hash(obj)
         for name, value in self._index_pairs(obj):
             self._indices[name].setdefault(value, set()).add(key)
 
@@ -110,6 +128,7 @@ class Store:
             return None
         old = self._read(key)
         del self._items[key]
+        self._uids ^= _uid_hash(old)
         for name, value in self._index_pairs(old):
             keys = self._indices[name].get(value)
             if keys is not None:
