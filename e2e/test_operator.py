@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,16 @@ from reconcilers.checkpoint import ANNOTATION
 from reconcilers.controller import WRITTEN_RESOURCES
 from reconcilers.naming import CONFIG_HASH_ANNOTATION as CONFIG_HASH
 from reconcilers.versions import CLAIM_ANNOTATION
+
+
+def no_namespace_terminating(client: Client) -> Callable[[], Awaitable[bool]]:
+    """A probe: no namespace is being deleted (its children are, meanwhile)."""
+
+    async def probe() -> bool:
+        listed = await client.list(NAMESPACE)
+        return all(n.get("status", {}).get("phase") != "Terminating" for n in listed.items)
+
+    return probe
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
@@ -341,12 +351,10 @@ async def test_resync_after_convergence_makes_zero_mutating_requests(
     control_plane: ControlPlane,
     tmp_path: Path,
 ) -> None:
-    async def no_namespace_terminating() -> bool:
-        listed = await kube_client.list(NAMESPACE)
-        return all(n.get("status", {}).get("phase") != "Terminating" for n in listed.items)
-
     # Earlier tests' namespaces being torn down cause writes of their own: let them finish.
-    await eventually(no_namespace_terminating, timeout=120, message="namespaces deleted")
+    await eventually(
+        no_namespace_terminating(kube_client), timeout=120, message="namespaces deleted"
+    )
     class_name = f"sync-{namespace}"
     await kube_client.create(ENGINE_CLASS, engine_class(class_name))
     for i in range(3):
@@ -440,6 +448,9 @@ async def test_a_restart_renders_again_only_what_changed_since_the_leaders_check
         kube_client, control_plane, tmp_path / "sa", leader_election=True
     )
     lease = f"restart-{namespace}"
+    # Earlier tests' namespaces being torn down delete children of their own: children created
+    # or deleted after a checkpoint (rightly) make the next start reconcile everything.
+    await eventually(no_namespace_terminating(kube_client), timeout=120, message="quiet")
 
     def start(name: str) -> contextlib.AbstractAsyncContextManager[Operator]:
         return operator(
