@@ -111,7 +111,7 @@ async def convergence(session: Session) -> Figure:
                 "floor_s": round(floor_s, 2),
                 "floor_workers": best,
                 "floors_s": {str(w): round(f[0], 2) for w, f in floors.items()},
-                "ratio": round(timings["operator_s"] / floor_s, 2),
+                "ratio": round(timings["operator_s"] / floor_s, 3),
                 "floor_applies_per_s": round(n * 13 / floor_s, 1),
                 "floor_cpu_s": round(floor_cpu, 1),
                 "cpu_ratio": round(timings["cpu_s"] / floor_cpu, 2),
@@ -128,7 +128,8 @@ async def convergence(session: Session) -> Figure:
         )
         + f" (operator workers: {workers:.0f})",
         TARGET,
-        float(rows[-1]["ratio"]) <= TARGET_RATIO,
+        # The ratio unrounded: 1.103 is not within 1.10.
+        float(rows[-1]["operator_s"]) / float(rows[-1]["floor_s"]) <= TARGET_RATIO,
         {
             "bursts": rows,
             "floor_concurrencies": list(FLOOR_WORKERS),
