@@ -99,15 +99,13 @@ class Checkpoint:
         except (KeyError, TypeError, ValueError, IndexError, AttributeError):
             return None
 
-    def unchanged(self, kind: str, objects: Iterable[Object]) -> bool:
-        """Whether each of ``objects`` (of ``kind``, ``Kind.group``) is no newer than the mark."""
+    def unchanged(self, kind: str, versions: Iterable[str | None]) -> bool:
+        """Whether each of ``versions`` (resourceVersions of objects of ``kind``,
+        ``Kind.group``) is no newer than the mark."""
         mark = self.kinds.get(kind)
         if mark is None:
             return False
-        return all(
-            resource_version_at_most((o.get("metadata") or {}).get("resourceVersion"), mark[0])
-            for o in objects
-        )
+        return all(resource_version_at_most(version, mark[0]) for version in versions)
 
     def secret_unchanged(self, key: str, secret: Object | None) -> bool:
         """Whether the Secret ``namespace/name`` exists and is no newer than when recorded."""

@@ -266,12 +266,12 @@ class CrewletControllers:
         ns = self.cache.get(NAMESPACE, request.namespace or "") or {}
         if is_being_deleted(ns):
             return None  # the namespace controller is deleting everything in it: do not fight it
-        ns_labels = labels(ns)
-        observed = await self.observe(company, engine_class)
-        if self._unchanged_since_checkpoint(request, company, engine_class, ns, observed):
+        if await self._unchanged_since_checkpoint(request, company, engine_class, ns):
             self.unchanged_since_checkpoint += 1
             log.debug("unchanged since the checkpoint")
             return None
+        ns_labels = labels(ns)
+        observed = await self.observe(company, engine_class)
         plan = reconcile(company, engine_class, ns_labels, observed, self.facts)
         return await self.execute(company, engine_class, plan, observed)
 
@@ -340,16 +340,12 @@ class CrewletControllers:
             )
         return self._resumed
 
-    def _unchanged_since_checkpoint(
-        self,
-        request: Request,
-        company: Object,
-        engine_class: Object | None,
-        ns: Object,
-        observed: Observed,
+    async def _unchanged_since_checkpoint(
+        self, request: Request, company: Object, engine_class: Object | None, ns: Object
     ) -> bool:
         """Whether this first-pass reconcile would find what the previous leader's last one
-        did, and so nothing to do (see :mod:`reconcilers.checkpoint`)."""
+        did, and so nothing to do (see :mod:`reconcilers.checkpoint`). The children's
+        resourceVersions are read from the stores' keys, not from unpacked children."""
         checkpoint = self._checkpoint()
         if (
             checkpoint is None
@@ -358,22 +354,30 @@ class CrewletControllers:
             or str(request) in checkpoint.unsettled
             or engine_class is None
             or not ns
-            or observed.unreadable_secrets
         ):
             return False
-        by_kind: dict[str, list[Object]] = {
-            COMPANY.group_kind: [company],
-            ENGINE_CLASS.group_kind: [engine_class],
-            NAMESPACE.group_kind: [ns],
-        }
-        if observed.data_claim is not None:
-            by_kind[PERSISTENT_VOLUME_CLAIM.group_kind] = [observed.data_claim]
-        kinds = {r.kind: r.group_kind for r in self.children}
-        for (kind, _), child in observed.children.items():
-            by_kind.setdefault(kinds[kind], []).append(child)
-        return all(checkpoint.unchanged(k, objects) for k, objects in by_kind.items()) and all(
+        informers = self.cache.informers
+        if not (
+            checkpoint.unchanged(COMPANY.group_kind, [resource_version(company)])
+            and checkpoint.unchanged(ENGINE_CLASS.group_kind, [resource_version(engine_class)])
+            and checkpoint.unchanged(NAMESPACE.group_kind, [resource_version(ns)])
+        ):
+            return False
+        claims = informers[PERSISTENT_VOLUME_CLAIM].store
+        claim = namespaced_key(request.namespace, naming.data_claim(request.name))
+        if claim in claims and not checkpoint.unchanged(
+            PERSISTENT_VOLUME_CLAIM.group_kind, [claims.resource_version(claim)]
+        ):
+            return False
+        for resource in self.children:
+            store = informers[resource].store
+            keys = store.keys_by_index(COMPANY_INDEX, str(request))
+            if not checkpoint.unchanged(resource.group_kind, map(store.resource_version, keys)):
+                return False
+        secrets, unreadable = await self.read_references(engine_class)
+        return not unreadable and all(
             checkpoint.secret_unchanged(namespaced_key(*key), secret)
-            for key, secret in observed.secrets.items()
+            for key, secret in secrets.items()
         )
 
     async def execute(

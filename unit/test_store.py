@@ -159,3 +159,17 @@ def test_the_uid_digest_says_which_objects_are_stored_whatever_their_versions(
     store.delete("ns/a")
     store.delete("ns/b")
     assert store.uid_digest == 0
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_a_stores_resource_versions_are_read_without_the_objects(compact: bool) -> None:
+    """What a caller comparing versions reads: the stored object's, None once it is gone."""
+    store = Store(compact=compact)
+    store.put({"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "7"}})
+    assert store.resource_version("ns/a") == "7"
+    store.put({"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "9"}})
+    assert store.resource_version("ns/a") == "9"
+    store.put({"metadata": {"name": "b", "namespace": "ns"}})
+    assert store.resource_version("ns/b") is None
+    store.delete("ns/a")
+    assert store.resource_version("ns/a") is None

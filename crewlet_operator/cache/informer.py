@@ -139,13 +139,15 @@ class Informer:
 
     async def wait_for_sync(self, timeout: float | None = None) -> None:
         """Wait until the first list has been stored."""
-        await asyncio.wait_for(self._synced.wait(), timeout)
+        if not self._synced.is_set():  # else no task for wait_for to make: reads ask often
+            await asyncio.wait_for(self._synced.wait(), timeout)
 
     async def wait_for_answer(self, timeout: float | None = None) -> None:
         """Wait until the first list has been stored or a list or watch has failed (see
         :attr:`last_error`): a caller that may not read the kind learns it at once, instead of
         after a sync timeout."""
-        await asyncio.wait_for(self._answered.wait(), timeout)
+        if not self._answered.is_set():  # else no task for wait_for to make: reads ask often
+            await asyncio.wait_for(self._answered.wait(), timeout)
 
     async def run(self) -> None:
         """List and watch until cancelled.

@@ -38,7 +38,8 @@ class Store:
     Invariants, which ``_put`` and ``_drop`` keep: ``self._indices[index][value]`` holds
     exactly the keys of the stored objects for which the ``index`` function yields ``value``,
     and no value maps to an empty set; ``self._uids`` is the XOR of :func:`_uid_hash` over the
-    stored objects. Index functions must be pure: ``_drop`` finds the values to
+    stored objects; a compact store's ``self._versions`` has the keys of ``self._items``, each
+    with its object's resourceVersion. Index functions must be pure: ``_drop`` finds the values to
     remove by running them again on the stored object (which it decodes anyway, to return it),
     rather than keeping every object's values, ~0.3 KiB an object.
     """
@@ -52,6 +53,9 @@ class Store:
         }
         self._indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
         self._uids = 0
+        self._versions: dict[str, str | None] | None = {} if compact else None
+        """A compact store's resourceVersions by key, read without unpacking (see
+        :meth:`resource_version`); a plain store reads them from the objects."""
 
     def add_indexer(self, name: str, func: IndexFunc) -> None:
         """Add an index (it is built over the objects already stored)."""
@@ -69,6 +73,14 @@ class Store:
         hash of each one's uid. Two stores whose digests are equal hold (but for a chance of
         one in 2**64) the same objects; an object deleted, or created, changes it."""
         return self._uids
+
+    def resource_version(self, key: str) -> str | None:
+        """The resourceVersion of the object stored under ``key`` (None when there is none),
+        without unpacking a compact store's copy: what a caller comparing versions reads."""
+        if self._versions is not None:
+            return self._versions.get(key)
+        stored = self._items.get(key)
+        return None if stored is None else (stored.get("metadata") or {}).get("resourceVersion")
 
     def __len__(self) -> int:
         return len(self._items)
@@ -117,6 +129,8 @@ class Store:
     def _put(self, key: str, obj: KubeObject) -> None:
         self._items[key] = self._codec.pack(obj) if self._codec is not None else obj
         self._uids ^= _uid_hash(obj)
+        if self._versions is not None:
+            self._versions[key] = (obj.get("metadata") or {}).get("resourceVersion")
         for name, value in self._index_pairs(obj):
             self._indices[name].setdefault(value, set()).add(key)
 
@@ -129,6 +143,8 @@ class Store:
         old = self._read(key)
         del self._items[key]
         self._uids ^= _uid_hash(old)
+        if self._versions is not None:
+            del self._versions[key]
         for name, value in self._index_pairs(old):
             keys = self._indices[name].get(value)
             if keys is not None:
