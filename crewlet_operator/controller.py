@@ -199,6 +199,11 @@ class Controller:
                 await self.reconcile_once(request)
             finally:
                 self.queue.done(request)
+            # A reconcile that finds nothing to do may never suspend, and a queued request is
+            # handed out without suspending either: without this a worker would run a whole
+            # first pass in one go, and the lease renewal, the probes and the watches would
+            # starve (a leader lost its lease so, at the end of a pass over 10,000).
+            await asyncio.sleep(0)
 
     async def reconcile_once(self, request: Request) -> None:
         """Reconcile one request and act on the outcome (requeue, backoff or forget)."""

@@ -310,3 +310,34 @@ async def test_unsettled_is_what_is_queued_waiting_or_failed_until_it_succeeds()
     outcome[0] = None
     await c.reconcile_once(failed)
     assert c.unsettled() == {queued, waiting}
+
+
+async def test_workers_let_other_tasks_run_between_reconciles_that_never_suspend() -> None:
+    """A reconcile that finds nothing to do may not await anything; the lease renewal, the
+    probes and the watches still run while a pass over thousands of such requests does."""
+    done: list[Request] = []
+
+    async def reconcile(request: Request) -> None:
+        done.append(request)
+
+    c = Controller("unit-yield", reconcile, Cache(client=None))  # type: ignore[arg-type]
+    for i in range(1000):
+        c.queue.add(Request("ns", f"r{i}"), LOW_PRIORITY)
+    seen_during_pass: list[int] = []
+
+    async def renewal() -> None:
+        for _ in range(5):
+            seen_during_pass.append(len(done))
+            await asyncio.sleep(0)
+
+    await c.start()
+    try:
+        await renewal()
+        for _ in range(500):
+            if c.first_pass_done:
+                break
+            await asyncio.sleep(0.001)
+        assert c.first_pass_done
+    finally:
+        await c.stop(1.0)
+    assert seen_during_pass[-1] < 1000, "the other task ran only after the whole pass"
