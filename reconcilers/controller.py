@@ -149,8 +149,6 @@ class CrewletControllers:
         """What a restart checkpoint must have been written by (reconcilers.checkpoint)."""
         self._resumed: Checkpoint | None = None
         self._resume_judged = False
-        self.unchanged_since_checkpoint = 0
-        """Companies a first pass found unchanged since the previous leader's checkpoint."""
         manager.options.lease_annotations = self.checkpoint_annotations
         # Companies and children are held by the thousand and read a few at a time: compact,
         # and listed in small pages (a page of whole StatefulSets is ~4 MiB of dicts at 100, the
@@ -267,7 +265,6 @@ class CrewletControllers:
         if is_being_deleted(ns):
             return None  # the namespace controller is deleting everything in it: do not fight it
         if await self._unchanged_since_checkpoint(request, company, engine_class, ns):
-            self.unchanged_since_checkpoint += 1
             log.debug("unchanged since the checkpoint")
             return None
         ns_labels = labels(ns)
