@@ -65,9 +65,9 @@ class Checkpoint:
     """One leader's word on what it left done."""
 
     version: str
-    kinds: Mapping[str, tuple[str, str]]
+    kinds: Mapping[str, tuple[str, int]]
     """By ``Kind.group``: the resourceVersion the cache held every change up to, and its
-    objects' uid digest (hex)."""
+    objects' uid digest."""
     secrets: Mapping[str, str | None]
     """By ``namespace/name``: the watched Secret's resourceVersion (None: it did not exist)."""
     unsettled: frozenset[str]
@@ -92,7 +92,7 @@ class Checkpoint:
                 return None
             return cls(
                 version=version,
-                kinds={str(k): (str(v[0]), str(v[1])) for k, v in body["kinds"].items()},
+                kinds={str(k): (str(v[0]), int(v[1])) for k, v in body["kinds"].items()},
                 secrets={str(k): None if v is None else str(v) for k, v in body["secrets"].items()},
                 unsettled=frozenset(str(k) for k in body["unsettled"]),
             )

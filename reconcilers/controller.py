@@ -279,14 +279,11 @@ class CrewletControllers:
         work left."""
         if not self.company_controller.first_pass_done:
             return {}
-        kinds: dict[str, tuple[str, str]] = {}
+        kinds: dict[str, tuple[str, int]] = {}
         for resource, informer in self.cache.informers.items():
             if informer.resource_version is None:
                 return {}
-            kinds[resource.group_kind] = (
-                informer.resource_version,
-                format(informer.store.uid_digest, "016x"),
-            )
+            kinds[resource.group_kind] = (informer.resource_version, informer.store.uid_digest)
         secrets: dict[str, str | None] = {}
         for (ns, secret_name), informer in self.secrets.informers.items():
             if informer.resource_version is None:
@@ -316,8 +313,7 @@ class CrewletControllers:
             else [
                 r.kind
                 for r in self.children
-                if found.kinds.get(r.group_kind, ("", ""))[1]
-                != format(informers[r].store.uid_digest, "016x")
+                if found.kinds.get(r.group_kind, ("", None))[1] != informers[r].store.uid_digest
             ]
         )
         if found is None:

@@ -12,7 +12,7 @@ from reconcilers.plan import ClusterFacts
 
 CHECKPOINT = Checkpoint(
     version="v1",
-    kinds={"StatefulSet.apps": ("120", "00ff"), "Company.crewlet.ai": ("118", "0a0b")},
+    kinds={"StatefulSet.apps": ("120", 2**64 - 1), "Company.crewlet.ai": ("118", 2570)},
     secrets={"platform/keys": "40", "platform/gone": None},
     unsettled=frozenset({"tenant-a/busy"}),
 )
