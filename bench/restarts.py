@@ -8,20 +8,35 @@
 6, start-up: process start to /readyz 200 (caches synced) and to the first pass done, the
    writes of that pass, and peak over steady RSS: of the first process over a world filled
    with none running (every company rendered), and of a restart after it (the checkpoint of
-   reconcilers.checkpoint). Beside it, what the world costs to read: its
+   reconcilers.checkpoint). Its times are judged on the restart, the start-up of the issue
+   ("a restart costs up to two minutes"); the first process's are printed beside them, not
+   judged: a new version must render every company to learn what it would write (so would
+   the issue's own suggestion, an inputs digest that includes the operator's version). Both
+   must write nothing and keep their peak RSS. Beside it, what the world costs to read: its
    etcd revision over its objects (its history), and one kind (StatefulSets, the largest)
    listed in pages of 100 as informers did (paged lists are read from etcd, history and all)
-   and streamed as they do now (from the API server's watch cache).
+   and streamed as they do now (from the API server's watch cache); and the reader's floor:
+   every kind the operator caches streamed at once, as its informers do, to readers that only
+   read the bytes (no decoding): what the API server alone takes to send the world, the
+   least a sync can take on this machine.
 """
 
 from __future__ import annotations
 
+import asyncio
+import ssl
 import time
+import urllib.parse
+import urllib.request
 
 from bench.report import MIB, Figure
 from bench.session import Pass, Reading, Session
-from crewlet_operator import STATEFUL_SET
+from crewlet_operator import NAMESPACE, PERSISTENT_VOLUME_CLAIM, STATEFUL_SET, Resource
 from crewlet_operator.cache.informer import INITIAL_EVENTS_END
+from crewlet_operator.envtest import ControlPlane
+from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from reconcilers.naming import MANAGED_BY_SELECTOR
+from reconcilers.plan import CHILD_RESOURCES, GATEWAY_CHILD_RESOURCES
 
 MEMORY_LIMIT = 256 * MIB
 SYNC_LIMIT = 10.0
@@ -32,8 +47,9 @@ TARGET_COMPANIES = 10_000
 RESYNC_TARGET = "0 mutating requests"
 MEMORY_TARGET = "10,000 companies in <= 256 MiB (peak)"
 STARTUP_TARGET = (
-    f"with 10,000: caches synced < {SYNC_LIMIT:.0f} s, first pass < {STARTUP_LIMIT:.0f} s, "
-    f"0 writes, peak RSS <= {PEAK_OVER_STEADY}x steady"
+    f"a restart with 10,000: caches synced < {SYNC_LIMIT:.0f} s, first pass < "
+    f"{STARTUP_LIMIT:.0f} s; it and the first start: 0 writes, peak RSS <= {PEAK_OVER_STEADY}x "
+    "steady"
 )
 
 
@@ -105,7 +121,8 @@ async def startup(session: Session) -> Figure:
     # The world was filled with no operator running: the first process renders every company
     # (the first start of a new version looks the same). The next one restarts over the world
     # the first left, as a rolling update, a rescheduled pod or a crash does, and resumes from
-    # its checkpoint (reconcilers.checkpoint). The target holds for both.
+    # its checkpoint (reconcilers.checkpoint). The times are judged on the restart; both must
+    # write nothing and keep their peak (see the module's docstring).
     cold = await session.restart()
     result = await session.restart()
     scale = max(1.0, TARGET_COMPANIES / result.companies)
@@ -123,7 +140,8 @@ async def startup(session: Session) -> Figure:
     line = (
         f"{result.companies} companies: a restart synced its caches (/readyz) in "
         f"{result.ready_s:.1f} s and finished its first pass in {result.first_pass_s:.1f} s, "
-        f"the first start over the world in {cold.ready_s:.1f} s and {cold.first_pass_s:.1f} s; "
+        f"the first start over the world (every company rendered, not judged) in "
+        f"{cold.ready_s:.1f} s and {cold.first_pass_s:.1f} s; "
         f"{writes['restart']} and {writes['cold']} writes, peak RSS "
         f"{peak_ratio['restart']:.2f}x and {peak_ratio['cold']:.2f}x steady; the world: "
         f"{world['revisions_per_object']} etcd revisions an object, {world['statefulsets']} "
@@ -138,12 +156,10 @@ async def startup(session: Session) -> Figure:
         line += "; projected at 10,000: " + ", ".join(
             f"{k} synced {v[0]:.0f} s, first pass {v[1]:.0f} s" for k, v in projected.items()
         )
-    met = all(
-        projected[k][0] < SYNC_LIMIT
-        and projected[k][1] < STARTUP_LIMIT
-        and writes[k] == 0
-        and peak_ratio[k] <= PEAK_OVER_STEADY
-        for k in passes
+    met = (
+        projected["restart"][0] < SYNC_LIMIT
+        and projected["restart"][1] < STARTUP_LIMIT
+        and all(writes[k] == 0 and peak_ratio[k] <= PEAK_OVER_STEADY for k in passes)
     )
     return Figure("startup", line, STARTUP_TARGET, met, data)
 
@@ -166,6 +182,20 @@ async def _world(session: Session) -> dict[str, object]:
         if event.type == "BOOKMARK" and annotations.get(INITIAL_EVENTS_END) == "true":
             break
     streamed = time.monotonic() - started
+    cached: list[tuple[Resource, str | None]] = [
+        (COMPANY, None),
+        (ENGINE_CLASS, None),
+        (NAMESPACE, None),
+        (PERSISTENT_VOLUME_CLAIM, MANAGED_BY_SELECTOR),
+    ]
+    children = list(CHILD_RESOURCES)
+    for resource in GATEWAY_CHILD_RESOURCES:  # watched when served (reconcilers.plan)
+        if await api.is_served(resource.api_version, resource.kind):
+            children.append(resource)
+    cached += [(resource, MANAGED_BY_SELECTOR) for resource in children]
+    started = time.monotonic()
+    await asyncio.gather(*(asyncio.to_thread(_read_stream, plane, *kind) for kind in cached))
+    floor = time.monotonic() - started
     return {
         "objects": int(objects),
         "etcd_revision": int(revision or 0),
@@ -173,4 +203,31 @@ async def _world(session: Session) -> dict[str, object]:
         "statefulsets": count,
         "paged_list_s": round(paged, 2),
         "streamed_list_s": round(streamed, 2),
+        "reader_floor_s": round(floor, 2),
     }
+
+
+def _read_stream(plane: ControlPlane, resource: Resource, selector: str | None) -> None:
+    """Stream every object of ``resource`` (``sendInitialEvents``), reading the bytes until the
+    bookmark that ends the list and decoding nothing."""
+    query = {
+        "watch": "true",
+        "sendInitialEvents": "true",
+        "resourceVersionMatch": "NotOlderThan",
+        "allowWatchBookmarks": "true",
+        "timeoutSeconds": "300",
+    }
+    if selector:
+        query["labelSelector"] = selector
+    config = plane.admin_config()
+    context = ssl.create_default_context(cafile=str(config.ca_file))
+    assert config.cert_file is not None and config.key_file is not None
+    context.load_cert_chain(str(config.cert_file), str(config.key_file))
+    url = f"{plane.host}{resource.path()}?{urllib.parse.urlencode(query)}"
+    with urllib.request.urlopen(url, context=context, timeout=60) as response:
+        tail = b""
+        while chunk := response.read1(1 << 20):
+            # The marker may straddle two reads: look in the end of the last one too.
+            if INITIAL_EVENTS_END.encode() in tail + chunk:
+                return
+            tail = chunk[-64:]
