@@ -82,9 +82,11 @@ VERDICT_WORKERS = 16
 """Company workers reserved for creates and changes (the queue's normal priority and above),
 beside ``--max-concurrent-reconciles``, while the backlog's children hold every other worker.
 The verdicts of 100 creates a second keep ``100 x`` a status write's seconds of them busy: 5
-at the ~50 ms a write takes under a backlog's load, but 8 fell behind for seconds when the API
-server slowed (the bench's latency figure: a 2 s pile-up of verdicts mid-load while the creates
-themselves were answered within 0.25 s); 16 keep up with writes of up to 160 ms."""
+at the ~50 ms a write takes under a backlog's load; 16 keep up with writes of up to 160 ms.
+Measured with 8 and then 16 (the bench's latency figure, one full run each): a pile-up of
+verdicts late by up to 2.2 s and 1.8 s, about 20 s into the load, while the creates themselves
+were answered within 0.25 and 0.37 s; so what the verdicts wait on then is not a free worker
+(docs/scaling.md)."""
 CHILD_APPLIES_IN_FLIGHT = 32
 """Children applies in flight at once, across every worker; status writes take no slot. Measured
 with the bench (convergence and latency figures, one machine): 16 held a new company's verdict to
