@@ -94,11 +94,18 @@ async def latency(session: Session) -> Figure:
         with contextlib.suppress(TimeoutError):
             await progress.wait_accepted([p.key for p in probes], PATIENCE)
         waited = time.monotonic() - started
-        latencies = sorted((progress.accepted_at(p.key) or math.inf) - sent[p.key] for p in probes)
+        accepted = {p.key: progress.accepted_at(p.key) or math.inf for p in probes}
+        in_order = [accepted[p.key] - sent[p.key] for p in probes]
+        latencies = sorted(in_order)
         # Where a probe's time went: the API server answering its create, then the rest (the
         # operator's verdict, and the watch that tells the bench).
         creates = sorted(answered[p.key] - sent[p.key] for p in probes)
-        after = sorted((progress.accepted_at(p.key) or math.inf) - answered[p.key] for p in probes)
+        after = sorted(accepted[p.key] - answered[p.key] for p in probes)
+        split = {
+            f"{part}_p{round(100 * q)}": percentile(values, q)
+            for part, values in (("create_answered", creates), ("after_create", after))
+            for q in (0.5, 0.99)
+        }
         finished_when_probes_done = {k for k in keys if progress.has_converged(k)}
         backlog_s: float | None = None
         left: list[Object] = []
@@ -123,13 +130,8 @@ async def latency(session: Session) -> Figure:
         "p99_s": _seconds(p99),
         "max_s": _seconds(latencies[-1]),
         "latencies_s": [_seconds(x) for x in latencies],
-        "create_answered_p50_s": _seconds(percentile(creates, 0.5)),
-        "create_answered_p99_s": _seconds(percentile(creates, 0.99)),
-        "after_create_p50_s": _seconds(percentile(after, 0.5)),
-        "after_create_p99_s": _seconds(percentile(after, 0.99)),
-        "latencies_in_creation_order_s": [
-            _seconds((progress.accepted_at(p.key) or math.inf) - sent[p.key]) for p in probes
-        ],
+        **{f"{name}_s": _seconds(value) for name, value in split.items()},
+        "latencies_in_creation_order_s": [_seconds(x) for x in in_order],
         "probes_not_accepted": sum(1 for x in latencies if math.isinf(x)),
         "waited_s": round(waited, 1),
         "background_converged_when_probes_done": sum(
@@ -142,9 +144,9 @@ async def latency(session: Session) -> Figure:
     line = (
         f"p50 {_text(p50)}, p99 {_text(p99)} for {len(probes)} probes while "
         f"{rate:.0f} companies/s were created for {load_s:.0f} s (the create answered: p50 "
-        f"{_text(percentile(creates, 0.5))}, p99 {_text(percentile(creates, 0.99))}; from its "
-        f"answer to Accepted: p50 {_text(percentile(after, 0.5))}, p99 "
-        f"{_text(percentile(after, 0.99))})"
+        f"{_text(split['create_answered_p50'])}, p99 {_text(split['create_answered_p99'])}; "
+        f"from its answer to Accepted: p50 {_text(split['after_create_p50'])}, p99 "
+        f"{_text(split['after_create_p99'])})"
     )
     backlog_met = False
     if backlog_s is not None:

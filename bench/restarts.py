@@ -24,7 +24,6 @@
 from __future__ import annotations
 
 import asyncio
-import ssl
 import time
 import urllib.parse
 import urllib.request
@@ -36,7 +35,7 @@ from crewlet_operator.cache.informer import INITIAL_EVENTS_END
 from crewlet_operator.envtest import ControlPlane
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from reconcilers.naming import MANAGED_BY_SELECTOR
-from reconcilers.plan import CHILD_RESOURCES, GATEWAY_CHILD_RESOURCES
+from reconcilers.plan import CHILD_RESOURCES, GATEWAY_CHILD_RESOURCES, gateway_api_served
 
 MEMORY_LIMIT = 256 * MIB
 SYNC_LIMIT = 10.0
@@ -183,6 +182,7 @@ async def _world(session: Session) -> dict[str, object]:
         if event.type == "BOOKMARK" and annotations.get(INITIAL_EVENTS_END) == "true":
             break
     streamed = time.monotonic() - started
+    # What the operator caches (reconcilers.controller.CrewletControllers), by selector.
     cached: list[tuple[Resource, str | None]] = [
         (COMPANY, None),
         (ENGINE_CLASS, None),
@@ -190,9 +190,8 @@ async def _world(session: Session) -> dict[str, object]:
         (PERSISTENT_VOLUME_CLAIM, MANAGED_BY_SELECTOR),
     ]
     children = list(CHILD_RESOURCES)
-    for resource in GATEWAY_CHILD_RESOURCES:  # watched when served (reconcilers.plan)
-        if await api.is_served(resource.api_version, resource.kind):
-            children.append(resource)
+    if await gateway_api_served(api):
+        children += GATEWAY_CHILD_RESOURCES
     cached += [(resource, MANAGED_BY_SELECTOR) for resource in children]
     started = time.monotonic()
     await asyncio.gather(*(asyncio.to_thread(_read_stream, plane, *kind) for kind in cached))
@@ -220,12 +219,8 @@ def _read_stream(plane: ControlPlane, resource: Resource, selector: str | None) 
     }
     if selector:
         query["labelSelector"] = selector
-    config = plane.admin_config()
-    context = ssl.create_default_context(cafile=str(config.ca_file))
-    assert config.cert_file is not None and config.key_file is not None
-    context.load_cert_chain(str(config.cert_file), str(config.key_file))
     url = f"{plane.host}{resource.path()}?{urllib.parse.urlencode(query)}"
-    with urllib.request.urlopen(url, context=context, timeout=60) as response:
+    with urllib.request.urlopen(url, context=plane.admin_ssl_context(), timeout=60) as response:
         tail = b""
         while chunk := response.read1(1 << 20):
             # The marker may straddle two reads: look in the end of the last one too.

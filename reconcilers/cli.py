@@ -13,7 +13,6 @@ from typing import Any
 import structlog
 
 from crewlet_operator import (
-    HTTP_ROUTE,
     Client,
     LeadershipLostError,
     Manager,
@@ -22,7 +21,7 @@ from crewlet_operator import (
     default_namespace,
 )
 from reconcilers.controller import CrewletControllers
-from reconcilers.plan import ClusterFacts
+from reconcilers.plan import ClusterFacts, gateway_api_served
 
 SUPPORTED_MINOR = "37"
 """The Kubernetes minor the operator is tested against (the install page supports one)."""
@@ -152,8 +151,7 @@ async def run(args: argparse.Namespace) -> int:
             client,
             manager_options(args),
         )
-        # The route kind is chosen once, at start-up, as the install page says.
-        gateway_api = await client.is_served(HTTP_ROUTE.api_version, HTTP_ROUTE.kind)
+        gateway_api = await gateway_api_served(client)
         log.info("webhook routes", kind="HTTPRoute" if gateway_api else "Ingress")
         facts = ClusterFacts(
             gateway_api=gateway_api,

@@ -315,6 +315,15 @@ class ControlPlane:
                 counts[key] = counts.get(key, 0) + int(float(line.rsplit(" ", 1)[1]))
         return counts
 
+    def admin_ssl_context(self) -> ssl.SSLContext:
+        """TLS that trusts the API server and presents the admin's client certificate (see
+        :meth:`admin_config`): for set-up code that talks HTTPS without a client."""
+        cfg = self.admin_config()
+        context = ssl.create_default_context(cafile=str(cfg.ca_file))
+        assert cfg.cert_file is not None and cfg.key_file is not None
+        context.load_cert_chain(str(cfg.cert_file), str(cfg.key_file))
+        return context
+
     def admin_request(
         self,
         method: str,
@@ -327,10 +336,7 @@ class ControlPlane:
         """A synchronous admin request (for set-up code that has no event loop); the decoded
         JSON answer, or the text with ``raw``. ``body`` is sent as JSON, labelled
         ``content_type`` (``application/apply-patch+yaml`` for a server-side apply)."""
-        cfg = self.admin_config()
-        context = ssl.create_default_context(cafile=str(cfg.ca_file))
-        assert cfg.cert_file is not None and cfg.key_file is not None
-        context.load_cert_chain(str(cfg.cert_file), str(cfg.key_file))
+        context = self.admin_ssl_context()
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(
             self.host + path,
