@@ -34,7 +34,7 @@ from crewlet_operator import (
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
-from crewlet_operator.envtest.wait import eventually
+from crewlet_operator.envtest.wait import eventually, no_namespace_terminating
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -176,6 +176,9 @@ async def test_resync_of_converged_objects_makes_zero_mutating_requests(
             return len(cms.items) == 100 and all(w.get("status") for w in widgets.items)
 
         await eventually(converged, timeout=120, message="100 widgets converged")
+    # The writes are counted over every namespace: an earlier test's namespace being deleted
+    # deletes its widgets and ConfigMaps meanwhile, and the second manager would see them.
+    await eventually(no_namespace_terminating(kube_client), timeout=120, message="quiet")
     before = control_plane.mutating_requests({"configmaps", "widgets"})
     # A fresh manager lists everything and reconciles all 100 again.
     second = Manager(kube_client, manager_options())

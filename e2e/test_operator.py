@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -49,22 +49,12 @@ from crewlet_operator import (
 )
 from crewlet_operator.envtest import KWOK_NODE, ControlPlane, binaries
 from crewlet_operator.envtest.crds import install_crds, load_crds
-from crewlet_operator.envtest.wait import eventually
+from crewlet_operator.envtest.wait import eventually, no_namespace_terminating
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from reconcilers.checkpoint import ANNOTATION
 from reconcilers.controller import WRITTEN_RESOURCES
 from reconcilers.naming import CONFIG_HASH_ANNOTATION as CONFIG_HASH
 from reconcilers.versions import CLAIM_ANNOTATION
-
-
-def no_namespace_terminating(client: Client) -> Callable[[], Awaitable[bool]]:
-    """A probe: no namespace is being deleted (its children are, meanwhile)."""
-
-    async def probe() -> bool:
-        listed = await client.list(NAMESPACE)
-        return all(n.get("status", {}).get("phase") != "Terminating" for n in listed.items)
-
-    return probe
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")

@@ -298,7 +298,12 @@ class ControlPlane:
     def mutating_requests(self, resources: AbstractSet[str]) -> dict[str, int]:
         """Create/update/patch/delete requests the API server itself has counted
         (``apiserver_request_total``) for the named resources (plurals, e.g. ``secrets``), by
-        ``"VERB resource[/subresource]"``; compare two readings to count the writes between."""
+        ``"VERB resource[/subresource]"``; compare two readings to count the writes between.
+
+        The count is the whole cluster's: kube-controller-manager deleting an earlier test's
+        namespace writes too (wait for
+        :func:`~crewlet_operator.envtest.wait.no_namespace_terminating`
+        before the first reading)."""
         counts: dict[str, int] = {}
         for line in self.admin_request("GET", "/metrics", raw=True).splitlines():
             if not line.startswith("apiserver_request_total{"):

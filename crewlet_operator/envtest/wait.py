@@ -6,7 +6,12 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar, overload
+from typing import TYPE_CHECKING, TypeVar, overload
+
+from crewlet_operator.kube.resources import NAMESPACE
+
+if TYPE_CHECKING:
+    from crewlet_operator.kube.client import Client
 
 T = TypeVar("T")
 
@@ -55,3 +60,18 @@ async def eventually(
             what = message or getattr(probe, "__name__", "condition")
             raise TimeoutError(f"{what} not met within {timeout}s") from last_error
         await asyncio.sleep(interval)
+
+
+def no_namespace_terminating(client: Client) -> Callable[[], Awaitable[bool]]:
+    """A probe for :func:`eventually`: no namespace is being deleted.
+
+    kube-controller-manager deletes a deleted namespace's objects one by one, after the test that
+    owned it has ended: wait for this before counting writes
+    (:meth:`~crewlet_operator.envtest.ControlPlane.mutating_requests` counts every namespace's) or
+    running a controller that watches every namespace."""
+
+    async def probe() -> bool:
+        listed = await client.list(NAMESPACE)
+        return all(n.get("status", {}).get("phase") != "Terminating" for n in listed.items)
+
+    return probe
