@@ -5,7 +5,9 @@ at the priority of the create, and applies its children later at a lower one. So
 backlog of a few hundred Companies whose children are still being applied, a Company created
 after all of them is Accepted, and one its class does not allow is refused with
 ``ClassNotAllowed``, while the backlog has not converged: asserted by order (what exists when
-the verdicts appear), never by time. Each verdict is also one Event on the Company.
+the verdicts appear), never by time. Each verdict is also one Event on the Company. The
+dry run that admits a class's children before its first verdict is made once for a burst of
+new companies of the class, not once for each.
 
 On a control plane of the module's own, without workloads: nothing here needs pods, and the
 burst would slow the session's other modules.
@@ -21,9 +23,11 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from operator_helpers import (
+    CHILD_KINDS,
     PLATFORM,
     Operator,
     admin_client,
+    children_by_company,
     company,
     engine_class,
     unconverged,
@@ -111,7 +115,54 @@ async def test_a_new_company_hears_its_verdict_before_the_backlog_converges(
         again = await wait_condition(admin, "tenants", "newcomer", "Accepted", "True")
         assert again == accepted
         assert len(await events_about(admin, "tenants", "newcomer")) == 1
+
+        # The class's children were dry-run once, for the whole burst: one company's worth.
+        children = (await children_by_company(admin, "tenants"))[("tenants", "newcomer")]
+        dry_runs = plane.mutating_requests(
+            {resource.plural for resource in CHILD_KINDS}, dry_run=True
+        )
+        assert dry_runs == {
+            f"APPLY {resource.plural}": len(children[resource.kind])
+            for resource in CHILD_KINDS
+            if children.get(resource.kind)
+        }
     finally:
         operator.stop()
         for name in ("open", "paid-only"):
             await admin.delete(ENGINE_CLASS, name)
+
+
+async def test_a_start_over_new_companies_of_one_class_dry_runs_one_companys_children(
+    plane: ControlPlane, admin: Client, tmp_path: Path
+) -> None:
+    """The first pass serves its workers many new companies of a class nobody has run yet, at
+    once: their verdicts share one dry run of a company's children instead of one each."""
+    await admin.create(ENGINE_CLASS, engine_class("fresh"))
+    companies = [("backlog", f"fresh{i:02d}") for i in range(40)]
+    await asyncio.gather(
+        *(admin.create(COMPANY, company(ns, n, "fresh", **NO_SEATS)) for ns, n in companies)
+    )
+    kinds = {resource.plural for resource in CHILD_KINDS}
+    before = plane.mutating_requests(kinds, dry_run=True)
+    operator = Operator(plane.kubeconfig, tmp_path)
+    try:
+        for ns, n in companies:
+            await wait_condition(admin, ns, n, "Accepted", "True", timeout=120)
+        await eventually(
+            lambda: _none_left(admin, companies), timeout=300, message="the companies converged"
+        )
+    finally:
+        operator.stop()
+        await admin.delete(ENGINE_CLASS, "fresh")
+    after = plane.mutating_requests(kinds, dry_run=True)
+    children = (await children_by_company(admin, "backlog"))[("backlog", "fresh00")]
+    dry_runs = {key: count - before.get(key, 0) for key, count in after.items()}
+    assert {key: count for key, count in dry_runs.items() if count} == {
+        f"APPLY {resource.plural}": len(children[resource.kind])
+        for resource in CHILD_KINDS
+        if children.get(resource.kind)
+    }
+
+
+async def _none_left(client: Client, companies: list[tuple[str, str]]) -> bool:
+    return not await unconverged(client, companies, "backlog")

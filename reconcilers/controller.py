@@ -50,6 +50,7 @@ from crewlet_operator import (
     uid,
 )
 from reconcilers import naming
+from reconcilers.admission import Admissions
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from reconcilers.checkpoint import MAX_UNSETTLED, Checkpoint, code_version
 from reconcilers.company import reconcile, refusal_plan
@@ -88,7 +89,8 @@ verdicts late by up to 2.2 s and 1.8 s, about 20 s into the load, while the crea
 were answered within 0.25 and 0.37 s; so what the verdicts wait on then is not a free worker
 (docs/scaling.md)."""
 CHILD_APPLIES_IN_FLIGHT = 32
-"""Children applies in flight at once, across every worker; status writes take no slot. Measured
+"""Children applies in flight at once, across every worker; status writes and the admission's
+dry runs take no slot. Measured
 with the bench (convergence and latency figures, one machine): 16 held a new company's verdict to
 0.17 s (p99) but capped a burst at the API server's 16-writer floor, 1.16x its best; 64 matched
 the best floor (with 16 workers) but let verdicts wait behind the applies (p99 0.48 s); 32 did
@@ -143,9 +145,8 @@ class CrewletControllers:
         self._announced: dict[str, Object] = {}
         """Company key to the verdict written ahead of its children, until they are applied:
         the status echo may not have reached the cache when the children's turn comes."""
-        self._admitted: dict[str, int | None] = {}
-        """EngineClass uid to the generation whose children the API server last admitted (a
-        company of it written whole, or its dry run passed)."""
+        self._admissions = Admissions()
+        """The class generations whose children the API server has admitted by a dry run."""
         self._counted: dict[str, float] = {}
         """EngineClass name to when its status was last written (monotonic seconds)."""
         self._apply_slots = asyncio.Semaphore(CHILD_APPLIES_IN_FLIGHT)
@@ -463,19 +464,23 @@ class CrewletControllers:
         """Dry-run the plan's applies unless the API server has already admitted the children
         of a company of the class's generation. Once is enough: what it can refuse comes from
         the class, and the verdicts of a burst come before any company's children are written
-        (else each would be dry-run: 13 requests more a company).
+        (else each would be dry-run: 13 requests more a company); the companies of a burst
+        that need it at once wait for the first one's (:class:`~reconcilers.admission.Admissions`).
 
         Raises:
             InvalidError: the API server refused a child; nothing was written.
         """
-        admitted = engine_class is not None and self._admitted.get(
-            uid(engine_class) or ""
-        ) == generation(engine_class)
-        if plan.applies and not admitted:
+        if not plan.applies:
+            return
+
+        async def dry_run() -> None:
             for wave in _waves(plan.applies):
                 await self._apply_all(wave, dry_run=True)
-            if engine_class is not None:
-                self._admitted[uid(engine_class) or ""] = generation(engine_class)
+
+        if engine_class is None:
+            await dry_run()
+        else:
+            await self._admissions.admit(uid(engine_class) or "", generation(engine_class), dry_run)
 
     async def _write_children(self, plan: Plan) -> bool:
         """Apply and delete the plan's children (admitted by :meth:`_admit`): whether one of
@@ -517,10 +522,13 @@ class CrewletControllers:
         return missed
 
     async def _apply(self, apply: Apply, dry_run: bool) -> Object:
-        """Apply one child when a slot is free (:data:`CHILD_APPLIES_IN_FLIGHT`); status
-        writes take none, so a verdict never queues behind a backlog's children."""
+        """Apply one child when a slot is free (:data:`CHILD_APPLIES_IN_FLIGHT`). Status writes
+        and the admission's dry runs take none: they are on the verdict's path, which never
+        queues behind a backlog's children."""
+        if dry_run:
+            return await self.client.apply(apply.resource, apply.object, dry_run=True)
         async with self._apply_slots:
-            return await self.client.apply(apply.resource, apply.object, dry_run=dry_run)
+            return await self.client.apply(apply.resource, apply.object)
 
     async def _write_status(self, resource: Resource, meta: Object, status: Object) -> None:
         """Apply an object's status (the client falls back to a merge patch where apply cannot

@@ -295,10 +295,13 @@ class ControlPlane:
         """A client that authenticates with ``token`` only (no client certificate)."""
         return self.admin_config().with_token(token)
 
-    def mutating_requests(self, resources: AbstractSet[str]) -> dict[str, int]:
+    def mutating_requests(
+        self, resources: AbstractSet[str], *, dry_run: bool | None = None
+    ) -> dict[str, int]:
         """Create/update/patch/delete requests the API server itself has counted
         (``apiserver_request_total``) for the named resources (plurals, e.g. ``secrets``), by
         ``"VERB resource[/subresource]"``; compare two readings to count the writes between.
+        ``dry_run``: only the dry runs (True), only the others (False), or both (None).
 
         The count is the whole cluster's: kube-controller-manager deleting an earlier test's
         namespace writes too (wait for
@@ -314,7 +317,8 @@ class ControlPlane:
             )
             verb = labels.get("verb", "").strip('"')
             resource = labels.get("resource", "").strip('"')
-            if verb in MUTATING_VERBS and resource in resources:
+            dry = bool(labels.get("dry_run", "").strip('"'))
+            if verb in MUTATING_VERBS and resource in resources and dry_run in (None, dry):
                 sub = labels.get("subresource", "").strip('"')
                 key = f"{verb} {resource}" + (f"/{sub}" if sub else "")
                 counts[key] = counts.get(key, 0) + int(float(line.rsplit(" ", 1)[1]))
