@@ -86,8 +86,10 @@ The verdicts of 100 creates a second keep ``100 x`` a status write's seconds of 
 at the ~50 ms a write takes under a backlog's load; 16 keep up with writes of up to 160 ms.
 Measured with 8 and then 16 (the bench's latency figure, one full run each): a pile-up of
 verdicts late by up to 2.2 s and 1.8 s, about 20 s into the load, while the creates themselves
-were answered within 0.25 and 0.37 s; so what the verdicts wait on then is not a free worker
-(docs/scaling.md)."""
+were answered within 0.25 and 0.37 s; so what the verdicts wait on then is not a free worker,
+but the API server's garbage collection, which slows its status writes tenfold for about 3 s
+(docs/scaling.md). 64 drained such a pile-up three times faster but wrote its latest verdict no
+sooner."""
 CHILD_APPLIES_IN_FLIGHT = 32
 """Children applies in flight at once, across every worker; status writes and the admission's
 dry runs take no slot. Measured
