@@ -42,6 +42,15 @@ IN_FLIGHT = 64
 """Creates the load generator keeps in flight at most (more means the server is behind)."""
 
 
+def gc_cycles(metrics_text: str) -> int:
+    """Garbage collections the API server has finished (``go_gc_duration_seconds_count`` of
+    its /metrics): a mark phase slows its writes for seconds (docs/scaling.md)."""
+    for line in metrics_text.splitlines():
+        if line.startswith("go_gc_duration_seconds_count"):
+            return int(float(line.rsplit(" ", 1)[1]))
+    raise ValueError("no go_gc_duration_seconds_count in the API server's /metrics")
+
+
 def percentile(values: list[float], fraction: float) -> float:
     """Nearest-rank percentile of ``values`` (sorted)."""
     return values[max(0, math.ceil(fraction * len(values)) - 1)]
@@ -83,6 +92,7 @@ async def latency(session: Session) -> Figure:
 
     keys = [r.key for r in (*background, *probes)]
     writes_before = cluster.plane.mutating_requests(WRITTEN)
+    gc_before = gc_cycles(cluster.plane.admin_request("GET", "/metrics", raw=True))
     async with Progress(cluster.api, keys) as progress:
         started = time.monotonic()
         tasks = []
@@ -95,6 +105,7 @@ async def latency(session: Session) -> Figure:
             await progress.wait_accepted([p.key for p in probes], PATIENCE)
         waited = time.monotonic() - started
         accepted = {p.key: progress.accepted_at(p.key) or math.inf for p in probes}
+        collected = gc_cycles(cluster.plane.admin_request("GET", "/metrics", raw=True)) - gc_before
         in_order = [accepted[p.key] - sent[p.key] for p in probes]
         latencies = sorted(in_order)
         # Where a probe's time went: the API server answering its create, then the rest (the
@@ -133,6 +144,7 @@ async def latency(session: Session) -> Figure:
         **{f"{name}_s": _seconds(value) for name, value in split.items()},
         "latencies_in_creation_order_s": [_seconds(x) for x in in_order],
         "probes_not_accepted": sum(1 for x in latencies if math.isinf(x)),
+        "api_server_gc_cycles_until_probes_accepted": collected,
         "waited_s": round(waited, 1),
         "background_converged_when_probes_done": sum(
             1 for r in background if r.key in finished_when_probes_done
@@ -146,7 +158,8 @@ async def latency(session: Session) -> Figure:
         f"{rate:.0f} companies/s were created for {load_s:.0f} s (the create answered: p50 "
         f"{_text(split['create_answered_p50'])}, p99 {_text(split['create_answered_p99'])}; "
         f"from its answer to Accepted: p50 {_text(split['after_create_p50'])}, p99 "
-        f"{_text(split['after_create_p99'])})"
+        f"{_text(split['after_create_p99'])}; the API server collected garbage {collected} "
+        f"times meanwhile)"
     )
     backlog_met = False
     if backlog_s is not None:
