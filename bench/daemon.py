@@ -73,6 +73,11 @@ async def http_get(port: int, path: str) -> tuple[int, str]:
 async def scrape(port: int) -> list[Sample]:
     """Every sample of the Prometheus endpoint ``/metrics`` on ``port``: name, labels, value."""
     _, text = await http_get(port, "/metrics")
+    return parse_samples(text)
+
+
+def parse_samples(text: str) -> list[Sample]:
+    """Every sample of a Prometheus text exposition: name, labels, value."""
     found = []
     for line in text.splitlines():
         match = _SAMPLE.match(line)

@@ -25,6 +25,7 @@ import time
 
 from bench.cluster import CompanyRef, Object
 from bench.convergence import measure_floor
+from bench.daemon import parse_samples
 from bench.progress import Progress
 from bench.report import Figure
 from bench.session import FILL_WORKERS, WRITTEN, Session, writes_between
@@ -42,13 +43,16 @@ IN_FLIGHT = 64
 """Creates the load generator keeps in flight at most (more means the server is behind)."""
 
 
+GC_COUNT = "go_gc_duration_seconds_count"
+
+
 def gc_cycles(metrics_text: str) -> int:
-    """Garbage collections the API server has finished (``go_gc_duration_seconds_count`` of
-    its /metrics): a mark phase slows its writes for seconds (docs/scaling.md)."""
-    for line in metrics_text.splitlines():
-        if line.startswith("go_gc_duration_seconds_count"):
-            return int(float(line.rsplit(" ", 1)[1]))
-    raise ValueError("no go_gc_duration_seconds_count in the API server's /metrics")
+    """Garbage collections the API server has finished (:data:`GC_COUNT` of its /metrics): a
+    mark phase slows its writes for seconds (docs/scaling.md)."""
+    counts = [v for name, _, v in parse_samples(metrics_text) if name == GC_COUNT]
+    if not counts:
+        raise ValueError(f"no {GC_COUNT} in the API server's /metrics")
+    return int(sum(counts))
 
 
 def percentile(values: list[float], fraction: float) -> float:

@@ -32,6 +32,7 @@ from operator_helpers import (
     engine_class,
     unconverged,
     wait_condition,
+    wait_converged,
 )
 
 from crewlet_operator import EVENT, NAMESPACE, Client
@@ -41,6 +42,7 @@ from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 
 BACKLOG = 240
 NO_SEATS = {"seats": {"replicas": 0}}
+CHILD_PLURALS = {resource.plural for resource in CHILD_KINDS}
 Object = dict[str, Any]
 
 
@@ -117,15 +119,8 @@ async def test_a_new_company_hears_its_verdict_before_the_backlog_converges(
         assert len(await events_about(admin, "tenants", "newcomer")) == 1
 
         # The class's children were dry-run once, for the whole burst: one company's worth.
-        children = (await children_by_company(admin, "tenants"))[("tenants", "newcomer")]
-        dry_runs = plane.mutating_requests(
-            {resource.plural for resource in CHILD_KINDS}, dry_run=True
-        )
-        assert dry_runs == {
-            f"APPLY {resource.plural}": len(children[resource.kind])
-            for resource in CHILD_KINDS
-            if children.get(resource.kind)
-        }
+        dry_runs = plane.mutating_requests(CHILD_PLURALS, dry_run=True)
+        assert dry_runs == await applies_of_one(admin, "tenants", "newcomer")
     finally:
         operator.stop()
         for name in ("open", "paid-only"):
@@ -142,27 +137,25 @@ async def test_a_start_over_new_companies_of_one_class_dry_runs_one_companys_chi
     await asyncio.gather(
         *(admin.create(COMPANY, company(ns, n, "fresh", **NO_SEATS)) for ns, n in companies)
     )
-    kinds = {resource.plural for resource in CHILD_KINDS}
-    before = plane.mutating_requests(kinds, dry_run=True)
+    before = plane.mutating_requests(CHILD_PLURALS, dry_run=True)
     operator = Operator(plane.kubeconfig, tmp_path)
     try:
-        for ns, n in companies:
-            await wait_condition(admin, ns, n, "Accepted", "True", timeout=120)
-        await eventually(
-            lambda: _none_left(admin, companies), timeout=300, message="the companies converged"
-        )
+        await wait_converged(admin, companies, timeout=300, namespace="backlog")
     finally:
         operator.stop()
         await admin.delete(ENGINE_CLASS, "fresh")
-    after = plane.mutating_requests(kinds, dry_run=True)
-    children = (await children_by_company(admin, "backlog"))[("backlog", "fresh00")]
+    after = plane.mutating_requests(CHILD_PLURALS, dry_run=True)
     dry_runs = {key: count - before.get(key, 0) for key, count in after.items()}
-    assert {key: count for key, count in dry_runs.items() if count} == {
+    assert {key: count for key, count in dry_runs.items() if count} == await applies_of_one(
+        admin, "backlog", "fresh00"
+    )
+
+
+async def applies_of_one(client: Client, namespace: str, name: str) -> dict[str, int]:
+    """The applies of one company's children, by ``"APPLY plural"``, as the cluster has them."""
+    children = (await children_by_company(client, namespace))[(namespace, name)]
+    return {
         f"APPLY {resource.plural}": len(children[resource.kind])
         for resource in CHILD_KINDS
         if children.get(resource.kind)
     }
-
-
-async def _none_left(client: Client, companies: list[tuple[str, str]]) -> bool:
-    return not await unconverged(client, companies, "backlog")
