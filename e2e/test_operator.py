@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,22 @@ from reconcilers.checkpoint import ANNOTATION
 from reconcilers.controller import WRITTEN_RESOURCES
 from reconcilers.naming import CONFIG_HASH_ANNOTATION as CONFIG_HASH
 from reconcilers.versions import CLAIM_ANNOTATION
+
+
+def claims_settled(client: Client, namespace: str) -> Callable[[], Awaitable[bool]]:
+    """A probe: every data claim in ``namespace`` is Bound and marked by the operator. Until
+    then kube-controller-manager and the scheduler (binding it) or the operator (marking it)
+    still write to it, and a restart rightly finishes the marking."""
+
+    async def probe() -> bool:
+        claims = (await client.list(PERSISTENT_VOLUME_CLAIM, namespace)).items
+        return bool(claims) and all(
+            (c.get("status") or {}).get("phase") == "Bound"
+            and CLAIM_ANNOTATION in ((c.get("metadata") or {}).get("annotations") or {})
+            for c in claims
+        )
+
+    return probe
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
@@ -359,6 +375,7 @@ async def test_resync_after_convergence_makes_zero_mutating_requests(
         return bool((got.get("status") or {}).get("companies") == 3)
 
     await eventually(class_counted, message="the class counts its three companies")
+    await eventually(claims_settled(kube_client, namespace), timeout=60, message="claims settled")
     running.stop()  # a restart: the new process lists everything and reconciles it all again
     before = control_plane.mutating_requests(WRITTEN_RESOURCES)
     async with operator(daemon_kubeconfig, tmp_path) as again:
@@ -480,6 +497,7 @@ async def test_a_restart_renders_again_only_what_changed_since_the_leaders_check
             return bool((got.get("status") or {}).get("companies") == 2)
 
         await eventually(counted, message="the class counts its companies")
+        await eventually(claims_settled(kube_client, namespace), timeout=60, message="claims")
     lease_object = await kube_client.get(LEASE, lease, MANAGER_NAMESPACE)
     assert ANNOTATION in lease_object["metadata"]["annotations"]
 
