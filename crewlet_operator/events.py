@@ -20,7 +20,7 @@ import re
 import secrets
 import socket
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -29,9 +29,12 @@ import structlog
 
 from crewlet_operator.errors import NotFoundError
 from crewlet_operator.kube.resources import EVENT, Resource
+from crewlet_operator.metrics import EVENTS_DROPPED
 from crewlet_operator.objects import MAX_NAME_LENGTH, micro_time
 
 __all__ = [
+    "MAX_IN_FLIGHT",
+    "MAX_QUEUED",
     "NOTE_LIMIT",
     "SERIES_WINDOW",
     "EventClient",
@@ -228,8 +231,36 @@ class SeriesTracker:
         return len(self._series)
 
 
+MAX_IN_FLIGHT = 8
+"""Events an :class:`EventRecorder` writes at once. client-go writes them one at a time; 8 keep
+up with a burst of verdicts (about 100 a second at the ~50 ms a write takes under load) and
+leave the rest of the client's connection pool (aiohttp's 100) to the writes that are state:
+unbounded, a slow API server (a garbage collection slows its writes tenfold for seconds) held a
+write in flight for each Event, and the status writes they announced queued for a connection."""
+
+MAX_QUEUED = 1000
+"""Events an :class:`EventRecorder` holds waiting to be written (client-go's
+``maxQueuedEvents``); one recorded beyond them is dropped, logged at debug level and counted
+in ``crewlet_operator_events_dropped_total``."""
+
+
+@dataclass
+class _Write:
+    """One Event to write, after ``previous`` (the write before it of the same series) so a
+    patch never overtakes the create of its Event."""
+
+    event: dict[str, Any]
+    key: SeriesKey
+    previous: asyncio.Future[None] | None
+    done: asyncio.Future[None]
+
+
 class EventRecorder:
     """Records Events about objects for one controller.
+
+    Events are written in the background, in the order recorded, by at most ``max_in_flight``
+    writers; at most ``max_queued`` wait for one, and the rest are dropped: an Event is a hint
+    for humans, and must not crowd out the controller's own writes when the API server is slow.
 
     :param client: Usually the manager's :class:`~crewlet_operator.kube.client.Client`; its
         identity needs ``create`` and ``patch`` on ``events.events.k8s.io``.
@@ -239,6 +270,8 @@ class EventRecorder:
         by default, cut to 128 characters.
     :param series_window: See :class:`SeriesTracker`.
     :param clock: Epoch seconds, for event times and series; injectable for tests.
+    :param max_in_flight: See :data:`MAX_IN_FLIGHT`.
+    :param max_queued: See :data:`MAX_QUEUED`.
     """
 
     def __init__(
@@ -249,16 +282,27 @@ class EventRecorder:
         *,
         series_window: float = SERIES_WINDOW,
         clock: Callable[[], float] = time.time,
+        max_in_flight: int = MAX_IN_FLIGHT,
+        max_queued: int = MAX_QUEUED,
     ) -> None:
+        if max_in_flight < 1 or max_queued < 1:
+            raise ValueError("max_in_flight and max_queued must be at least 1")
         self.client = client
         self.controller_name = controller_name
         self.instance = (instance or f"{controller_name}-{socket.gethostname()}")[:INSTANCE_LIMIT]
+        self.max_in_flight = max_in_flight
+        self.max_queued = max_queued
+        EVENTS_DROPPED.labels(controller=controller_name)  # at zero from the start
         self._clock = clock
         self._series = SeriesTracker(series_window, clock=clock)
-        self._pending: set[asyncio.Task[None]] = set()
-        # The newest write of each series: the next one waits for it, so a patch never
-        # overtakes the create of its Event.
-        self._tails: dict[SeriesKey, asyncio.Task[None]] = {}
+        # Invariants: every write recorded and not yet finished is in ``_waiting`` or held by a
+        # writer; ``_tails[key]`` is the newest such write of its series (none when all are
+        # done). Writers take from the front, so a write's ``previous`` was taken before it
+        # and never waits on a write still queued behind it.
+        self._waiting: deque[_Write] = deque()
+        self._writers: set[asyncio.Task[None]] = set()
+        self._writing = 0  # writers that have not returned (a finished task leaves the set later)
+        self._tails: dict[SeriesKey, asyncio.Future[None]] = {}
 
     def record(
         self,
@@ -277,6 +321,10 @@ class EventRecorder:
         """
         try:
             loop = asyncio.get_running_loop()
+            if len(self._waiting) >= self.max_queued:
+                EVENTS_DROPPED.labels(controller=self.controller_name).inc()
+                log.debug("dropped an event: too many waiting to be written", reason=reason)
+                return
             note = truncate_note(note)
             reference = object_reference(regarding)
             identity = reference.get("uid") or "/".join(
@@ -297,22 +345,35 @@ class EventRecorder:
                 name=series.name,
                 series=(series.count, series.last_observed) if series.count > 1 else None,
             )
-            task = loop.create_task(self._write(event, self._tails.get(key)))
+            write = _Write(event, key, self._tails.get(key), loop.create_future())
         except Exception as exc:
             log.debug("could not record an event", reason=reason, error=repr(exc))
             return
-        self._pending.add(task)
-        self._tails[key] = task
-        task.add_done_callback(lambda done: self._finished(key, done))
+        self._tails[key] = write.done
+        self._waiting.append(write)
+        if self._writing < self.max_in_flight:
+            self._writing += 1
+            writer = loop.create_task(self._writer())
+            self._writers.add(writer)
+            writer.add_done_callback(self._writers.discard)
 
-    def _finished(self, key: SeriesKey, task: asyncio.Task[None]) -> None:
-        self._pending.discard(task)
-        if self._tails.get(key) is task:
-            del self._tails[key]
+    async def _writer(self) -> None:
+        """Write what is waiting, oldest first, until nothing is."""
+        try:
+            while self._waiting:
+                write = self._waiting.popleft()
+                try:
+                    if write.previous is not None:
+                        await write.previous
+                    await self._write(write.event)
+                finally:
+                    write.done.set_result(None)
+                    if self._tails.get(write.key) is write.done:
+                        del self._tails[write.key]
+        finally:
+            self._writing -= 1  # with no await after the last look at ``_waiting``
 
-    async def _write(self, event: dict[str, Any], previous: asyncio.Task[None] | None) -> None:
-        if previous is not None:
-            await asyncio.wait([previous])
+    async def _write(self, event: dict[str, Any]) -> None:
         meta = event["metadata"]
         try:
             if "series" in event:
@@ -339,7 +400,7 @@ class EventRecorder:
             )
 
     async def start(self) -> None:
-        """Nothing to start: each Event is written in the background as it is recorded (a
+        """Nothing to start: writers start as Events are recorded (a
         :class:`~crewlet_operator.manager.Runnable`, so ``manager.add(recorder)`` flushes it on
         the way out)."""
 
@@ -349,5 +410,5 @@ class EventRecorder:
 
     async def flush(self) -> None:
         """Wait until every event recorded so far is written (or has failed)."""
-        while pending := [t for t in self._pending if not t.done()]:
-            await asyncio.wait(pending)
+        while writers := [t for t in self._writers if not t.done()]:
+            await asyncio.wait(writers)

@@ -31,6 +31,7 @@ __all__ = [
     "ACTIVE_WORKERS",
     "CACHED_OBJECT_COUNTS",
     "CACHE_OBJECTS",
+    "EVENTS_DROPPED",
     "FIRST_PASS_SECONDS",
     "LEADER_ELECTION_MASTER_STATUS",
     "MAX_CONCURRENT_RECONCILES",
@@ -208,6 +209,15 @@ FIRST_PASS_SECONDS: Final = Gauge(
     "crewlet_operator_first_pass_seconds",
     "Seconds the controller took, after it last started (a start or a takeover), to reconcile "
     "every request that was waiting when it started.",
+    ["controller"],
+    registry=REGISTRY,
+)
+
+# crewlet_operator_events_dropped_total{controller}
+EVENTS_DROPPED: Final = Counter(
+    "crewlet_operator_events_dropped",
+    "Events an EventRecorder dropped because too many were waiting to be written (the API "
+    "server was slower than they came), by the recorder's reportingController.",
     ["controller"],
     registry=REGISTRY,
 )

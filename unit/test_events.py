@@ -7,11 +7,14 @@ import re
 import socket
 from typing import Any
 
+import pytest
 from fakes import FakeClock
 from structlog.testing import capture_logs
 
+from crewlet_operator import metrics
 from crewlet_operator.errors import ForbiddenError, NotFoundError
 from crewlet_operator.events import (
+    MAX_IN_FLIGHT,
     NOTE_LIMIT,
     EventRecorder,
     SeriesTracker,
@@ -237,10 +240,19 @@ class FakeEvents:
         self.stored: dict[tuple[str, str], dict[str, Any]] = {}
         self.calls: list[tuple[str, str]] = []
         self.fail_creates = 0
+        self.open = asyncio.Event()  # a create waits for it: the API server is slow
+        self.open.set()
+        self.in_flight = self.most_in_flight = 0
 
     async def create(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
         assert resource.kind == "Event"
-        await asyncio.sleep(0.01)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(0.01)
+            await self.open.wait()
+        finally:
+            self.in_flight -= 1
         self.calls.append(("create", obj["metadata"]["name"]))
         if self.fail_creates:
             self.fail_creates -= 1
@@ -344,3 +356,61 @@ def test_record_outside_an_event_loop_does_not_raise() -> None:
 async def test_flush_with_nothing_pending_returns() -> None:
     rec, _, _ = recorder()
     await asyncio.wait_for(rec.flush(), 1)
+
+
+def _regarding(client: FakeEvents) -> list[str]:
+    return sorted(e["regarding"]["name"] for e in client.stored.values())
+
+
+def _config_map(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "uid": name}}
+
+
+async def test_at_most_max_in_flight_events_are_written_at_once() -> None:
+    # client-go writes Events one at a time; unbounded, a slow API server held a connection
+    # for each, and the status writes they announced queued for one.
+    rec, client, _ = recorder()
+    client.open.clear()
+    for i in range(3 * MAX_IN_FLIGHT):
+        rec.record(_config_map(f"cm-{i}"), "Normal", "Synced", "Reconcile", "fine")
+    await asyncio.sleep(0.05)
+    assert client.in_flight == MAX_IN_FLIGHT
+    client.open.set()
+    await rec.flush()
+    assert client.most_in_flight == MAX_IN_FLIGHT
+    assert len(client.stored) == 3 * MAX_IN_FLIGHT
+
+
+async def test_events_beyond_max_queued_are_dropped_and_counted() -> None:
+    client = FakeEvents()
+    rec = EventRecorder(client, "unit-drops", max_in_flight=1, max_queued=2)
+
+    def dropped() -> float | None:
+        return metrics.REGISTRY.get_sample_value(
+            "crewlet_operator_events_dropped_total", {"controller": "unit-drops"}
+        )
+
+    assert dropped() == 0
+    client.open.clear()
+    with capture_logs() as logs:
+        for i in range(5):
+            rec.record(_config_map(f"cm-{i}"), "Normal", "Synced", "Reconcile", "fine")
+    client.open.set()
+    await rec.flush()
+    assert _regarding(client) == ["cm-0", "cm-1"]  # the first two waited
+    assert dropped() == 3
+    assert [e["event"] for e in logs] == ["dropped an event: too many waiting to be written"] * 3
+
+
+async def test_an_event_recorded_after_a_flush_is_written() -> None:
+    rec, client, _ = recorder()
+    rec.record(_config_map("first"), "Normal", "Synced", "Reconcile", "fine")
+    await rec.flush()
+    rec.record(_config_map("second"), "Normal", "Synced", "Reconcile", "fine")
+    await rec.flush()
+    assert _regarding(client) == ["first", "second"]
+
+
+def test_a_recorder_needs_room_for_one_event() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        EventRecorder(FakeEvents(), "c", max_in_flight=0)
