@@ -65,6 +65,7 @@ from reconcilers.plan import (
     child_resources,
 )
 from reconcilers.references import referenced_secrets
+from reconcilers.slots import ApplySlots
 from reconcilers.status import verdict
 
 log = structlog.get_logger("crewlet_operator.company")
@@ -90,13 +91,6 @@ were answered within 0.25 and 0.37 s; so what the verdicts wait on then is not a
 but the API server's garbage collection, which slows its status writes tenfold for about 3 s
 (docs/scaling.md). 64 drained such a pile-up three times faster but wrote its latest verdict no
 sooner."""
-CHILD_APPLIES_IN_FLIGHT = 32
-"""Children applies in flight at once, across every worker; status writes and the admission's
-dry runs take no slot. Measured
-with the bench (convergence and latency figures, one machine): 16 held a new company's verdict to
-0.17 s (p99) but capped a burst at the API server's 16-writer floor, 1.16x its best; 64 matched
-the best floor (with 16 workers) but let verdicts wait behind the applies (p99 0.48 s); 32 did
-both (0.88x the best floor, p99 0.83 s on a machine slowed to 1.6x its floor)."""
 REPORTING_CONTROLLER = "crewlet-operator"
 """The Events' ``reportingController``."""
 Object = dict[str, Any]
@@ -151,7 +145,7 @@ class CrewletControllers:
         """The class generations whose children the API server has admitted by a dry run."""
         self._counted: dict[str, float] = {}
         """EngineClass name to when its status was last written (monotonic seconds)."""
-        self._apply_slots = asyncio.Semaphore(CHILD_APPLIES_IN_FLIGHT)
+        self._apply_slots = ApplySlots()
         self.version = code_version(facts)
         """What a restart checkpoint must have been written by (reconcilers.checkpoint)."""
         self._resumed: Checkpoint | None = None
@@ -392,7 +386,8 @@ class CrewletControllers:
         the children. A change that leaves the verdict as it was (suspending a company, say)
         is applied at once, so the conditions never run ahead of what they describe. Each
         change of verdict is also an Event on the Company, so ``kubectl describe company``
-        says why.
+        says why. While many verdicts are on their way, the children's applies narrow
+        (:class:`~reconcilers.slots.ApplySlots`): the verdicts wait on the same API server.
 
         A child the API server refuses (a class field only it can judge, such as a toleration
         or a storage class name) refuses the company with ``InvalidClass`` and its message,
@@ -410,45 +405,46 @@ class CrewletControllers:
             self._announced.get(key),
         )
         first = news and bool(plan.applies or plan.deletes)
-        retry: Result | None = None
-        try:
-            await self._admit(plan, engine_class)
-            if not first and await self._write_children(plan):
-                # A child changed while it was written: look again, as its event would have.
-                self.company_controller.queue.add(Request(namespace(company), name(company)))
-        except InvalidError as refused:
-            retry, first = Result(requeue=True), False
-            plan = refusal_plan(
-                company,
-                observed,
-                INVALID_CLASS,
-                f"the API server refused a child of the company: {refused.message}; ask the "
-                f"platform's administrators to fix EngineClass {_class_name(company)}",
-            )
-            decided = verdict(plan.status)
-            news = decided != verdict(company.get("status"))
-        if not first:
-            self._announced.pop(key, None)
-            if plan.claim_annotations and observed.data_claim is not None:
-                await self.client.patch(
-                    PERSISTENT_VOLUME_CLAIM,
-                    name(observed.data_claim),
-                    {"metadata": {"annotations": plan.claim_annotations}},
-                    namespace(observed.data_claim),
+        with self._apply_slots.verdict() if news else contextlib.nullcontext():
+            retry: Result | None = None
+            try:
+                await self._admit(plan, engine_class)
+                if not first and await self._write_children(plan):
+                    # A child changed while it was written: look again, as its event would have.
+                    self.company_controller.queue.add(Request(namespace(company), name(company)))
+            except InvalidError as refused:
+                retry, first = Result(requeue=True), False
+                plan = refusal_plan(
+                    company,
+                    observed,
+                    INVALID_CLASS,
+                    f"the API server refused a child of the company: {refused.message}; ask the "
+                    f"platform's administrators to fix EngineClass {_class_name(company)}",
                 )
-        if plan.status is not None:
-            meta = {"name": name(company), "namespace": namespace(company)}
-            # Told first: the echo can beat the write's answer to this process.
-            self.status_echoes.wrote(key, plan.status)
-            await self._write_status(COMPANY, meta, plan.status)
-            if news and decided is not None:
-                self._announce(company, decided)
-        if first and decided is not None:
-            self._announced[key] = decided
-            self.company_controller.queue.add(
-                Request(namespace(company), name(company)), CHILDREN_PRIORITY
-            )
-        return retry
+                decided = verdict(plan.status)
+                news = decided != verdict(company.get("status"))
+            if not first:
+                self._announced.pop(key, None)
+                if plan.claim_annotations and observed.data_claim is not None:
+                    await self.client.patch(
+                        PERSISTENT_VOLUME_CLAIM,
+                        name(observed.data_claim),
+                        {"metadata": {"annotations": plan.claim_annotations}},
+                        namespace(observed.data_claim),
+                    )
+            if plan.status is not None:
+                meta = {"name": name(company), "namespace": namespace(company)}
+                # Told first: the echo can beat the write's answer to this process.
+                self.status_echoes.wrote(key, plan.status)
+                await self._write_status(COMPANY, meta, plan.status)
+                if news and decided is not None:
+                    self._announce(company, decided)
+            if first and decided is not None:
+                self._announced[key] = decided
+                self.company_controller.queue.add(
+                    Request(namespace(company), name(company)), CHILDREN_PRIORITY
+                )
+            return retry
 
     def _announce(self, company: Object, decided: Object) -> None:
         """An Event for a new verdict: Normal when accepted, a Warning with the reason when
@@ -524,9 +520,9 @@ class CrewletControllers:
         return missed
 
     async def _apply(self, apply: Apply, dry_run: bool) -> Object:
-        """Apply one child when a slot is free (:data:`CHILD_APPLIES_IN_FLIGHT`). Status writes
-        and the admission's dry runs take none: they are on the verdict's path, which never
-        queues behind a backlog's children."""
+        """Apply one child when a slot is free (:class:`~reconcilers.slots.ApplySlots`: fewer
+        while verdicts wait). Status writes and the admission's dry runs take none: they are on
+        the verdict's path, which never queues behind a backlog's children."""
         if dry_run:
             return await self.client.apply(apply.resource, apply.object, dry_run=True)
         async with self._apply_slots:
