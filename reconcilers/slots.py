@@ -21,7 +21,10 @@ CHILD_APPLIES_WHILE_VERDICTS_WAIT = 8
 their way (from a verdict's reconcile until its status is written): a verdict waits on the API
 server, and the backlog's applies are most of what the API server is busy with. At 100 creates
 a second about 5 are on their way when a status write takes ~50 ms; 8 or more means the
-writes have slowed (the API server's garbage collection slows them tenfold for seconds)."""
+writes have slowed (the API server's garbage collection slows them tenfold for seconds).
+Measured with the bench's latency figure, 64 verdict workers, with and without: status writes
+took 0.03 s on average (0.12 s without) outside a collection and 0.4 to 0.5 s (0.6 to 0.9 s)
+in one, the verdicts' p50 0.09 s (0.32 s); the backlog converged 1.06x its floor in both."""
 VERDICTS_PRESSING = 8
 """Verdicts on their way from which the children's applies narrow
 (:data:`CHILD_APPLIES_WHILE_VERDICTS_WAIT`): half of
