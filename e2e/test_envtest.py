@@ -24,6 +24,7 @@ from crewlet_operator.envtest import (
     EmptyAggregatedRolesWarning,
 )
 from crewlet_operator.envtest.controlplane import KWOK_STORAGE_CLASS
+from crewlet_operator.envtest.process import alive
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import ForbiddenError, InvalidError, NotFoundError
 from crewlet_operator.kube import resources as r
@@ -435,21 +436,11 @@ async def test_a_plane_without_workloads_warns_that_the_aggregated_roles_are_emp
         plane.stop()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is dead but not yet reaped by its parent.
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
-
-
 def _all_gone(pids: list[int], timeout: float = 30) -> list[int]:
     deadline = time.monotonic() + timeout
-    while (alive := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
+    while (running := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.2)
-    return alive
+    return running
 
 
 def _environment(pid: int) -> dict[str, str]:
@@ -495,7 +486,7 @@ def test_envtest_up_leaves_no_process_when_interrupted(tmp_path: Path, sig: sign
     proc, info = _start_up(tmp_path / "up")
     assert Path(info["kubeconfig"]).is_file()
     pids = list(info["pids"].values())
-    assert len(pids) == 5 and all(_alive(p) for p in pids)
+    assert len(pids) == 5 and all(alive(p) for p in pids)
     proc.send_signal(sig)
     proc.wait(60)
     # Even SIGKILL of the parent takes its children down (the parent-death signal).

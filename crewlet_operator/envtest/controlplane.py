@@ -42,7 +42,7 @@ from typing import Any, Self
 
 from crewlet_operator.envtest import binaries, pki
 from crewlet_operator.envtest.crds import load_crds
-from crewlet_operator.envtest.process import ManagedProcess
+from crewlet_operator.envtest.process import ManagedProcess, alive
 from crewlet_operator.errors import ProcessFailedError
 from crewlet_operator.kube.client import DEFAULT_FIELD_MANAGER
 from crewlet_operator.kube.config import RestConfig
@@ -705,17 +705,7 @@ def sweep_orphaned_etcd_data(base: Path) -> list[Path]:
     swept = []
     for path in base.glob(f"{ETCD_DATA_PREFIX}*-*"):
         owner = path.name.removeprefix(ETCD_DATA_PREFIX).split("-", 1)[0]
-        if owner.isdigit() and not _alive(int(owner)):
+        if owner.isdigit() and not alive(int(owner)):
             shutil.rmtree(path, ignore_errors=True)
             swept.append(path)
     return swept
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's
-    return True

@@ -27,6 +27,21 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs: it exists and is not a zombie (dead, not yet reaped by
+    its parent). Another user's process counts as running."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    with contextlib.suppress(OSError):
+        return stat.read_text().split(")")[-1].split()[0] != "Z"
+    return False  # gone between the two looks
+
+
 class ManagedProcess:
     """One binary of the control plane: started, probed until ready, stopped."""
 
