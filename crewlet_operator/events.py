@@ -22,6 +22,7 @@ import socket
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -272,6 +273,10 @@ class EventRecorder:
     :param clock: Epoch seconds, for event times and series; injectable for tests.
     :param max_in_flight: See :data:`MAX_IN_FLIGHT`.
     :param max_queued: See :data:`MAX_QUEUED`.
+    :param write_slots: Entered around each write (an :class:`asyncio.Semaphore`, say), to
+        share a budget with the controller's other background writes: when the controller
+        narrows that budget to make room for writes that cannot wait, its Events give way too.
+        None (the default): only ``max_in_flight`` bounds them.
     """
 
     def __init__(
@@ -284,6 +289,7 @@ class EventRecorder:
         clock: Callable[[], float] = time.time,
         max_in_flight: int = MAX_IN_FLIGHT,
         max_queued: int = MAX_QUEUED,
+        write_slots: AbstractAsyncContextManager[Any] | None = None,
     ) -> None:
         if max_in_flight < 1 or max_queued < 1:
             raise ValueError("max_in_flight and max_queued must be at least 1")
@@ -292,6 +298,7 @@ class EventRecorder:
         self.instance = (instance or f"{controller_name}-{socket.gethostname()}")[:INSTANCE_LIMIT]
         self.max_in_flight = max_in_flight
         self.max_queued = max_queued
+        self._write_slots = write_slots
         EVENTS_DROPPED.labels(controller=controller_name)  # at zero from the start
         self._clock = clock
         self._series = SeriesTracker(series_window, clock=clock)
@@ -365,7 +372,11 @@ class EventRecorder:
                 try:
                     if write.previous is not None:
                         await write.previous
-                    await self._write(write.event)
+                    if self._write_slots is None:
+                        await self._write(write.event)
+                    else:
+                        async with self._write_slots:
+                            await self._write(write.event)
                 finally:
                     write.done.set_result(None)
                     if self._tails.get(write.key) is write.done:

@@ -138,7 +138,12 @@ class CrewletControllers:
         self.children = child_resources(facts)
         self.secrets = NamedObjects(manager.client, SECRET)
         manager.add(self.secrets)  # the manager stops its watches
-        self.recorder = EventRecorder(manager.client, REPORTING_CONTROLLER)
+        self._apply_slots = ApplySlots()
+        # The Events share the children's apply slots: they narrow with them while verdicts
+        # wait (a verdict's Event can come a few seconds after its status).
+        self.recorder = EventRecorder(
+            manager.client, REPORTING_CONTROLLER, write_slots=self._apply_slots
+        )
         manager.add(self.recorder)  # the manager waits for its Events on the way out
         self._announced: dict[str, Object] = {}
         """Company key to the verdict written ahead of its children, until they are applied:
@@ -147,7 +152,6 @@ class CrewletControllers:
         """The class generations whose children the API server has admitted by a dry run."""
         self._counted: dict[str, float] = {}
         """EngineClass name to when its status was last written (monotonic seconds)."""
-        self._apply_slots = ApplySlots()
         self.version = code_version(facts)
         """What a restart checkpoint must have been written by (reconcilers.checkpoint)."""
         self._resumed: Checkpoint | None = None

@@ -10,21 +10,24 @@ from collections.abc import Iterator
 from types import TracebackType
 
 CHILD_APPLIES_IN_FLIGHT = 32
-"""Children applies in flight at once, across every worker; status writes and the admission's
-dry runs take no slot. Measured with the bench (convergence and latency figures, one machine):
-16 held a new company's verdict to 0.17 s (p99) but capped a burst at the API server's
+"""Children applies and Events in flight at once, across every worker; status writes and the
+admission's dry runs take no slot. Measured with the bench (convergence and latency figures,
+one machine): 16 held a new company's verdict to 0.17 s (p99) but capped a burst at the API server's
 16-writer floor, 1.16x its best; 64 matched the best floor (with 16 workers) but let verdicts
 wait behind the applies (p99 0.48 s); 32 did both (0.88x the best floor, p99 0.83 s on a
 machine slowed to 1.6x its floor)."""
-CHILD_APPLIES_WHILE_VERDICTS_WAIT = 8
-"""Children applies in flight at once while :data:`VERDICTS_PRESSING` verdicts or more are on
-their way (from a verdict's reconcile until its status is written): a verdict waits on the API
-server, and the backlog's applies are most of what the API server is busy with. At 100 creates
-a second about 5 are on their way when a status write takes ~50 ms; 8 or more means the
-writes have slowed (the API server's garbage collection slows them tenfold for seconds).
-Measured with the bench's latency figure, 64 verdict workers, with and without: status writes
-took 0.03 s on average (0.12 s without) outside a collection and 0.4 to 0.5 s (0.6 to 0.9 s)
-in one, the verdicts' p50 0.09 s (0.32 s); the backlog converged 1.06x its floor in both."""
+CHILD_APPLIES_WHILE_VERDICTS_WAIT = 2
+"""Children applies (and Events: the recorder shares these slots) in flight at once while
+:data:`VERDICTS_PRESSING` verdicts or more are on their way (from a verdict's reconcile until
+its status is written): a verdict waits on the API server, and the backlog's applies are most
+of what the API server is busy with. At 100 creates a second about 5 are on their way when a
+status write takes ~50 ms; 8 or more means the writes have slowed (the API server's garbage
+collection slows them tenfold for seconds, and what it is asked meanwhile slows them more).
+Measured with the bench's latency figure, 64 verdict workers, narrowed to 8 and not at all:
+status writes took 0.03 s on average (0.12 s not narrowed) outside a collection and 0.4 to
+0.5 s (0.6 to 0.9 s) in one, the verdicts' p50 0.09 s (0.32 s); the backlog converged 1.06x
+its floor in both. Narrowed to 8 with the Events apart, a collection still held verdicts for
+0.8 to 1.2 s; 2, with the Events inside, leaves the API server the creates and the verdicts."""
 VERDICTS_PRESSING = 8
 """Verdicts on their way from which the children's applies narrow
 (:data:`CHILD_APPLIES_WHILE_VERDICTS_WAIT`): half of

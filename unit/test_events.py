@@ -381,6 +381,23 @@ async def test_at_most_max_in_flight_events_are_written_at_once() -> None:
     assert len(client.stored) == 3 * MAX_IN_FLIGHT
 
 
+async def test_writes_share_the_write_slots_they_are_given() -> None:
+    # The operator hands its children's apply slots: narrowed while verdicts wait, the Events
+    # give way with the applies.
+    client = FakeEvents()
+    shared = asyncio.Semaphore(2)
+    rec = EventRecorder(client, "crewlet-operator", write_slots=shared)
+    client.open.clear()
+    for i in range(MAX_IN_FLIGHT):
+        rec.record(_config_map(f"cm-{i}"), "Normal", "Synced", "Reconcile", "fine")
+    await asyncio.sleep(0.05)
+    assert client.in_flight == 2
+    client.open.set()
+    await rec.flush()
+    assert client.most_in_flight == 2
+    assert len(client.stored) == MAX_IN_FLIGHT
+
+
 async def test_events_beyond_max_queued_are_dropped_and_counted() -> None:
     client = FakeEvents()
     rec = EventRecorder(client, "unit-drops", max_in_flight=1, max_queued=2)
