@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from crewlet_operator.objects import KubeObject, name, namespace
 from crewlet_operator.owners import owner_key_of
@@ -74,7 +74,12 @@ class EnqueueHandler:
 
     def _touch(self, obj: KubeObject) -> None:
         if self.touched is not None:
-            self.touched(self.mapper(obj))
+            self.touched(self._mapped(obj))
+
+    def _mapped(self, obj: KubeObject) -> Iterator[Request]:
+        # Mapped only if iterated: after the first pass nothing is (Controller.touch), and an
+        # EngineClass's status write mapped to every company of the class, twice, for nothing.
+        yield from self.mapper(obj)
 
     def on_add(self, obj: KubeObject, initial: bool = False) -> None:
         """Enqueue for a created object, or one of the initial list (at low priority)."""

@@ -27,7 +27,13 @@ Measured with the bench's latency figure, 64 verdict workers, narrowed to 8 and 
 status writes took 0.03 s on average (0.12 s not narrowed) outside a collection and 0.4 to
 0.5 s (0.6 to 0.9 s) in one, the verdicts' p50 0.09 s (0.32 s); the backlog converged 1.06x
 its floor in both. Narrowed to 8 with the Events apart, a collection still held verdicts for
-0.8 to 1.2 s; 2, with the Events inside, leaves the API server the creates and the verdicts."""
+0.8 to 1.2 s; at 2 with the Events inside, 1.1 s (p99; 116 of the load's 3,030 a second or
+more, the creates answered within 0.2 s). Narrowing as soon as verdicts flow (one begun within
+the last second) was tried and dropped: at 8, p99 1.68 s and the backlog 1.22x its floor; at 2,
+p50 0.06 s but p99 1.26 s, and a burst of 1,000 converged 1.33x its floor (its verdicts flow
+for seconds). Through the load the machine's two cores stayed busy either way (the API server
+about one, the operator half of one), so a collection's extra third of a core slowed
+everything whatever the children were held to."""
 VERDICTS_PRESSING = 8
 """Verdicts on their way from which the children's applies narrow
 (:data:`CHILD_APPLIES_WHILE_VERDICTS_WAIT`): half of

@@ -290,6 +290,37 @@ async def test_a_controller_notes_what_events_touched_until_its_first_pass_ends(
         await c.stop(1.0)
 
 
+async def test_after_the_first_pass_an_event_its_predicates_drop_is_not_mapped() -> None:
+    """Touching stops with the first pass, and so does mapping for it: a class's status write
+    mapped to every company of the class (twice) only for the touched set."""
+    c = make(None, "unit-touch-mapping")
+    mapped: list[str] = []
+
+    def mapper(obj: dict[str, Any]) -> list[Request]:
+        mapped.append(obj["metadata"]["name"])
+        return request_for_object(obj)
+
+    handler = c.enqueue_handler(mapper, [GenerationChanged()])
+    old = {"metadata": {"name": "a", "namespace": "ns", "generation": 1}}
+    status_only = {"metadata": {**old["metadata"], "resourceVersion": "2"}}
+    handler.on_update(old, status_only)
+    assert mapped == ["a", "a"]  # before the first pass: touched
+    await c.start()
+    try:
+        for _ in range(200):
+            if c.first_pass_done:
+                break
+            await asyncio.sleep(0.005)
+        assert c.first_pass_done
+        mapped.clear()
+        handler.on_update(old, status_only)
+        assert mapped == []
+        handler.on_update(old, {"metadata": {**old["metadata"], "generation": 2}})
+        assert mapped == ["a", "a"]  # let through: queued, old and new
+    finally:
+        await c.stop(1.0)
+
+
 async def test_unsettled_is_what_is_queued_waiting_or_failed_until_it_succeeds() -> None:
     """A request whose reconcile failed for good (not requeued) still has work left: it is
     unsettled until a reconcile of it succeeds."""
