@@ -263,6 +263,15 @@ def test_leader_election_timings_are_validated(lease: float, renew: float, retry
         LeaderElectionConfig("l", "ns", "me", lease, renew, retry)
 
 
+async def first_pass_ended(c: Controller) -> None:
+    """Wait (up to a second) for a started controller's first pass to end."""
+    for _ in range(200):
+        if c.first_pass_done:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("the first pass did not end within a second")
+
+
 async def test_a_controller_notes_what_events_touched_until_its_first_pass_ends() -> None:
     """Creates, changes and deletes touch their requests, whatever the predicates let through;
     the initial list does not. Once the first pass is over, nothing is collected."""
@@ -278,11 +287,7 @@ async def test_a_controller_notes_what_events_touched_until_its_first_pass_ends(
     assert not c.first_pass_done
     await c.start()
     try:
-        for _ in range(200):
-            if c.first_pass_done:
-                break
-            await asyncio.sleep(0.005)
-        assert c.first_pass_done
+        await first_pass_ended(c)
         assert c.touched == set()
         handler.on_add({"metadata": {"name": "later", "namespace": "ns"}})
         assert c.touched == set()
@@ -307,11 +312,7 @@ async def test_after_the_first_pass_an_event_its_predicates_drop_is_not_mapped()
     assert mapped == ["a", "a"]  # before the first pass: touched
     await c.start()
     try:
-        for _ in range(200):
-            if c.first_pass_done:
-                break
-            await asyncio.sleep(0.005)
-        assert c.first_pass_done
+        await first_pass_ended(c)
         mapped.clear()
         handler.on_update(old, status_only)
         assert mapped == []
