@@ -50,7 +50,8 @@ class EnqueueHandler:
     ``touched``, when given, is called with the requests of every event that is not the
     initial list's (a create, a change, a delete), whatever the predicates say: what has
     changed for a request since the process started (see :meth:`Controller.touch
-    <crewlet_operator.controller.Controller.touch>`).
+    <crewlet_operator.controller.Controller.touch>`). The requests are mapped as it iterates
+    them, so it iterates them during the call, or not at all when it has no use for them.
     """
 
     def __init__(
