@@ -22,7 +22,7 @@ import socket
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -298,7 +298,7 @@ class EventRecorder:
         self.instance = (instance or f"{controller_name}-{socket.gethostname()}")[:INSTANCE_LIMIT]
         self.max_in_flight = max_in_flight
         self.max_queued = max_queued
-        self._write_slots = write_slots
+        self._write_slots = write_slots or nullcontext()
         EVENTS_DROPPED.labels(controller=controller_name)  # at zero from the start
         self._clock = clock
         self._series = SeriesTracker(series_window, clock=clock)
@@ -372,11 +372,8 @@ class EventRecorder:
                 try:
                     if write.previous is not None:
                         await write.previous
-                    if self._write_slots is None:
+                    async with self._write_slots:
                         await self._write(write.event)
-                    else:
-                        async with self._write_slots:
-                            await self._write(write.event)
                 finally:
                     write.done.set_result(None)
                     if self._tails.get(write.key) is write.done:

@@ -12,10 +12,10 @@ from types import TracebackType
 CHILD_APPLIES_IN_FLIGHT = 32
 """Children applies and Events in flight at once, across every worker; status writes and the
 admission's dry runs take no slot. Measured with the bench (convergence and latency figures,
-one machine): 16 held a new company's verdict to 0.17 s (p99) but capped a burst at the API server's
-16-writer floor, 1.16x its best; 64 matched the best floor (with 16 workers) but let verdicts
-wait behind the applies (p99 0.48 s); 32 did both (0.88x the best floor, p99 0.83 s on a
-machine slowed to 1.6x its floor)."""
+one machine): 16 held a new company's verdict to 0.17 s (p99) but capped a burst at the API
+server's 16-writer floor, 1.16x its best; 64 matched the best floor (with 16 workers) but let
+verdicts wait behind the applies (p99 0.48 s); 32 did both (0.88x the best floor, p99 0.83 s
+on a machine slowed to 1.6x its floor)."""
 CHILD_APPLIES_WHILE_VERDICTS_WAIT = 2
 """Children applies (and Events: the recorder shares these slots) in flight at once while
 :data:`VERDICTS_PRESSING` verdicts or more are on their way (from a verdict's reconcile until
