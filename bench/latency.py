@@ -25,7 +25,7 @@ import time
 
 from bench.cluster import CompanyRef, Object
 from bench.convergence import measure_floor
-from bench.daemon import parse_samples
+from bench.daemon import Sample, parse_samples
 from bench.progress import Progress
 from bench.report import Figure
 from bench.session import FILL_WORKERS, WRITTEN, Session, writes_between
@@ -55,6 +55,36 @@ def gc_cycles(metrics_text: str) -> int:
     return int(sum(counts))
 
 
+LOOP_LAG = "crewlet_operator_event_loop_lag_seconds"
+REQUEST_DURATION = "apiserver_request_duration_seconds"
+COMPANY_CREATES = {"resource": "companies", "verb": "POST", "subresource": ""}
+COMPANY_STATUS_APPLIES = {"resource": "companies", "verb": "APPLY", "subresource": "status"}
+
+
+def histogram_between(
+    before: list[Sample], after: list[Sample], name: str, labels: dict[str, str]
+) -> dict[float, float]:
+    """The cumulative bucket counts (upper bound to count) that the histogram ``name`` gained
+    between two scrapes, summed over its series whose labels include ``labels``."""
+    counts: dict[float, float] = {}
+    for sign, samples in ((-1, before), (1, after)):
+        for sample, found, value in samples:
+            if sample == f"{name}_bucket" and all(found.get(k, "") == v for k, v in labels.items()):
+                bound = float(found["le"])
+                counts[bound] = counts.get(bound, 0.0) + sign * value
+    return dict(sorted(counts.items()))
+
+
+def bucket_quantile(buckets: dict[float, float], fraction: float) -> float | None:
+    """The smallest bucket bound at or under which ``fraction`` of the observations fell (what
+    a histogram can say of a quantile: it is at most that), or None when nothing was
+    observed."""
+    observed = buckets.get(math.inf, 0.0)
+    if observed <= 0:
+        return None
+    return next(bound for bound, count in buckets.items() if count >= fraction * observed)
+
+
 def percentile(values: list[float], fraction: float) -> float:
     """Nearest-rank percentile of ``values`` (sorted)."""
     return values[max(0, math.ceil(fraction * len(values)) - 1)]
@@ -73,7 +103,7 @@ async def floor_per_company(session: Session, when: str) -> tuple[float, int]:
 
 async def latency(session: Session) -> Figure:
     floor_before, floor_workers = await floor_per_company(session, "before")
-    await session.operator()
+    daemon = await session.operator()
     scale, cluster = session.scale, session.cluster
     background = cluster.allocate("load", round(scale.load_rate * scale.load_seconds))
     probes = cluster.allocate("probe", scale.probes)
@@ -96,7 +126,8 @@ async def latency(session: Session) -> Figure:
 
     keys = [r.key for r in (*background, *probes)]
     writes_before = cluster.plane.mutating_requests(WRITTEN)
-    gc_before = gc_cycles(cluster.plane.admin_request("GET", "/metrics", raw=True))
+    server_before = cluster.plane.admin_request("GET", "/metrics", raw=True)
+    operator_before = await daemon.samples()
     async with Progress(cluster.api, keys) as progress:
         started = time.monotonic()
         tasks = []
@@ -109,7 +140,14 @@ async def latency(session: Session) -> Figure:
             await progress.wait_accepted([p.key for p in probes], PATIENCE)
         waited = time.monotonic() - started
         accepted = {p.key: progress.accepted_at(p.key) or math.inf for p in probes}
-        collected = gc_cycles(cluster.plane.admin_request("GET", "/metrics", raw=True)) - gc_before
+        server_after = cluster.plane.admin_request("GET", "/metrics", raw=True)
+        collected = gc_cycles(server_after) - gc_cycles(server_before)
+        waits = who_waited(
+            parse_samples(server_before),
+            parse_samples(server_after),
+            operator_before,
+            await daemon.samples(),
+        )
         in_order = [accepted[p.key] - sent[p.key] for p in probes]
         latencies = sorted(in_order)
         # Where a probe's time went: the API server answering its create, then the rest (the
@@ -157,6 +195,7 @@ async def latency(session: Session) -> Figure:
         "every_create_p99_s": _seconds(every_p99),
         "every_create_over_target": every_late,
         "api_server_gc_cycles_until_probes_accepted": collected,
+        "until_probes_accepted_at_most_s": waits,
         "waited_s": round(waited, 1),
         "background_converged_when_probes_done": sum(
             1 for r in background if r.key in finished_when_probes_done
@@ -172,7 +211,8 @@ async def latency(session: Session) -> Figure:
         f"from its answer to Accepted: p50 {_text(split['after_create_p50'])}, p99 "
         f"{_text(split['after_create_p99'])}; the API server collected garbage {collected} "
         f"times meanwhile; every one of the {len(keys)} created: p50 {_text(every_p50)}, p99 "
-        f"{_text(every_p99)}, {every_late} at {TARGET_P99:.0f} s or more)"
+        f"{_text(every_p99)}, {every_late} at {TARGET_P99:.0f} s or more; until the probes "
+        f"were Accepted, by the histograms, p99 at most: {_waits_text(waits)})"
     )
     backlog_met = False
     if backlog_s is not None:
@@ -197,8 +237,53 @@ async def latency(session: Session) -> Figure:
     return Figure("latency", line, TARGET, p99 < TARGET_P99 and backlog_met, data)
 
 
+def who_waited(
+    server_before: list[Sample],
+    server_after: list[Sample],
+    operator_before: list[Sample],
+    operator_after: list[Sample],
+) -> dict[str, dict[str, float | None]]:
+    """Where a late verdict waited, from the histograms between two scrapes (p99 and the
+    largest, each at most a bucket's bound): the API server's own time for the Companies'
+    creates and status applies (``apiserver_request_duration_seconds``), and how late the
+    operator's event loop ran (``crewlet_operator_event_loop_lag_seconds``: a high lag means the
+    operator was short of CPU; a low one, that what it waited for was the API server). A part
+    with nothing observed is left out; null is over the histogram's largest finite bound."""
+    histograms = {
+        "api_server_company_create": histogram_between(
+            server_before, server_after, REQUEST_DURATION, COMPANY_CREATES
+        ),
+        "api_server_company_status_apply": histogram_between(
+            server_before, server_after, REQUEST_DURATION, COMPANY_STATUS_APPLIES
+        ),
+        "operator_event_loop_lag": histogram_between(operator_before, operator_after, LOOP_LAG, {}),
+    }
+    waits: dict[str, dict[str, float | None]] = {}
+    for part, buckets in histograms.items():
+        p99, largest = bucket_quantile(buckets, 0.99), bucket_quantile(buckets, 1.0)
+        if p99 is not None and largest is not None:
+            waits[part] = {"p99": _seconds(p99), "max": _seconds(largest)}
+    return waits
+
+
+def _waits_text(waits: dict[str, dict[str, float | None]]) -> str:
+    names = {
+        "api_server_company_create": "the API server's creates",
+        "api_server_company_status_apply": "its status applies",
+        "operator_event_loop_lag": "the operator's event loop lag",
+    }
+
+    def bound(value: float | None) -> str:
+        return "over the largest bucket" if value is None else f"{value:g} s"
+
+    return ", ".join(
+        f"{names[part]} {bound(bounds['p99'])} (largest {bound(bounds['max'])})"
+        for part, bounds in waits.items()
+    )
+
+
 def _seconds(value: float) -> float | None:
-    """JSON has no infinity: a probe never Accepted is null."""
+    """JSON has no infinity: a probe never Accepted, or a histogram's +Inf bucket, is null."""
     return None if math.isinf(value) else round(value, 3)
 
 

@@ -36,6 +36,7 @@ from crewlet_operator.errors import LeadershipLostError as LeadershipLostError  
 from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.mapper import RESTMapper
 from crewlet_operator.leader import LeaderElectionConfig, LeaderElector, default_identity
+from crewlet_operator.metrics import EventLoopLag
 from crewlet_operator.serving import HealthServer, MetricsServer
 
 log = structlog.get_logger("crewlet_operator.manager")
@@ -130,6 +131,8 @@ class Manager:
             secure=self.options.metrics_secure,
             cert_dir=self.options.metrics_cert_dir,
         )
+        self.loop_lag = EventLoopLag()
+        """Keeps ``crewlet_operator_event_loop_lag_seconds`` while the manager runs."""
         self.elector: LeaderElector | None = None
         if self.options.leader_election:
             self.elector = LeaderElector(
@@ -219,6 +222,7 @@ class Manager:
                 loop.add_signal_handler(sig, self.stop)
         await self.health.start()
         await self.metrics.start()
+        await self.loop_lag.start()
         started: list[Controller] = []
         try:
             await self._serve(warm, started)
@@ -316,6 +320,7 @@ class Manager:
         for runnable in reversed(self._started_runnables):
             await runnable.stop()
         await self.cache.stop()
+        await self.loop_lag.stop()
         await self.metrics.stop()
         await self.health.stop()
         if self._froze_gc:  # what the stopped manager held may be collected again

@@ -18,7 +18,10 @@ declared without it; the exposed names are exactly the ones in the comments.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
+import time
 import weakref
 from typing import TYPE_CHECKING, Final, Literal, Protocol
 
@@ -32,6 +35,9 @@ __all__ = [
     "CACHED_OBJECT_COUNTS",
     "CACHE_OBJECTS",
     "EVENTS_DROPPED",
+    "EVENT_LOOP_LAG",
+    "EVENT_LOOP_LAG_BUCKETS",
+    "EVENT_LOOP_LAG_INTERVAL",
     "FIRST_PASS_SECONDS",
     "LEADER_ELECTION_MASTER_STATUS",
     "MAX_CONCURRENT_RECONCILES",
@@ -55,6 +61,7 @@ __all__ = [
     "WORKQUEUE_UNFINISHED_WORK",
     "WORKQUEUE_WORK_DURATION",
     "CachedObjectCounts",
+    "EventLoopLag",
     "ObjectCounts",
     "ReconcileResult",
     "WorkqueueMetrics",
@@ -221,6 +228,68 @@ EVENTS_DROPPED: Final = Counter(
     ["controller"],
     registry=REGISTRY,
 )
+
+# --- the library's own: the event loop -------------------------------------------------------
+
+EVENT_LOOP_LAG_INTERVAL: Final = 0.1
+"""Seconds between two samples of :data:`EVENT_LOOP_LAG`: ten wake-ups a second cost nothing
+measurable, and a stall of a tenth of a second is seen."""
+# From a millisecond (a timer's own jitter) to seconds (a loop starved of CPU, or a callback
+# that blocks it).
+EVENT_LOOP_LAG_BUCKETS: Final[tuple[float, ...]] = (
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+)  # fmt: skip
+
+# crewlet_operator_event_loop_lag_seconds
+EVENT_LOOP_LAG: Final = Histogram(
+    "crewlet_operator_event_loop_lag_seconds",
+    "How late the event loop woke a task whose sleep had ended, sampled every 0.1 s: time the "
+    "loop spent on other callbacks, or waiting for a CPU.",
+    buckets=EVENT_LOOP_LAG_BUCKETS,
+    registry=REGISTRY,
+)
+
+
+class EventLoopLag:
+    """Keeps ``crewlet_operator_event_loop_lag_seconds``: every :data:`EVENT_LOOP_LAG_INTERVAL`
+    a task sleeps, and the histogram records how much later than due the loop woke it.
+
+    Everything a Python operator does waits its turn on one event loop, so when its requests
+    are slow this tells whether the process waited (a high lag: it was short of CPU, or a
+    callback blocked the loop) or the API server did (a low lag). Node.js's prom-client keeps
+    the same figure (``nodejs_eventloop_lag_seconds``); Go has no counterpart to need one.
+    The :class:`~crewlet_operator.Manager` runs one on every replica.
+
+    :param histogram: Where the samples go (:data:`EVENT_LOOP_LAG`).
+    :param interval: Seconds between samples.
+    """
+
+    def __init__(
+        self, histogram: Histogram = EVENT_LOOP_LAG, interval: float = EVENT_LOOP_LAG_INTERVAL
+    ) -> None:
+        self._histogram = histogram
+        self._interval = interval
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Sample from now on, on the running loop."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._sample(), name="event loop lag")
+
+    async def stop(self) -> None:
+        """Stop sampling."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _sample(self) -> None:
+        while True:
+            due = time.monotonic() + self._interval
+            await asyncio.sleep(self._interval)
+            self._histogram.observe(max(0.0, time.monotonic() - due))
+
 
 # --- client-go leader election -------------------------------------------------------------
 
