@@ -236,6 +236,42 @@ async def test_the_metrics_endpoint_counts_the_cached_objects_by_kind(
     assert metrics.REGISTRY.get_sample_value("crewlet_operator_cache_objects", sample) is None
 
 
+async def test_a_running_manager_samples_its_event_loops_lag_and_a_stopped_one_does_not(
+    kube_client: Client, namespace: str
+) -> None:
+    manager = Manager(kube_client, manager_options())
+
+    async def reconcile(request: Request) -> None: ...
+
+    manager.controller(f"lagging-{namespace}").for_(
+        CONFIG_MAP, options=InformerOptions(namespace=namespace)
+    ).complete(reconcile)
+
+    async def sampled() -> float:
+        url = f"http://127.0.0.1:{manager.metrics.port}/metrics"
+        async with aiohttp.ClientSession() as session, session.get(url) as response:
+            text = await response.text()
+        found = [
+            float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("crewlet_operator_event_loop_lag_seconds_count ")
+        ]
+        assert found, "the metrics endpoint has no crewlet_operator_event_loop_lag_seconds"
+        return found[0]
+
+    async with running(manager):
+        first = await sampled()
+
+        async def grew() -> bool:
+            return await sampled() > first
+
+        await eventually(grew, message="the loop's lag sampled")
+    count = "crewlet_operator_event_loop_lag_seconds_count"
+    stopped = metrics.REGISTRY.get_sample_value(count)
+    await asyncio.sleep(0.5)
+    assert metrics.REGISTRY.get_sample_value(count) == stopped, "sampled after the stop"
+
+
 @pytest.mark.parametrize("freeze", [True, False])
 async def test_a_synced_cache_is_kept_out_of_the_collectors_sight_until_the_stop(
     kube_client: Client, namespace: str, freeze: bool
