@@ -16,6 +16,8 @@ burst would slow the session's other modules.
 from __future__ import annotations
 
 import asyncio
+import datetime
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ import pytest
 import pytest_asyncio
 from operator_helpers import (
     CHILD_KINDS,
+    LEASE_NAME,
     PLATFORM,
     Operator,
     admin_client,
@@ -35,10 +38,12 @@ from operator_helpers import (
     wait_converged,
 )
 
-from crewlet_operator import EVENT, NAMESPACE, Client
+from crewlet_operator import DEFAULT_FIELD_MANAGER, EVENT, LEASE, NAMESPACE, Client
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.wait import eventually
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from reconcilers.company import reconcile
+from reconcilers.plan import ClusterFacts, Observed, gateway_api_served
 
 BACKLOG = 240
 NO_SEATS = {"seats": {"replicas": 0}}
@@ -148,6 +153,92 @@ async def test_a_start_over_new_companies_of_one_class_dry_runs_one_companys_chi
     dry_runs = {key: count - before.get(key, 0) for key, count in after.items()}
     assert {key: count for key, count in dry_runs.items() if count} == await applies_of_one(
         admin, "backlog", "fresh00"
+    )
+
+
+async def test_a_takeover_tells_new_companies_their_verdicts_before_it_applies_what_was_left(
+    plane: ControlPlane, admin: Client, tmp_path: Path
+) -> None:
+    """A leader that stopped between its verdicts and their children (the failover figure's
+    crash, a second into a burst) leaves companies Accepted with nothing applied. The standby
+    that takes over has queued each of them on the events of those verdicts, ahead of a company
+    created after them: it sends their children back to the queue at the children's priority,
+    and tells the newcomer its verdict first."""
+    await admin.create(NAMESPACE, {"metadata": {"name": "inherited"}})
+    engine = await admin.create(ENGINE_CLASS, engine_class("inherited"))
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    await admin.create(
+        LEASE,
+        {
+            "metadata": {"name": LEASE_NAME, "namespace": PLATFORM},
+            "spec": {
+                "holderIdentity": "the-previous-leader",
+                "leaseDurationSeconds": 60,
+                "acquireTime": now,
+                "renewTime": now,
+                "leaseTransitions": 0,
+            },
+        },
+    )
+    operator = Operator(plane.kubeconfig, tmp_path, leader_elect=True)
+    try:
+        await eventually(operator.ready, timeout=60, message="standby ready")
+        # What the previous leader wrote before it stopped: each company's verdict, as the
+        # operator decides it, and no child.
+        facts = ClusterFacts(
+            gateway_api=await gateway_api_served(admin), operator_namespace=PLATFORM
+        )
+        backlog = [("inherited", f"left{i:03d}") for i in range(BACKLOG)]
+
+        async def told(ns: str, name: str) -> None:
+            created = await admin.create(COMPANY, company(ns, name, "inherited", **NO_SEATS))
+            plan = reconcile(created, engine, {}, Observed(), facts)
+            assert plan.status is not None
+            body = {
+                "apiVersion": COMPANY.api_version,
+                "kind": COMPANY.kind,
+                "metadata": {"name": name, "namespace": ns},
+                "status": plan.status,
+            }
+            await admin.apply_status(COMPANY, body, field_manager=DEFAULT_FIELD_MANAGER)
+
+        await asyncio.gather(*(told(ns, n) for ns, n in backlog))
+        await admin.create(COMPANY, company("inherited", "newcomer", "inherited", **NO_SEATS))
+        await eventually(
+            lambda: queued(operator) == BACKLOG + 1, timeout=60, message="all of them queued"
+        )
+        lease = await admin.get(LEASE, LEASE_NAME, PLATFORM)
+        lease["spec"]["holderIdentity"] = ""  # released: the standby takes over at once
+        await admin.replace(LEASE, lease)
+
+        await wait_condition(admin, "inherited", "newcomer", "Accepted", "True")
+        applied = await children_by_company(admin, "inherited")
+        started = [key for key in backlog if key in applied]
+        print(f"\nthe newcomer accepted once {len(started)} of {BACKLOG} had a child")
+        assert len(started) < BACKLOG // 2, "the inherited children went before the verdict"
+
+        await wait_converged(admin, backlog, timeout=300, namespace="inherited")
+        # The inherited verdicts were the operator's own: none was written again as news.
+        regarding = {
+            (e.get("regarding") or {}).get("name")
+            for e in (await admin.list(EVENT, "inherited")).items
+            if (e.get("regarding") or {}).get("kind") == COMPANY.kind
+        }
+        assert regarding == {"newcomer"}
+    finally:
+        operator.stop()
+        await admin.delete(ENGINE_CLASS, "inherited")
+
+
+def queued(operator: Operator) -> float:
+    """Requests waiting in the operator's company queue, every priority."""
+    url = f"http://127.0.0.1:{operator.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        lines = response.read().decode().splitlines()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in lines
+        if line.startswith("workqueue_depth{") and 'name="company"' in line
     )
 
 

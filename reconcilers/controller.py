@@ -39,6 +39,7 @@ from crewlet_operator import (
     Resource,
     Result,
     UnauthorizedError,
+    find_condition,
     generation,
     is_being_deleted,
     keep_owned_fields_of,
@@ -66,7 +67,7 @@ from reconcilers.plan import (
 )
 from reconcilers.references import referenced_secrets
 from reconcilers.slots import ApplySlots
-from reconcilers.status import verdict
+from reconcilers.status import ACCEPTED, verdict
 
 log = structlog.get_logger("crewlet_operator.company")
 
@@ -148,6 +149,9 @@ class CrewletControllers:
         self._announced: dict[str, Object] = {}
         """Company key to the verdict written ahead of its children, until they are applied:
         the status echo may not have reached the cache when the children's turn comes."""
+        self._children_due: set[str] = set()
+        """Company keys whose children wait at :data:`CHILDREN_PRIORITY` behind the verdicts:
+        their next reconcile applies them, whatever its priority."""
         self._admissions = Admissions()
         """The class generations whose children the API server has admitted by a dry run."""
         self._counted: dict[str, float] = {}
@@ -266,6 +270,7 @@ class CrewletControllers:
         company = self.cache.get(COMPANY, request.name, request.namespace)
         if company is None:
             self._announced.pop(str(request), None)
+            self._children_due.discard(str(request))
             return None  # deleted: owner references garbage-collect the children; claims stay
         engine_class = self.cache.get(ENGINE_CLASS, _class_name(company))
         ns = self.cache.get(NAMESPACE, request.namespace or "") or {}
@@ -395,6 +400,11 @@ class CrewletControllers:
         says why. While many verdicts are on their way, the children's applies narrow
         (:class:`~reconcilers.slots.ApplySlots`): the verdicts wait on the same API server.
 
+        Children left to apply for a company already told its verdict for its generation (what a
+        leader that stopped between a verdict and its children left, a class's rollout, a child
+        changed by hand) are backlog: they go back to the queue at :data:`CHILDREN_PRIORITY`, so
+        a takeover or a class change tells new companies their verdicts before it applies them.
+
         A child the API server refuses (a class field only it can judge, such as a toleration
         or a storage class name) refuses the company with ``InvalidClass`` and its message,
         and leaves nothing half-written: until one company of a class's generation has been
@@ -410,7 +420,14 @@ class CrewletControllers:
             verdict(company.get("status")),
             self._announced.get(key),
         )
-        first = news and bool(plan.applies or plan.deletes)
+        children = bool(plan.applies or plan.deletes)
+        first = news and children
+        if children and not news and self._backlog(key, company):
+            self._children_due.add(key)
+            self.company_controller.queue.add(
+                Request(namespace(company), name(company)), CHILDREN_PRIORITY
+            )
+            return None
         with self._apply_slots.verdict() if news else contextlib.nullcontext():
             retry: Result | None = None
             try:
@@ -431,6 +448,7 @@ class CrewletControllers:
                 news = decided != verdict(company.get("status"))
             if not first:
                 self._announced.pop(key, None)
+                self._children_due.discard(key)
                 if plan.claim_annotations and observed.data_claim is not None:
                     await self.client.patch(
                         PERSISTENT_VOLUME_CLAIM,
@@ -451,6 +469,15 @@ class CrewletControllers:
                     Request(namespace(company), name(company)), CHILDREN_PRIORITY
                 )
             return retry
+
+    def _backlog(self, key: str, company: Object) -> bool:
+        """Whether the company's children are backlog work taken at the priority of an event:
+        its stored verdict is for its current generation (a spec change is applied at once,
+        with its status), and they were not sent back to the queue already."""
+        if key in self._announced or key in self._children_due:
+            return False
+        accepted = find_condition((company.get("status") or {}).get("conditions"), ACCEPTED)
+        return accepted is not None and accepted.get("observedGeneration") == generation(company)
 
     def _announce(self, company: Object, decided: Object) -> None:
         """An Event for a new verdict: Normal when accepted, a Warning with the reason when
