@@ -39,7 +39,6 @@ from crewlet_operator import (
     Resource,
     Result,
     UnauthorizedError,
-    find_condition,
     generation,
     is_being_deleted,
     keep_owned_fields_of,
@@ -67,7 +66,7 @@ from reconcilers.plan import (
 )
 from reconcilers.references import referenced_secrets
 from reconcilers.slots import ApplySlots
-from reconcilers.status import ACCEPTED, verdict
+from reconcilers.status import current_verdict, verdict
 
 log = structlog.get_logger("crewlet_operator.company")
 
@@ -147,11 +146,10 @@ class CrewletControllers:
         )
         manager.add(self.recorder)  # the manager waits for its Events on the way out
         self._announced: dict[str, Object] = {}
-        """Company key to the verdict written ahead of its children, until they are applied:
-        the status echo may not have reached the cache when the children's turn comes."""
-        self._children_due: set[str] = set()
-        """Company keys whose children wait at :data:`CHILDREN_PRIORITY` behind the verdicts:
-        their next reconcile applies them, whatever its priority."""
+        """Company key to the verdict its children wait behind at :data:`CHILDREN_PRIORITY`
+        (written ahead of them, or found written), until they are applied: its next reconcile
+        applies them, whatever its priority, and the status echo may not have reached the cache
+        when their turn comes."""
         self._admissions = Admissions()
         """The class generations whose children the API server has admitted by a dry run."""
         self._counted: dict[str, float] = {}
@@ -270,7 +268,6 @@ class CrewletControllers:
         company = self.cache.get(COMPANY, request.name, request.namespace)
         if company is None:
             self._announced.pop(str(request), None)
-            self._children_due.discard(str(request))
             return None  # deleted: owner references garbage-collect the children; claims stay
         engine_class = self.cache.get(ENGINE_CLASS, _class_name(company))
         ns = self.cache.get(NAMESPACE, request.namespace or "") or {}
@@ -422,8 +419,11 @@ class CrewletControllers:
         )
         children = bool(plan.applies or plan.deletes)
         first = news and children
-        if children and not news and self._backlog(key, company):
-            self._children_due.add(key)
+        # Children of a company already told its verdict for this generation are backlog.
+        backlog = children and not news and key not in self._announced
+        told = current_verdict(company) if backlog else None
+        if told is not None:
+            self._announced[key] = told
             self.company_controller.queue.add(
                 Request(namespace(company), name(company)), CHILDREN_PRIORITY
             )
@@ -448,7 +448,6 @@ class CrewletControllers:
                 news = decided != verdict(company.get("status"))
             if not first:
                 self._announced.pop(key, None)
-                self._children_due.discard(key)
                 if plan.claim_annotations and observed.data_claim is not None:
                     await self.client.patch(
                         PERSISTENT_VOLUME_CLAIM,
@@ -469,15 +468,6 @@ class CrewletControllers:
                     Request(namespace(company), name(company)), CHILDREN_PRIORITY
                 )
             return retry
-
-    def _backlog(self, key: str, company: Object) -> bool:
-        """Whether the company's children are backlog work taken at the priority of an event:
-        its stored verdict is for its current generation (a spec change is applied at once,
-        with its status), and they were not sent back to the queue already."""
-        if key in self._announced or key in self._children_due:
-            return False
-        accepted = find_condition((company.get("status") or {}).get("conditions"), ACCEPTED)
-        return accepted is not None and accepted.get("observedGeneration") == generation(company)
 
     def _announce(self, company: Object, decided: Object) -> None:
         """An Event for a new verdict: Normal when accepted, a Warning with the reason when

@@ -13,7 +13,7 @@ from typing import Any
 
 import semver
 
-from crewlet_operator import STATEFUL_SET, condition, set_condition
+from crewlet_operator import STATEFUL_SET, condition, find_condition, set_condition
 from crewlet_operator import generation as object_generation
 from crewlet_operator import name as object_name
 from reconcilers import naming, versions
@@ -225,3 +225,13 @@ def verdict(status: Object | None) -> Condition | None:
         if cond.get("type") == ACCEPTED:
             return {k: cond.get(k) for k in VERDICT_FIELDS}
     return None
+
+
+def current_verdict(company: Object) -> Condition | None:
+    """The company's stored verdict (:func:`verdict`) when it was decided for the company's
+    current generation, else None (none yet, or its spec changed since)."""
+    status = company.get("status")
+    accepted = find_condition((status or {}).get("conditions"), ACCEPTED)
+    if accepted is None or accepted.get("observedGeneration") != object_generation(company):
+        return None
+    return verdict(status)
