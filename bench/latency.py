@@ -46,10 +46,10 @@ IN_FLIGHT = 64
 GC_COUNT = "go_gc_duration_seconds_count"
 
 
-def gc_cycles(metrics_text: str) -> int:
+def gc_cycles(metrics: list[Sample]) -> int:
     """Garbage collections the API server has finished (:data:`GC_COUNT` of its /metrics): a
     mark phase slows its writes for seconds (docs/scaling.md)."""
-    counts = [v for name, _, v in parse_samples(metrics_text) if name == GC_COUNT]
+    counts = [v for name, _, v in metrics if name == GC_COUNT]
     if not counts:
         raise ValueError(f"no {GC_COUNT} in the API server's /metrics")
     return int(sum(counts))
@@ -126,7 +126,7 @@ async def latency(session: Session) -> Figure:
 
     keys = [r.key for r in (*background, *probes)]
     writes_before = cluster.plane.mutating_requests(WRITTEN)
-    server_before = cluster.plane.admin_request("GET", "/metrics", raw=True)
+    server_before = parse_samples(cluster.plane.admin_request("GET", "/metrics", raw=True))
     operator_before = await daemon.samples()
     async with Progress(cluster.api, keys) as progress:
         started = time.monotonic()
@@ -140,11 +140,11 @@ async def latency(session: Session) -> Figure:
             await progress.wait_accepted([p.key for p in probes], PATIENCE)
         waited = time.monotonic() - started
         accepted = {p.key: progress.accepted_at(p.key) or math.inf for p in probes}
-        server_after = cluster.plane.admin_request("GET", "/metrics", raw=True)
+        server_after = parse_samples(cluster.plane.admin_request("GET", "/metrics", raw=True))
         collected = gc_cycles(server_after) - gc_cycles(server_before)
         waits = who_waited(
-            parse_samples(server_before),
-            parse_samples(server_after),
+            server_before,
+            server_after,
             operator_before,
             await daemon.samples(),
         )

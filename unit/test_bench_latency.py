@@ -9,7 +9,7 @@ from bench.latency import bucket_quantile, gc_cycles, histogram_between, percent
 
 
 def test_the_latency_figure_reads_the_api_servers_garbage_collections() -> None:
-    metrics = (
+    metrics = parse_samples(
         "# TYPE go_gc_duration_seconds summary\n"
         'go_gc_duration_seconds{quantile="0.5"} 0.0001\n'
         "go_gc_duration_seconds_sum 0.25\n"
@@ -17,7 +17,7 @@ def test_the_latency_figure_reads_the_api_servers_garbage_collections() -> None:
     )
     assert gc_cycles(metrics) == 417
     with pytest.raises(ValueError, match="go_gc_duration_seconds_count"):
-        gc_cycles("apiserver_request_total 3\n")
+        gc_cycles(parse_samples("apiserver_request_total 3\n"))
 
 
 def test_percentiles_are_nearest_rank() -> None:
