@@ -26,6 +26,7 @@ from crewlet_operator import (
     SECRET,
     AlreadyExistsError,
     Client,
+    Resource,
 )
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.wait import eventually
@@ -196,3 +197,27 @@ class Cluster:
 
         await each(companies, create, CREATE_CONCURRENCY)
         return created
+
+    async def remove(self, companies: Sequence[CompanyRef], kinds: Sequence[Resource]) -> None:
+        """Delete every object of ``kinds`` in the companies' namespaces (list their Companies
+        last), then the namespaces themselves, and compact etcd."""
+
+        async def remove(name: str) -> None:
+            for resource in kinds:
+                await self.api.request("DELETE", resource.path(name))
+            await self.api.delete(NAMESPACE, name)
+            # The namespace controller does not run here: release the namespace ourselves.
+            await self.api.request(
+                "PUT",
+                NAMESPACE.path(name=name, subresource="finalize"),
+                body={
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": name},
+                    "spec": {"finalizers": []},
+                },
+            )
+
+        await each(sorted({c.namespace for c in companies}), remove, CREATE_CONCURRENCY)
+        self.per_class.subtract(c.class_name for c in companies)
+        await asyncio.to_thread(self.plane.etcd_compact)

@@ -54,6 +54,17 @@ def render(cluster: Cluster, company: Object) -> list[Apply]:
     )
 
 
+def verdict_status(cluster: Cluster, company: Object) -> Object:
+    """The status the operator writes first for ``company`` as created, before any child: its
+    verdict (the reconciler's decision with nothing observed)."""
+    status = reconcile(
+        company, cluster.classes[company["spec"]["className"]], {}, _observed(cluster), FACTS
+    ).status
+    if status is None:
+        raise RuntimeError(f"the reconciler decides no status for {company['metadata']['name']}")
+    return status
+
+
 async def _apply(cluster: Cluster, children: list[Apply]) -> list[Object]:
     return [await cluster.api.apply(child.resource, child.object) for child in children]
 

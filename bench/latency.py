@@ -22,13 +22,21 @@ import asyncio
 import contextlib
 import math
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Self
 
 from bench.cluster import CompanyRef, Object
 from bench.convergence import measure_floor
 from bench.daemon import Sample, parse_samples
-from bench.progress import Progress
+from bench.floor import verdict_status
+from bench.progress import Key, Progress, current_version
 from bench.report import Figure
 from bench.session import FILL_WORKERS, WRITTEN, Session, writes_between
+from crewlet_operator import ApiError, TransportError, name, namespace
+from crewlet_operator.objects import resource_version
+from reconcilers.api.v1alpha1 import COMPANY
 
 TARGET_P99 = 1.0
 TARGET_BACKLOG_RATIO = 1.25
@@ -40,7 +48,11 @@ PATIENCE = 60.0
 """Seconds after the load ends that probes are waited for; a probe not Accepted by then
 counts as infinitely late (the figure says "> N s")."""
 IN_FLIGHT = 64
-"""Creates the load generator keeps in flight at most (more means the server is behind)."""
+"""Creates the load generator keeps in flight at most (more means the server is behind); the
+verdict floor's writer keeps as many status writes in flight at most."""
+COLLECTION_AT = 0.5
+"""Where in the verdict floor's load the API server is made to collect its garbage (a fraction
+of the load's seconds): the operator's load meets one collection at a time of its own."""
 
 
 GC_COUNT = "go_gc_duration_seconds_count"
@@ -101,46 +113,203 @@ async def floor_per_company(session: Session, when: str) -> tuple[float, int]:
     return seconds / count, workers
 
 
-async def latency(session: Session) -> Figure:
-    floor_before, floor_workers = await floor_per_company(session, "before")
-    daemon = await session.operator()
-    scale, cluster = session.scale, session.cluster
-    background = cluster.allocate("load", round(scale.load_rate * scale.load_seconds))
-    probes = cluster.allocate("probe", scale.probes)
-    await cluster.create_namespaces([*background, *probes])
-    schedule = sorted(
-        [(i / scale.load_rate, ref) for i, ref in enumerate(background)]
-        + [((j + 0.5) * scale.load_seconds / scale.probes, ref) for j, ref in enumerate(probes)],
-        key=lambda entry: entry[0],
-    )
-    sent: dict[tuple[str, str], float] = {}
-    answered: dict[tuple[str, str], float] = {}
-    created: dict[tuple[str, str], Object] = {}
-    slots = asyncio.Semaphore(IN_FLIGHT)
+AcceptedAt = Callable[[Key], float | None]
+"""When a company was seen Accepted (monotonic), or None: :meth:`Progress.accepted_at`."""
 
-    async def create(ref: CompanyRef) -> None:
-        async with slots:
-            sent[ref.key] = time.monotonic()
-            created[ref.key] = await cluster.create_company(ref)
-            answered[ref.key] = time.monotonic()
 
-    keys = [r.key for r in (*background, *probes)]
-    writes_before = cluster.plane.mutating_requests(WRITTEN)
-    server_before = parse_samples(cluster.plane.admin_request("GET", "/metrics", raw=True))
-    operator_before = await daemon.samples()
-    async with Progress(cluster.api, keys) as progress:
-        started = time.monotonic()
+@dataclass
+class Load:
+    """The load's Companies, created on schedule: the background at a steady rate and the
+    probes spread evenly among it; when each create was sent and answered."""
+
+    background: list[CompanyRef]
+    probes: list[CompanyRef]
+    sent: dict[Key, float] = field(default_factory=dict)
+    answered: dict[Key, float] = field(default_factory=dict)
+    created: dict[Key, Object] = field(default_factory=dict)
+    started: float = 0.0
+    seconds: float = 0.0
+    """From the first create sent to the last answered."""
+
+    @classmethod
+    async def allocate(cls, session: Session, prefix: str = "") -> Load:
+        """The scale's load, in fresh namespaces (``prefix`` ahead of their names)."""
+        scale, cluster = session.scale, session.cluster
+        background = cluster.allocate(f"{prefix}load", round(scale.load_rate * scale.load_seconds))
+        probes = cluster.allocate(f"{prefix}probe", scale.probes)
+        await cluster.create_namespaces([*background, *probes])
+        return cls(background, probes)
+
+    @property
+    def keys(self) -> list[Key]:
+        return [r.key for r in (*self.background, *self.probes)]
+
+    async def create(self, session: Session) -> None:
+        """Create every Company on schedule, at most :data:`IN_FLIGHT` creates in flight."""
+        scale, cluster = session.scale, session.cluster
+        schedule = sorted(
+            [(i / scale.load_rate, ref) for i, ref in enumerate(self.background)]
+            + [
+                ((j + 0.5) * scale.load_seconds / len(self.probes), ref)
+                for j, ref in enumerate(self.probes)
+            ],
+            key=lambda entry: entry[0],
+        )
+        slots = asyncio.Semaphore(IN_FLIGHT)
+
+        async def create(ref: CompanyRef) -> None:
+            async with slots:
+                self.sent[ref.key] = time.monotonic()
+                self.created[ref.key] = await cluster.create_company(ref)
+                self.answered[ref.key] = time.monotonic()
+
+        self.started = time.monotonic()
         tasks = []
         for offset, ref in schedule:
-            await asyncio.sleep(max(0.0, started + offset - time.monotonic()))
+            await asyncio.sleep(max(0.0, self.started + offset - time.monotonic()))
             tasks.append(asyncio.create_task(create(ref)))
         await asyncio.gather(*tasks)
-        load_s = time.monotonic() - started
+        self.seconds = time.monotonic() - self.started
+
+    def latencies(self, accepted_at: AcceptedAt, refs: list[CompanyRef]) -> list[float]:
+        """Each of ``refs``' seconds from its create to ``Accepted=True`` (infinite when not
+        Accepted), in the order given."""
+        return [(accepted_at(r.key) or math.inf) - self.sent[r.key] for r in refs]
+
+
+def everyone(load: Load, accepted_at: AcceptedAt) -> dict[str, object]:
+    """Every company of the load, beside the probes, for a p99 that is not the slowest of 30
+    (the probes' figure stays what is judged)."""
+    latencies = sorted(load.latencies(accepted_at, [*load.background, *load.probes]))
+    return {
+        "every_create_p50_s": _seconds(percentile(latencies, 0.5)),
+        "every_create_p99_s": _seconds(percentile(latencies, 0.99)),
+        "every_create_over_target": sum(1 for x in latencies if x >= TARGET_P99),
+    }
+
+
+async def collect_garbage(session: Session, after: float) -> None:
+    """Have the API server collect its garbage ``after`` seconds from now: Go's heap profile
+    runs a collection first when asked (``gc=1``), and answers once it is done."""
+    await asyncio.sleep(after)
+    await session.cluster.api.request("GET", "/debug/pprof/heap", query={"gc": 1}, timeout=PATIENCE)
+
+
+class VerdictWriter:
+    """The verdict floor's writer: for each Company of ``keys`` as its watch event arrives, the
+    status the reconciler decides for a new company of its class, server-side applied as the
+    operator writes it; nothing else (no queue, no render, no children, no Event), at most
+    :data:`IN_FLIGHT` writes in flight. Use as ``async with VerdictWriter(...)``."""
+
+    def __init__(self, session: Session, keys: list[Key]) -> None:
+        self._cluster = session.cluster
+        self._keys = set(keys)
+        self._statuses: dict[str, Object] = {}
+        self._slots = asyncio.Semaphore(IN_FLIGHT)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.failed = 0
+        """Status writes the API server refused, or that got no answer."""
+
+    async def __aenter__(self) -> Self:
+        version = await current_version(self._cluster.api, COMPANY)
+        self._tasks.add(asyncio.create_task(self._watch(version)))
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _watch(self, version: str) -> None:
+        while True:
+            with contextlib.suppress(TransportError):
+                async for event in self._cluster.api.watch(COMPANY, resource_version=version):
+                    version = resource_version(event.object) or version
+                    key = (namespace(event.object) or "", name(event.object))
+                    if event.type == "ADDED" and key in self._keys:
+                        task = asyncio.create_task(self._write(event.object))
+                        self._tasks.add(task)
+                        task.add_done_callback(self._tasks.discard)
+            await asyncio.sleep(0.1)
+
+    async def _write(self, company: Object) -> None:
+        class_name = company["spec"]["className"]
+        status = self._statuses.get(class_name)
+        if status is None:
+            status = self._statuses[class_name] = verdict_status(self._cluster, company)
+        async with self._slots:
+            try:
+                await self._cluster.api.apply_status(
+                    COMPANY,
+                    {
+                        "apiVersion": COMPANY.api_version,
+                        "kind": COMPANY.kind,
+                        "metadata": {"name": name(company), "namespace": namespace(company)},
+                        "status": status,
+                    },
+                )
+            except (ApiError, TransportError):
+                self.failed += 1
+
+
+async def verdict_floor(session: Session) -> dict[str, object]:
+    """The same load in the same world, the operator stopped, its companies told their
+    verdicts by a :class:`VerdictWriter` in the bench, and the API server made to collect its
+    garbage at the load's middle (a collection is what makes verdicts late: docs/scaling.md);
+    then its Companies are deleted, so the world is as it was."""
+    load = await Load.allocate(session, "floor-")
+    server_before = await _server_metrics(session)
+    async with Progress(session.cluster.api, load.keys) as progress:
+        async with VerdictWriter(session, load.keys) as writer:
+            collection = asyncio.create_task(
+                collect_garbage(session, session.scale.load_seconds * COLLECTION_AT)
+            )
+            await load.create(session)
+            with contextlib.suppress(TimeoutError):
+                await progress.wait_accepted(load.keys, PATIENCE)
+            await collection
+        collected = gc_cycles(await _server_metrics(session)) - gc_cycles(server_before)
+    latencies = sorted(load.latencies(progress.accepted_at, load.probes))
+    await session.cluster.remove([*load.background, *load.probes], [COMPANY])
+    return {
+        "p50_s": _seconds(percentile(latencies, 0.5)),
+        "p99_s": _seconds(percentile(latencies, 0.99)),
+        "latencies_s": [_seconds(x) for x in latencies],
+        **everyone(load, progress.accepted_at),
+        "api_server_gc_cycles": collected,
+        "status_writes_failed": writer.failed,
+    }
+
+
+async def _server_metrics(session: Session) -> list[Sample]:
+    return parse_samples(
+        await asyncio.to_thread(session.cluster.plane.admin_request, "GET", "/metrics", raw=True)
+    )
+
+
+async def latency(session: Session) -> Figure:
+    floor_before, floor_workers = await floor_per_company(session, "before")
+    floor = await verdict_floor(session)
+    daemon = await session.operator()
+    scale, cluster = session.scale, session.cluster
+    load = await Load.allocate(session)
+    background, probes, sent, answered = load.background, load.probes, load.sent, load.answered
+    keys = load.keys
+    writes_before = cluster.plane.mutating_requests(WRITTEN)
+    server_before = await _server_metrics(session)
+    operator_before = await daemon.samples()
+    async with Progress(cluster.api, keys) as progress:
+        await load.create(session)
+        started = load.started
         with contextlib.suppress(TimeoutError):
             await progress.wait_accepted([p.key for p in probes], PATIENCE)
         waited = time.monotonic() - started
-        accepted = {p.key: progress.accepted_at(p.key) or math.inf for p in probes}
-        server_after = parse_samples(cluster.plane.admin_request("GET", "/metrics", raw=True))
+        server_after = await _server_metrics(session)
         collected = gc_cycles(server_after) - gc_cycles(server_before)
         waits = who_waited(
             server_before,
@@ -148,12 +317,12 @@ async def latency(session: Session) -> Figure:
             operator_before,
             await daemon.samples(),
         )
-        in_order = [accepted[p.key] - sent[p.key] for p in probes]
+        in_order = load.latencies(progress.accepted_at, probes)
         latencies = sorted(in_order)
         # Where a probe's time went: the API server answering its create, then the rest (the
         # operator's verdict, and the watch that tells the bench).
         creates = sorted(answered[p.key] - sent[p.key] for p in probes)
-        after = sorted(accepted[p.key] - answered[p.key] for p in probes)
+        after = sorted((progress.accepted_at(p.key) or math.inf) - answered[p.key] for p in probes)
         split = {
             f"{part}_p{round(100 * q)}": percentile(values, q)
             for part, values in (("create_answered", creates), ("after_create", after))
@@ -168,18 +337,14 @@ async def latency(session: Session) -> Figure:
         except TimeoutError:
             # What the operator did not finish, the floor script completes before the next
             # operator starts.
-            left = [created[k] for k in keys if not progress.has_converged(k)]
-    # Every company of the load was created as a probe was: all of them, beside the probes, for
-    # a p99 that is not the slowest of 30 (the probes' figure stays what is judged).
-    everyone = sorted((progress.accepted_at(k) or math.inf) - sent[k] for k in keys)
-    every_p50, every_p99 = percentile(everyone, 0.5), percentile(everyone, 0.99)
-    every_late = sum(1 for x in everyone if x >= TARGET_P99)
+            left = [load.created[k] for k in keys if not progress.has_converged(k)]
+    every = everyone(load, progress.accepted_at)
     writes = writes_between(cluster.plane.mutating_requests(WRITTEN), writes_before)
     # The session counts what converged; what is left, it counts once the floor script is done.
     session.unfilled += left
     session.converged += len(keys) - len(left)
     p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
-    rate = len(background) / load_s
+    rate = len(background) / load.seconds
     data: dict[str, object] = {
         "background_per_s": round(rate, 1),
         "background_companies": len(background),
@@ -191,9 +356,7 @@ async def latency(session: Session) -> Figure:
         **{f"{name}_s": _seconds(value) for name, value in split.items()},
         "latencies_in_creation_order_s": [_seconds(x) for x in in_order],
         "probes_not_accepted": sum(1 for x in latencies if math.isinf(x)),
-        "every_create_p50_s": _seconds(every_p50),
-        "every_create_p99_s": _seconds(every_p99),
-        "every_create_over_target": every_late,
+        **every,
         "api_server_gc_cycles_until_probes_accepted": collected,
         "until_probes_accepted_at_most_s": waits,
         "waited_s": round(waited, 1),
@@ -206,14 +369,15 @@ async def latency(session: Session) -> Figure:
     }
     line = (
         f"p50 {_text(p50)}, p99 {_text(p99)} for {len(probes)} probes while "
-        f"{rate:.0f} companies/s were created for {load_s:.0f} s (the create answered: p50 "
+        f"{rate:.0f} companies/s were created for {load.seconds:.0f} s (the create answered: p50 "
         f"{_text(split['create_answered_p50'])}, p99 {_text(split['create_answered_p99'])}; "
         f"from its answer to Accepted: p50 {_text(split['after_create_p50'])}, p99 "
         f"{_text(split['after_create_p99'])}; the API server collected garbage {collected} "
-        f"times meanwhile; every one of the {len(keys)} created: p50 {_text(every_p50)}, p99 "
-        f"{_text(every_p99)}, {every_late} at {TARGET_P99:.0f} s or more; until the probes "
-        f"were Accepted, by the histograms, p99 at most: {_waits_text(waits)})"
+        f"times meanwhile; every one of the {len(keys)} created: {_every_text(every)}; until "
+        f"the probes were Accepted, by the histograms, p99 at most: {_waits_text(waits)}); "
+        f"{_floor_text(floor)}"
     )
+    data["verdict_floor"] = floor
     backlog_met = False
     if backlog_s is not None:
         floor_after, _ = await floor_per_company(session, "after")
@@ -280,6 +444,27 @@ def _waits_text(waits: dict[str, dict[str, float | None]]) -> str:
         f"{names[part]} {bound(bounds['p99'])} (largest {bound(bounds['max'])})"
         for part, bounds in waits.items()
     )
+
+
+def _every_text(every: dict[str, object]) -> str:
+    return (
+        f"p50 {_shown(every['every_create_p50_s'])}, p99 {_shown(every['every_create_p99_s'])}, "
+        f"{every['every_create_over_target']} at {TARGET_P99:.0f} s or more"
+    )
+
+
+def _floor_text(floor: dict[str, object]) -> str:
+    return (
+        f"the verdict floor (a bare status writer, the operator stopped, the same load with a "
+        f"collection forced midway; {floor['api_server_gc_cycles']} collections): p50 "
+        f"{_shown(floor['p50_s'])}, p99 {_shown(floor['p99_s'])}; every one created: "
+        f"{_every_text(floor)}"
+    )
+
+
+def _shown(value: object) -> str:
+    """A figure's seconds as the JSON holds them (null: never, or later than PATIENCE)."""
+    return f"> {PATIENCE:.0f} s" if value is None else f"{value:.2f} s"
 
 
 def _seconds(value: float) -> float | None:

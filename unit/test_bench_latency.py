@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
+from bench.cluster import CompanyRef
 from bench.daemon import parse_samples
-from bench.latency import bucket_quantile, gc_cycles, histogram_between, percentile, who_waited
+from bench.latency import (
+    Load,
+    bucket_quantile,
+    everyone,
+    gc_cycles,
+    histogram_between,
+    percentile,
+    who_waited,
+)
 
 
 def test_the_latency_figure_reads_the_api_servers_garbage_collections() -> None:
@@ -24,6 +35,24 @@ def test_percentiles_are_nearest_rank() -> None:
     values = [0.1 * i for i in range(1, 31)]
     assert percentile(values, 0.5) == values[14]
     assert percentile(values, 0.99) == values[-1], "p99 of 30 probes is their slowest"
+
+
+def test_every_company_of_a_load_counts_and_one_never_accepted_is_later_than_any() -> None:
+    refs = [CompanyRef("load-0000", f"c{i:05d}", "bench-a") for i in range(100)]
+    load = Load(background=refs[:99], probes=refs[99:])
+    load.sent = {r.key: 10.0 for r in refs}
+    # 97 accepted within 0.5 s, two after 1.5 s, the probe never.
+    accepted = {r.key: 10.0 + (0.5 if i < 97 else 1.5) for i, r in enumerate(refs[:99])}
+    assert load.latencies(accepted.get, load.probes) == [math.inf]
+    every = everyone(load, accepted.get)
+    assert every == {
+        "every_create_p50_s": 0.5,
+        "every_create_p99_s": 1.5,
+        "every_create_over_target": 3,
+    }
+    accepted[refs[99].key] = 10.25
+    assert everyone(load, accepted.get)["every_create_p99_s"] == 1.5
+    assert everyone(load, accepted.get)["every_create_over_target"] == 2
 
 
 def _requests(post: tuple[int, int, int, int], apply: tuple[int, int, int, int]) -> str:

@@ -34,7 +34,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from bench.cluster import CLASSES, CREATE_CONCURRENCY, CompanyRef, each
+from bench.cluster import CLASSES, CompanyRef
 from bench.daemon import until
 from bench.peers import template, toolchain
 from bench.peers.contenders import Contender, ControllerRuntime, Crewlet, Kopf
@@ -42,7 +42,7 @@ from bench.peers.placeholders import instantiate
 from bench.progress import CHILDREN, Progress
 from bench.report import MIB, Figure
 from bench.session import SETTLE, WRITTEN, Session
-from crewlet_operator import NAMESPACE, Resource, find_condition
+from crewlet_operator import Resource, find_condition
 from reconcilers.api.v1alpha1 import COMPANY
 
 TARGET = "every contender converges and the peers apply the template's children"
@@ -131,7 +131,7 @@ async def _measure(
         row["error"] = f"{type(error).__name__}: {error}"
     finally:
         await contender.stop()
-        await _remove(session, refs)
+        await cluster.remove(refs, [*CHILDREN, CORE_EVENT, COMPANY])
     return row
 
 
@@ -237,33 +237,6 @@ async def _check_children(
                 f"{contender.name}: {child['kind']} {child['metadata']['name']} is not the "
                 f"template's: {differences[:5]}, managers {sorted(map(str, managers))}"
             )
-
-
-async def _remove(session: Session, refs: list[CompanyRef]) -> None:
-    """Delete the Companies, their children and Events, and their namespaces; compact etcd."""
-    cluster = session.cluster
-    kinds = [*CHILDREN, CORE_EVENT, COMPANY]
-
-    async def remove(namespace: str) -> None:
-        for resource in kinds:
-            await cluster.api.request("DELETE", resource.path(namespace))
-        await cluster.api.delete(NAMESPACE, namespace)
-        # The namespace controller does not run here: release the namespace ourselves.
-        await cluster.api.request(
-            "PUT",
-            NAMESPACE.path(name=namespace, subresource="finalize"),
-            body={
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": {"name": namespace},
-                "spec": {"finalizers": []},
-            },
-        )
-
-    namespaces = sorted({ref.namespace for ref in refs})
-    await each(namespaces, remove, CREATE_CONCURRENCY)
-    cluster.per_class[CLASS] -= len(refs)
-    await asyncio.to_thread(cluster.plane.etcd_compact)
 
 
 def _readable(row: Object) -> str:
