@@ -53,10 +53,15 @@ class Desired:
     claim template, a route that cannot be made)."""
     image: str = ""
     """The engine image the StatefulSets run."""
+    files_left_out: bool = False
+    """The config Secret holds no files: they were checked but not written out
+    (:func:`build` with ``render_files=False``)."""
 
 
-def build(ctx: Inputs) -> Desired:
-    """Build every child, in apply order.
+def build(ctx: Inputs, *, render_files: bool = True) -> Desired:
+    """Build every child, in apply order. ``render_files=False`` leaves a new company's
+    crewlet.yaml files out of its config Secret (they are checked all the same): what a verdict
+    needs, at half the cost.
 
     Raises:
         Refused: what the class asks for cannot be run (:func:`reconcilers.inputs.check_class`),
@@ -66,9 +71,9 @@ def build(ctx: Inputs) -> Desired:
     copies = inputs.secret_copies(ctx)
     env_data = inputs.copied_values(ctx, copies)
     token = _token(ctx)
-    configs, config_files, config_annotations = _configs(ctx)
+    configs, config_files, config_annotations = _configs(ctx, render_files)
     secrets_hash = hash_of({"env": env_data, "token": token})
-    desired = Desired(image=ctx.engine_class.spec.engine.image)
+    desired = Desired(image=ctx.engine_class.spec.engine.image, files_left_out=not config_files)
     add = desired.children.append
     add(Apply(SERVICE_ACCOUNT, _service_account(ctx)))
     add(
@@ -113,7 +118,7 @@ def _volume_bytes(ctx: Inputs) -> int:
 
 
 def _configs(
-    ctx: Inputs,
+    ctx: Inputs, render_files: bool = True
 ) -> tuple[dict[Component, engine.Config], dict[str, str], dict[str, str]]:
     """Both components' crewlet.yaml, the config Secret's data (base64 files), each checked
     against the engine's schema unless the Secret already holds exactly that file, and the
@@ -142,15 +147,23 @@ def _configs(
         and held.get(naming.FILES_HASH_ANNOTATION) == hash_of(existing)
     ):
         return configs, dict(existing), _config_annotations(wanted, existing)
+    # A new company's files are written out only when they are to be applied: a verdict needs
+    # only whether they pass the schema, and YAML is half of a new company's render.
+    left_out = not render_files and not existing
     files: dict[str, str] = {}
     try:
         for component, config in configs.items():
             key = engine.config_file_key(component)
+            if left_out:
+                engine.validate(component, config)
+                continue
             files[key] = _b64(engine.to_yaml(config))
             if existing.get(key) != files[key]:  # what was written passed this check then
                 engine.validate(component, config)
     except engine.EngineConfigError as error:
         raise Refused(ENGINE_CONFIG_INVALID, f"{error}; this is a bug of the operator") from None
+    if left_out:
+        return configs, files, {naming.CONFIG_HASH_ANNOTATION: wanted}
     return configs, files, _config_annotations(wanted, files)
 
 

@@ -53,6 +53,7 @@ def reconcile(
     *,
     now: datetime | None = None,
     token_factory: TokenFactory = new_token,
+    render_files: bool = True,
 ) -> Plan:
     """Decide what to write for ``company``; pure, no I/O.
 
@@ -60,6 +61,9 @@ def reconcile(
     ``namespace_labels`` are the labels of the company's namespace (for ``allowedNamespaces``).
     ``now`` stamps conditions that flip (default: the current time). ``token_factory`` makes
     the operator's API token, only when no ``<company>-api-token`` Secret exists yet.
+    ``render_files=False`` decides the same status for less (a company's verdict, written ahead
+    of its children): a company with no config Secret yet has its crewlet.yaml files checked
+    but not written out, and the plan is not :attr:`~reconcilers.plan.Plan.complete`.
     """
     if company.get("metadata", {}).get("deletionTimestamp"):
         return Plan()  # The garbage collector removes the children; nothing to decide.
@@ -68,10 +72,14 @@ def reconcile(
             company, engine_class, namespace_labels, observed, facts, token_factory=token_factory
         )
         high_water = inputs.refuse_downgrade(ctx)
-        desired = children.build(ctx)
+        desired = children.build(ctx, render_files=render_files)
     except Refused as refusal:
         return _refused_plan(company, observed, refusal, now)
-    plan = Plan(applies=_changed(desired.children, observed), deletes=_unwanted(ctx, desired))
+    plan = Plan(
+        applies=_changed(desired.children, observed),
+        deletes=_unwanted(ctx, desired),
+        complete=not desired.files_left_out,
+    )
     high = versions.highest(high_water, versions.image_version(desired.image))
     conditions = status.accepted_conditions(ctx, desired, plan, now)
     plan.status = status.status_change(company, conditions, desired.image, high)

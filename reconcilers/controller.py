@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -278,8 +279,16 @@ class CrewletControllers:
             return None
         ns_labels = labels(ns)
         observed = await self.observe(company, engine_class)
-        plan = reconcile(company, engine_class, ns_labels, observed, self.facts)
-        return await self.execute(company, engine_class, plan, observed)
+        # A new company's verdict is written ahead of its children: its files are written out
+        # when they are applied (execute completes the plan), not for the verdict.
+        plan = reconcile(company, engine_class, ns_labels, observed, self.facts, render_files=False)
+        return await self.execute(
+            company,
+            engine_class,
+            plan,
+            observed,
+            lambda: reconcile(company, engine_class, ns_labels, observed, self.facts),
+        )
 
     # -- the restart checkpoint (reconcilers.checkpoint) ------------------------------------------
     def checkpoint_annotations(self) -> dict[str, str]:
@@ -383,9 +392,16 @@ class CrewletControllers:
         )
 
     async def execute(
-        self, company: Object, engine_class: Object | None, plan: Plan, observed: Observed
+        self,
+        company: Object,
+        engine_class: Object | None,
+        plan: Plan,
+        observed: Observed,
+        complete: Callable[[], Plan],
     ) -> Result | None:
-        """Write what the plan says, and nothing else.
+        """Write what the plan says, and nothing else; ``complete`` decides the whole plan when
+        ``plan`` is not :attr:`~reconcilers.plan.Plan.complete` and its children are to be
+        applied or dry-run.
 
         A company whose verdict changes (a new one, or one whose class or spec changed what it
         is told: accepted or why not, and the message) hears it first: its status is written
@@ -428,6 +444,8 @@ class CrewletControllers:
                 Request(namespace(company), name(company)), CHILDREN_PRIORITY
             )
             return None
+        if not plan.complete and not (first and self._admitted(engine_class)):
+            plan = complete()
         with self._apply_slots.verdict() if news else contextlib.nullcontext():
             retry: Result | None = None
             try:
@@ -481,6 +499,12 @@ class CrewletControllers:
             str(decided.get("message") or ""),
         )
 
+    def _admitted(self, engine_class: Object | None) -> bool:
+        """Whether the children of a company of this class's generation passed a dry run."""
+        return engine_class is not None and self._admissions.admitted(
+            uid(engine_class) or "", generation(engine_class)
+        )
+
     async def _admit(self, plan: Plan, engine_class: Object | None) -> None:
         """Dry-run the plan's applies unless the API server has already admitted the children
         of a company of the class's generation. Once is enough: what it can refuse comes from
@@ -495,6 +519,7 @@ class CrewletControllers:
             return
 
         async def dry_run() -> None:
+            assert plan.complete, "children dry-run from a plan whose files were left out"
             for wave in _waves(plan.applies):
                 await self._apply_all(wave, dry_run=True)
 
@@ -506,6 +531,7 @@ class CrewletControllers:
     async def _write_children(self, plan: Plan) -> bool:
         """Apply and delete the plan's children (admitted by :meth:`_admit`): whether one of
         them changed while it was written (see :meth:`_apply_all`)."""
+        assert plan.complete, "children applied from a plan whose files were left out"
         missed = False
         for wave in _waves(plan.applies):
             missed |= await self._apply_all(wave)

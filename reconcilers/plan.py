@@ -109,6 +109,10 @@ class Plan:
     """The Company's desired ``status`` when it differs from the observed one, else None."""
     claim_annotations: dict[str, str] = field(default_factory=dict)
     """Annotations to set on the data claim (the engine-version high-water mark)."""
+    complete: bool = True
+    """Whether the applies may be written: False when a new company's config files were left
+    out (:func:`reconcilers.company.reconcile` with ``render_files=False``); its status is the
+    complete plan's all the same."""
 
     @property
     def empty(self) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from crewlet_operator import (
     find_condition,
     hash_of,
 )
+from crewlet_operator import name as object_name
 from reconcilers import (
     ClusterFacts,
     Observed,
@@ -1381,3 +1383,66 @@ def test_the_verdict_written_first_is_the_one_every_later_reconcile_keeps(case: 
         world.execute(plan)
     assert plan.empty
     assert verdict(world.status) == written_first
+
+
+@pytest.mark.parametrize("case", sorted(VERDICT_CASES))
+def test_a_verdict_decided_without_writing_out_the_files_is_the_whole_reconciles(
+    case: str,
+) -> None:
+    """The operator decides a new company's verdict with ``render_files=False`` (its
+    crewlet.yaml files checked, not written out): the status is the whole reconcile's, and
+    only the config Secret's files (and their hash) differ; such a plan says it is not
+    complete, so that its children are never applied from it."""
+    company, engine_class, gateway_api, namespace_labels = VERDICT_CASES[case]
+    decide = functools.partial(
+        reconcile,
+        company,
+        engine_class,
+        namespace_labels,
+        World().observed(),
+        facts(gateway_api),
+        now=NOW,
+        token_factory=fixed_token,
+    )
+    whole, verdict_only = decide(), decide(render_files=False)
+    assert whole.complete
+    assert verdict_only.status == whole.status
+    assert verdict_only.deletes == whole.deletes
+    assert verdict_only.complete is not bool(whole.applies), "new children: files left out"
+    config = naming.config_secret(object_name(company))
+    assert [(a.resource, object_name(a.object)) for a in verdict_only.applies] == [
+        (a.resource, object_name(a.object)) for a in whole.applies
+    ]
+    for left, right in zip(verdict_only.applies, whole.applies, strict=True):
+        if object_name(left.object) != config:
+            assert left.object == right.object
+            continue
+        annotations = right.object["metadata"]["annotations"]
+        assert not left.object.get("data")
+        assert right.object["data"]
+        assert left.object["metadata"]["annotations"] == {
+            naming.CONFIG_HASH_ANNOTATION: annotations[naming.CONFIG_HASH_ANNOTATION]
+        }
+        assert {k: v for k, v in left.object.items() if k not in ("data", "metadata")} == {
+            k: v for k, v in right.object.items() if k not in ("data", "metadata")
+        }
+
+
+def test_a_company_whose_files_exist_is_reconciled_whole_even_for_a_verdict() -> None:
+    """Files left out are a new company's only: once its config Secret exists, a changed
+    file is compared with what it holds (and checked only when it differs), as ever."""
+    company, engine_class = make_company(), make_class()
+    world = World()
+    plan = reconcile(company, engine_class, {}, world.observed(), facts(False), now=NOW)
+    world.execute(plan)
+    world.status = copy.deepcopy(plan.status)
+    larger = make_class(storage={"size": "200Gi"})
+    decide = functools.partial(
+        reconcile, world.with_status(company), larger, {}, world.observed(), facts(False), now=LATER
+    )
+    whole, verdict_only = decide(), decide(render_files=False)
+    assert verdict_only.complete
+    assert [a.object for a in verdict_only.applies] == [a.object for a in whole.applies]
+    assert naming.config_secret(object_name(company)) in {
+        object_name(a.object) for a in whole.applies
+    }, "the larger volume changes the data file"
