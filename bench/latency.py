@@ -411,7 +411,8 @@ def who_waited(
     largest, each at most a bucket's bound): the API server's own time for the Companies'
     creates and status applies (``apiserver_request_duration_seconds``), and how late the
     operator's event loop ran (``crewlet_operator_event_loop_lag_seconds``: a high lag means the
-    operator was short of CPU; a low one, that what it waited for was the API server). A part
+    operator was short of CPU; a low one, only that it took each answer up promptly, since a
+    loop busy all the time still does, and its verdicts then wait in the workqueue). A part
     with nothing observed is left out; null is over the histogram's largest finite bound."""
     histograms = {
         "api_server_company_create": histogram_between(

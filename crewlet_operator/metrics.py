@@ -256,7 +256,8 @@ class EventLoopLag:
 
     Everything a Python operator does waits its turn on one event loop, so when its requests
     are slow this tells whether the process waited (a high lag: it was short of CPU, or a
-    callback blocked the loop) or the API server did (a low lag). Node.js's prom-client keeps
+    callback blocked the loop) or took each answer up promptly (a low lag; a loop busy all the
+    time still does, and its work waits in the workqueue instead). Node.js's prom-client keeps
     the same figure (``nodejs_eventloop_lag_seconds``); Go has no counterpart to need one.
     The :class:`~crewlet_operator.Manager` runs one on every replica.
 
