@@ -24,18 +24,15 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Self
 
 from bench.cluster import CompanyRef, Object
 from bench.convergence import measure_floor
 from bench.daemon import Sample, parse_samples
 from bench.floor import verdict_status
-from bench.progress import Key, Progress, current_version
+from bench.progress import Key, Progress
 from bench.report import Figure
 from bench.session import FILL_WORKERS, WRITTEN, Session, writes_between
 from crewlet_operator import ApiError, TransportError, name, namespace
-from crewlet_operator.objects import resource_version
 from reconcilers.api.v1alpha1 import COMPANY
 
 TARGET_P99 = 1.0
@@ -196,46 +193,28 @@ async def collect_garbage(session: Session, after: float) -> None:
 
 
 class VerdictWriter:
-    """The verdict floor's writer: for each Company of ``keys`` as its watch event arrives, the
-    status the reconciler decides for a new company of its class, server-side applied as the
-    operator writes it; nothing else (no queue, no render, no children, no Event), at most
-    :data:`IN_FLIGHT` writes in flight. Use as ``async with VerdictWriter(...)``."""
+    """The verdict floor's writer: :meth:`tell` a Company as its watch event arrives, and it
+    writes the status the reconciler decides for a new company of its class, server-side
+    applied as the operator writes it; nothing else (no queue, no render, no children, no
+    Event), at most :data:`IN_FLIGHT` writes in flight."""
 
-    def __init__(self, session: Session, keys: list[Key]) -> None:
+    def __init__(self, session: Session) -> None:
         self._cluster = session.cluster
-        self._keys = set(keys)
         self._statuses: dict[str, Object] = {}
         self._slots = asyncio.Semaphore(IN_FLIGHT)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._writes: set[asyncio.Task[None]] = set()
         self.failed = 0
         """Status writes the API server refused, or that got no answer."""
 
-    async def __aenter__(self) -> Self:
-        version = await current_version(self._cluster.api, COMPANY)
-        self._tasks.add(asyncio.create_task(self._watch(version)))
-        return self
+    def tell(self, company: Object) -> None:
+        """Write ``company``'s verdict (in a task of its own)."""
+        write = asyncio.create_task(self._write(company))
+        self._writes.add(write)
+        write.add_done_callback(self._writes.discard)
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def _watch(self, version: str) -> None:
-        while True:
-            with contextlib.suppress(TransportError):
-                async for event in self._cluster.api.watch(COMPANY, resource_version=version):
-                    version = resource_version(event.object) or version
-                    key = (namespace(event.object) or "", name(event.object))
-                    if event.type == "ADDED" and key in self._keys:
-                        task = asyncio.create_task(self._write(event.object))
-                        self._tasks.add(task)
-                        task.add_done_callback(self._tasks.discard)
-            await asyncio.sleep(0.1)
+    async def finish(self) -> None:
+        """Wait for the writes on their way."""
+        await asyncio.gather(*self._writes)
 
     async def _write(self, company: Object) -> None:
         class_name = company["spec"]["className"]
@@ -260,19 +239,20 @@ class VerdictWriter:
 async def verdict_floor(session: Session) -> dict[str, object]:
     """The same load in the same world, the operator stopped, its companies told their
     verdicts by a :class:`VerdictWriter` in the bench, and the API server made to collect its
-    garbage at the load's middle (a collection is what makes verdicts late: docs/scaling.md);
+    garbage at the load's middle (a collection slows its writes for seconds: docs/scaling.md);
     then its Companies are deleted, so the world is as it was."""
     load = await Load.allocate(session, "floor-")
     server_before = await _server_metrics(session)
-    async with Progress(session.cluster.api, load.keys) as progress:
-        async with VerdictWriter(session, load.keys) as writer:
-            collection = asyncio.create_task(
-                collect_garbage(session, session.scale.load_seconds * COLLECTION_AT)
-            )
-            await load.create(session)
-            with contextlib.suppress(TimeoutError):
-                await progress.wait_accepted(load.keys, PATIENCE)
-            await collection
+    writer = VerdictWriter(session)
+    async with Progress(session.cluster.api, load.keys, on_created=writer.tell) as progress:
+        collection = asyncio.create_task(
+            collect_garbage(session, session.scale.load_seconds * COLLECTION_AT)
+        )
+        await load.create(session)
+        with contextlib.suppress(TimeoutError):
+            await progress.wait_accepted(load.keys, PATIENCE)
+        await collection
+        await writer.finish()
         collected = gc_cycles(await _server_metrics(session)) - gc_cycles(server_before)
     latencies = sorted(load.latencies(progress.accepted_at, load.probes))
     await session.cluster.remove([*load.background, *load.probes], [COMPANY])

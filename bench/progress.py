@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
@@ -65,11 +65,18 @@ class Progress:
     """Tracks ``companies`` from now on; use as ``async with Progress(...) as progress``."""
 
     def __init__(
-        self, client: Client, companies: Collection[Key], *, accepted: bool = True
+        self,
+        client: Client,
+        companies: Collection[Key],
+        *,
+        accepted: bool = True,
+        on_created: Callable[[dict[str, Any]], object] | None = None,
     ) -> None:
         """``accepted=False`` counts a company converged once every child is seen (the floor,
-        which writes no status while timed)."""
+        which writes no status while timed). ``on_created`` is called with each of the
+        companies as its creation's event arrives (the verdict floor's writer)."""
         self._client = client
+        self._on_created = on_created
         self._state = {key: _Company(accepted_at=None if accepted else 0.0) for key in companies}
         self._left = len(self._state)
         self._done = asyncio.Event()
@@ -147,6 +154,10 @@ class Progress:
                         version = resource_version(event.object) or version
                         if event.type in ("ADDED", "MODIFIED"):
                             self._observe(resource, event.object)
+                        if event.type == "ADDED" and resource is COMPANY and self._on_created:
+                            key = (namespace(event.object) or "", name(event.object))
+                            if key in self._state:
+                                self._on_created(event.object)
                 await asyncio.sleep(0.1)
         except asyncio.CancelledError:
             raise
