@@ -147,24 +147,27 @@ def _configs(
         and held.get(naming.FILES_HASH_ANNOTATION) == hash_of(existing)
     ):
         return configs, dict(existing), _config_annotations(wanted, existing)
-    # A new company's files are written out only when they are to be applied: a verdict needs
-    # only whether they pass the schema, and YAML is half of a new company's render.
-    left_out = not render_files and not existing
-    files: dict[str, str] = {}
-    try:
+    if not render_files and not existing:
+        # A new company's files are written out only when they are to be applied: a verdict
+        # needs only whether they pass the schema, and YAML is half of a new company's render.
         for component, config in configs.items():
-            key = engine.config_file_key(component)
-            if left_out:
-                engine.validate(component, config)
-                continue
-            files[key] = _b64(engine.to_yaml(config))
-            if existing.get(key) != files[key]:  # what was written passed this check then
-                engine.validate(component, config)
+            _check(component, config)
+        return configs, {}, {naming.CONFIG_HASH_ANNOTATION: wanted}
+    files: dict[str, str] = {}
+    for component, config in configs.items():
+        key = engine.config_file_key(component)
+        files[key] = _b64(engine.to_yaml(config))
+        if existing.get(key) != files[key]:  # what was written passed this check then
+            _check(component, config)
+    return configs, files, _config_annotations(wanted, files)
+
+
+def _check(component: Component, config: engine.Config) -> None:
+    """Refuse the company when the engine's schema refuses ``config``."""
+    try:
+        engine.validate(component, config)
     except engine.EngineConfigError as error:
         raise Refused(ENGINE_CONFIG_INVALID, f"{error}; this is a bug of the operator") from None
-    if left_out:
-        return configs, files, {naming.CONFIG_HASH_ANNOTATION: wanted}
-    return configs, files, _config_annotations(wanted, files)
 
 
 def _config_annotations(configs_hash: str, files: dict[str, str]) -> dict[str, str]:

@@ -280,8 +280,16 @@ class CrewletControllers:
         ns_labels = labels(ns)
         observed = await self.observe(company, engine_class)
         # A new company's verdict is written ahead of its children: its files are written out
-        # when they are applied (execute completes the plan), not for the verdict.
-        plan = reconcile(company, engine_class, ns_labels, observed, self.facts, render_files=False)
+        # when they are applied (execute completes the plan), not for the verdict. A company
+        # whose children come next (its verdict told) is decided whole at once.
+        plan = reconcile(
+            company,
+            engine_class,
+            ns_labels,
+            observed,
+            self.facts,
+            render_files=str(request) in self._announced,
+        )
         return await self.execute(
             company,
             engine_class,
