@@ -454,4 +454,4 @@ def _seconds(value: float) -> float | None:
 
 
 def _text(value: float) -> str:
-    return f"> {PATIENCE:.0f} s" if math.isinf(value) else f"{value:.2f} s"
+    return _shown(None if math.isinf(value) else value)
