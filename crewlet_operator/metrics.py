@@ -365,8 +365,10 @@ class WorkqueueMetrics:
         self.controller = name if controller is None else controller
         labels = {"name": self.name, "controller": self.controller}
         self._labels = labels
-        # The depth at normal priority exists from the start, as the others did before it.
-        WORKQUEUE_DEPTH.labels(**labels, priority="0").set(0)
+        # A series per priority, looked up once (every add and get sets one: a start adds
+        # thousands). The depth at normal priority exists from the start, as the others did.
+        self._depths: dict[str, Gauge] = {}
+        self.depth("0", 0)
         self._adds = WORKQUEUE_ADDS.labels(**labels)
         self._queue_duration = WORKQUEUE_QUEUE_DURATION.labels(**labels)
         self._work_duration = WORKQUEUE_WORK_DURATION.labels(**labels)
@@ -380,7 +382,12 @@ class WorkqueueMetrics:
 
     def depth(self, priority: str, n: int) -> None:
         """Set ``workqueue_depth`` of the items waiting at ``priority`` (a label value)."""
-        WORKQUEUE_DEPTH.labels(**self._labels, priority=priority).set(n)
+        gauge = self._depths.get(priority)
+        if gauge is None:
+            gauge = self._depths[priority] = WORKQUEUE_DEPTH.labels(
+                **self._labels, priority=priority
+            )
+        gauge.set(n)
 
     def queue_duration(self, seconds: float) -> None:
         """Observe how long an item waited between being added and handed to a worker."""

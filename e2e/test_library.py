@@ -120,6 +120,70 @@ async def test_example_controller_for_owns_watches(kube_client: Client, namespac
         await eventually(collected, timeout=60, message="child collected")
 
 
+class Told:
+    """An informer's handler that keeps the last object it was told of, by name."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+
+    def on_add(self, obj: dict[str, Any], initial: bool = False) -> None:
+        self.objects[obj["metadata"]["name"]] = obj
+
+    def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        self.objects[new["metadata"]["name"]] = new
+
+    def on_delete(self, obj: dict[str, Any]) -> None:
+        self.objects.pop(obj["metadata"]["name"], None)
+
+
+async def test_a_deferred_transform_runs_on_a_listed_object_when_read_and_on_a_watched_one_at_once(
+    kube_client: Client, namespace: str
+) -> None:
+    """A restart lists every child and its first pass reads few: the operator's prune of them
+    waits for a read (InformerOptions.deferred_transform)."""
+    runs: list[str] = []
+
+    def drop_data(obj: dict[str, Any]) -> dict[str, Any]:
+        runs.append(obj["metadata"]["name"])
+        return {k: v for k, v in obj.items() if k != "data"}
+
+    def config_map(name: str) -> dict[str, Any]:
+        meta = {"name": name, "namespace": namespace, "labels": {"deferred": "yes"}}
+        return {"metadata": meta, "data": {"k": "v"}}
+
+    for name in ("listed-a", "listed-b"):
+        await kube_client.create(CONFIG_MAP, config_map(name))
+    options = InformerOptions(
+        namespace=namespace,
+        label_selector="deferred=yes",
+        deferred_transform=drop_data,
+        compact=True,
+    )
+    informer = Informer(kube_client, CONFIG_MAP, options)
+    told = Told()
+    informer.add_handler(told)
+    task = await run_informer(informer)
+    try:
+        assert runs == []
+        assert told.objects["listed-a"]["data"] == {"k": "v"}  # told as it was listed
+        for _ in range(2):
+            read = informer.store.get(f"{namespace}/listed-a")
+            assert read is not None and "data" not in read
+        assert runs == ["listed-a"]  # once: kept as the transform made it
+        await kube_client.create(CONFIG_MAP, config_map("watched"))
+        await eventually(lambda: "watched" in told.objects, message="the watch told of it")
+        assert "data" not in told.objects["watched"]
+        assert runs == ["listed-a", "watched"]
+        assert {o["metadata"]["name"] for o in informer.store.list()} == {
+            "listed-a",
+            "listed-b",
+            "watched",
+        }
+        assert not any("data" in o for o in informer.store.list())
+    finally:
+        await stop(task)
+
+
 async def test_cached_read_of_an_undeclared_kind_is_an_error(kube_client: Client) -> None:
     manager = Manager(kube_client, manager_options())
     with pytest.raises(NoInformerError, match="no informer for Lease"):
@@ -280,14 +344,31 @@ async def test_a_synced_cache_is_kept_out_of_the_collectors_sight_until_the_stop
 
     async def reconcile(request: Request) -> None: ...
 
-    manager.controller(f"frozen-{namespace}-{freeze}").for_(
-        CONFIG_MAP, options=InformerOptions(namespace=namespace)
-    ).complete(reconcile)
+    await kube_client.create(CONFIG_MAP, {"metadata": {"name": "listed", "namespace": namespace}})
+    options = InformerOptions(namespace=namespace)
+    manager.controller(f"frozen-{namespace}-{freeze}").for_(CONFIG_MAP, options=options).complete(
+        reconcile
+    )
+    # What was alive before the caches started is out of sight while they list, too.
+    listing = FreezesSeen()
+    manager.cache.informer(CONFIG_MAP, options).add_handler(listing)
     assert gc.get_freeze_count() == 0
     async with running(manager):
         await eventually(manager.started.is_set, message="controllers started")
         assert (gc.get_freeze_count() > 0) is freeze
+    assert listing.seen and all(seen is freeze for seen in listing.seen)
     assert gc.get_freeze_count() == 0  # given back to the collector with the manager
+
+
+class FreezesSeen(Told):
+    """Whether the collector had frozen objects each time the informer told of one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[bool] = []
+
+    def on_add(self, obj: dict[str, Any], initial: bool = False) -> None:
+        self.seen.append(gc.get_freeze_count() > 0)
 
 
 # -- faults, on a control plane of their own ------------------------------------------------

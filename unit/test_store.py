@@ -173,3 +173,74 @@ def test_a_stores_resource_versions_are_read_without_the_objects(compact: bool) 
     assert store.resource_version("ns/b") is None
     store.delete("ns/a")
     assert store.resource_version("ns/a") is None
+
+
+class CountedFinish:
+    """A store's ``finish`` that drops ``spec.defaults`` and counts its runs."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    def __call__(self, o: dict[str, Any]) -> dict[str, Any]:
+        self.runs += 1
+        spec = {k: v for k, v in o.get("spec", {}).items() if k != "defaults"}
+        return {**o, "spec": spec}
+
+
+def listed(name: str, app: str, rv: str = "1") -> dict[str, Any]:
+    o = obj("ns", name, app=app)
+    o["metadata"]["resourceVersion"] = rv
+    o["spec"] = {"replicas": 1, "defaults": {"dnsPolicy": "ClusterFirst"}}
+    return o
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_an_unfinished_object_is_finished_once_on_its_first_read_and_kept_finished(
+    compact: bool,
+) -> None:
+    finish = CountedFinish()
+    store = Store({"app": by_app}, compact=compact, finish=finish)
+    for name in ("a", "b", "c"):
+        store.put(listed(name, "web"), finished=False)
+    # Stored, indexed and versioned as they came: nothing has run the finish yet.
+    assert store.resource_version("ns/a") == "1"
+    assert sorted(store.keys_by_index("app", "web")) == ["ns/a", "ns/b", "ns/c"]
+    assert finish.runs == 0
+    first = store.get("ns/a")
+    assert first is not None and first["spec"] == {"replicas": 1}
+    assert finish.runs == 1
+    assert store.get("ns/a") == first  # kept finished: not run again
+    assert finish.runs == 1
+    # Every read path finishes what it returns; a put that is finished is stored as given.
+    assert all(o["spec"] == {"replicas": 1} for o in store.by_index("app", "web"))
+    assert finish.runs == 3
+    store.put(listed("d", "web"))
+    assert store.get("ns/d") == listed("d", "web")
+    assert finish.runs == 3
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_dropping_an_unfinished_object_returns_it_finished_and_keeps_the_indexes(
+    compact: bool,
+) -> None:
+    finish = CountedFinish()
+    store = Store({"app": by_app}, compact=compact, finish=finish)
+    store.put(listed("a", "web"), finished=False)
+    store.put(listed("b", "web"), finished=False)
+    replaced = store.put(listed("a", "db", rv="2"))
+    assert replaced is not None and replaced["spec"] == {"replicas": 1}
+    assert store.keys_by_index("app", "web") == ["ns/b"]
+    assert store.keys_by_index("app", "db") == ["ns/a"]
+    gone = store.delete("ns/b")
+    assert gone is not None and gone["spec"] == {"replicas": 1}
+    assert store.keys_by_index("app", "web") == []
+    # A key put again after its unfinished object was dropped is what the new put says.
+    store.put(listed("b", "web", rv="3"))
+    assert store.get("ns/b") == listed("b", "web", rv="3")
+    assert finish.runs == 2
+
+
+def test_without_a_finish_an_unfinished_put_is_stored_as_given() -> None:
+    store = Store()
+    store.put(listed("a", "web"), finished=False)
+    assert store.get("ns/a") == listed("a", "web")

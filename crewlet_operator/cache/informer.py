@@ -23,7 +23,7 @@ from typing import Protocol
 
 import structlog
 
-from crewlet_operator.cache.store import IndexFunc, Store
+from crewlet_operator.cache.store import IndexFunc, Store, Transform
 from crewlet_operator.errors import (
     ApiError,
     BadRequestError,
@@ -36,8 +36,6 @@ from crewlet_operator.fieldset import keep_managed_fields_of
 from crewlet_operator.kube.client import Client, WatchEvent
 from crewlet_operator.kube.resources import Resource
 from crewlet_operator.objects import KubeObject, object_key, resource_version
-
-Transform = Callable[[KubeObject], KubeObject]
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 """The annotation of the bookmark that ends a streamed list."""
@@ -66,12 +64,20 @@ class InformerOptions:
     ``transform`` runs on every object before it is stored. The default (None) drops every
     ``managedFields`` entry (a fifth or more of an object's bytes) except the client's own
     field manager's, which :meth:`Client.apply_if_changed` reads to spot fields to remove.
+
+    ``deferred_transform`` runs after it, on each object of a list when the object is first
+    read from the store (then stored as it made it), and on each object of the watch as it
+    arrives: for a costly transform of a kind held by the thousand, of which a restart reads
+    few (it lists them all). Handlers are told a listed object as ``transform`` left it, and
+    index functions must find the same values before and after ``deferred_transform`` (let it
+    only drop fields they do not read).
     """
 
     namespace: str | None = None
     label_selector: str | None = None
     field_selector: str | None = None
     transform: Transform | None = None
+    deferred_transform: Transform | None = None
     indexers: dict[str, IndexFunc] = field(default_factory=dict)
     watch_timeout: tuple[int, int] = (300, 600)
     """Server-side watch timeout, drawn uniformly from this range (client-go's 5 to 10 min)."""
@@ -91,7 +97,11 @@ class Informer:
         self.client = client
         self.resource = resource
         self.options = options or InformerOptions()
-        self.store = Store(self.options.indexers, compact=self.options.compact)
+        self.store = Store(
+            self.options.indexers,
+            compact=self.options.compact,
+            finish=self.options.deferred_transform,
+        )
         self._handlers: list[EventHandler] = []
         self._synced = asyncio.Event()
         self._answered = asyncio.Event()
@@ -238,13 +248,17 @@ class Informer:
         obj = self._transform(listed)
         key = object_key(obj)
         seen.add(key)
-        old = self.store.put(obj, key)
-        if old is None:
-            # The first list is the initial one; a relist's new objects were created while the
-            # watch was down.
+        if key not in self.store:
+            # Its deferred transform waits for its first read. The first list is the initial
+            # one; a relist's new objects were created while the watch was down.
+            self.store.put(obj, key, finished=False)
             self._emit_add(obj, initial=not self.has_synced)
-        elif resource_version(old) != resource_version(obj):
-            self._emit_update(old, obj)
+        elif self.store.resource_version(key) != resource_version(obj):
+            # Told as a watch's change is: both sides finished.
+            new = self._deferred(obj)
+            old = self.store.put(new, key)
+            assert old is not None
+            self._emit_update(old, new)
 
     def _listed(self, seen: set[str], version: str) -> None:
         """A list has ended: drop what it did not name, and say the informer has synced."""
@@ -279,7 +293,7 @@ class Informer:
         """One change of a watch: stored, told to the handlers, and where to resume."""
         rv = resource_version(event.object)
         if event.type != "BOOKMARK":
-            obj = self._transform(event.object)
+            obj = self._deferred(self._transform(event.object))
             if event.type in ("ADDED", "MODIFIED"):
                 old = self.store.put(obj)
                 if old is None:
@@ -295,6 +309,10 @@ class Informer:
         if "apiVersion" not in obj:
             obj = {"apiVersion": self.resource.api_version, "kind": self.resource.kind, **obj}
         return self._trim(obj)
+
+    def _deferred(self, obj: KubeObject) -> KubeObject:
+        deferred = self.options.deferred_transform
+        return obj if deferred is None else deferred(obj)
 
     def _emit_add(self, obj: KubeObject, initial: bool = False) -> None:
         for handler in self._handlers:

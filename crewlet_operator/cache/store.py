@@ -12,6 +12,7 @@ from crewlet_operator.objects import KubeObject, namespace, object_key
 
 IndexFunc = Callable[[KubeObject], Iterable[str]]
 """Maps an object to the index values it is found under (none, one or several)."""
+Transform = Callable[[KubeObject], KubeObject]
 
 NAMESPACE_INDEX = "namespace"
 
@@ -35,17 +36,32 @@ class Store:
     With ``compact``, objects are kept compressed (:class:`~.compact.CompactCodec`) and every
     read returns a fresh copy; otherwise reads return the stored objects themselves.
 
-    Invariants, which ``_put`` and ``_drop`` keep: ``self._indices[index][value]`` holds
-    exactly the keys of the stored objects for which the ``index`` function yields ``value``,
-    and no value maps to an empty set; ``self._uids`` is the XOR of :func:`_uid_hash` over the
-    stored objects; a compact store's ``self._versions`` has the keys of ``self._items``, each
-    with its object's resourceVersion. Index functions must be pure: ``_drop`` finds the values to
-    remove by running them again on the stored object (which it decodes anyway, to return it),
-    rather than keeping every object's values, ~0.3 KiB an object.
+    With ``finish``, an object put with ``finished=False`` is stored as it is and finished on
+    its first read: ``finish`` runs on it, and its result replaces it and is returned (a
+    restart lists every object, and its first pass reads few). ``finish`` must keep what the
+    index functions read.
+
+    Invariants, which ``_put``, ``_read`` and ``_drop`` keep: ``self._indices[index][value]``
+    holds exactly the keys of the stored objects for which the ``index`` function yields
+    ``value`` (finished or not: ``finish`` keeps their values), and no value maps to an empty
+    set; ``self._unfinished`` holds the keys of the stored objects ``finish`` has not run on;
+    ``self._uids`` is the XOR of :func:`_uid_hash` over the stored objects; a compact store's
+    ``self._versions`` has the keys of ``self._items``, each with its object's resourceVersion.
+    Index functions must be pure: ``_drop`` finds the values to remove by running them again on
+    the stored object (which it decodes anyway, to return it), rather than keeping every
+    object's values, ~0.3 KiB an object.
     """
 
-    def __init__(self, indexers: dict[str, IndexFunc] | None = None, *, compact: bool = False):
+    def __init__(
+        self,
+        indexers: dict[str, IndexFunc] | None = None,
+        *,
+        compact: bool = False,
+        finish: Transform | None = None,
+    ):
         self._items: dict[str, Any] = {}
+        self._finish = finish
+        self._unfinished: set[str] = set()
         self._codec = CompactCodec() if compact else None
         self._indexers: dict[str, IndexFunc] = {
             NAMESPACE_INDEX: namespace_index,
@@ -110,21 +126,34 @@ class Store:
             raise KeyError(f"no index {index!r}; add it with add_indexer")
         return list(self._indices[index].get(value, ()))
 
-    def put(self, obj: KubeObject, key: str | None = None) -> KubeObject | None:
+    def put(
+        self, obj: KubeObject, key: str | None = None, *, finished: bool = True
+    ) -> KubeObject | None:
         """Store ``obj`` (under ``key``, its :func:`object_key`, when the caller has it);
-        return the object it replaced."""
+        return the object it replaced. ``finished=False`` leaves the store's ``finish`` to the
+        object's first read."""
         key = object_key(obj) if key is None else key
         old = self._drop(key)
         self._put(key, obj)
+        if not finished and self._finish is not None:
+            self._unfinished.add(key)
         return old
 
     def delete(self, key: str) -> KubeObject | None:
         """Remove ``key``; return what was stored."""
         return self._drop(key)
 
-    def _read(self, key: str) -> KubeObject:
+    def _read(self, key: str, *, keep: bool = True) -> KubeObject:
+        """The object under ``key``, finished (and, with ``keep``, stored finished)."""
         stored = self._items[key]
-        return self._codec.unpack(stored) if self._codec is not None else stored
+        obj: KubeObject = self._codec.unpack(stored) if self._codec is not None else stored
+        if key in self._unfinished:
+            assert self._finish is not None
+            obj = self._finish(obj)
+            self._unfinished.discard(key)
+            if keep:
+                self._items[key] = self._codec.pack(obj) if self._codec is not None else obj
+        return obj
 
     def _put(self, key: str, obj: KubeObject) -> None:
         self._items[key] = self._codec.pack(obj) if self._codec is not None else obj
@@ -140,7 +169,7 @@ class Store:
     def _drop(self, key: str) -> KubeObject | None:
         if key not in self._items:
             return None
-        old = self._read(key)
+        old = self._read(key, keep=False)
         del self._items[key]
         self._uids ^= _uid_hash(old)
         if self._versions is not None:
