@@ -170,7 +170,7 @@ class CrewletControllers:
             label_selector=naming.MANAGED_BY_SELECTOR, compact=True, page_size=COMPACT_PAGE
         )
         # Children are cached as far as the operator applied them (and their status): what a
-        # reconcile compares them with. Pruning is the dearest step of a sync (a sixth of its
+        # reconcile compares them with. Pruning was the dearest step of a sync (a sixth of its
         # CPU over 130,000 children), and a restart's first pass reads few of them: deferred.
         owned = InformerOptions(
             label_selector=naming.MANAGED_BY_SELECTOR,

@@ -65,12 +65,13 @@ class InformerOptions:
     ``managedFields`` entry (a fifth or more of an object's bytes) except the client's own
     field manager's, which :meth:`Client.apply_if_changed` reads to spot fields to remove.
 
-    ``deferred_transform`` runs after it, on each object of a list when the object is first
-    read from the store (then stored as it made it), and on each object of the watch as it
-    arrives: for a costly transform of a kind held by the thousand, of which a restart reads
-    few (it lists them all). Handlers are told a listed object as ``transform`` left it, and
-    index functions must find the same values before and after ``deferred_transform`` (let it
-    only drop fields they do not read).
+    ``deferred_transform`` runs after it: on each object of the watch as it arrives (what it
+    makes is stored), and on each object of a list each time the object is read from the
+    store (it is stored as ``transform`` left it: see :class:`Store`). For a costly transform
+    of a kind held by the thousand, of which a restart reads few (it lists them all), and one
+    that does not shrink the objects much once compressed (``compact``). Handlers are told a
+    listed object as ``transform`` left it, and index functions must find the same values
+    before and after ``deferred_transform`` (let it only drop fields they do not read).
     """
 
     namespace: str | None = None
