@@ -106,10 +106,8 @@ class ManagerOptions:
     """Once the caches have synced, collect garbage once and move every object then alive out
     of the cyclic garbage collector's sight (:func:`gc.freeze`): the caches and indexes live as
     long as the process, and every full collection after would walk them again (a start over
-    3,000 Companies spent 1.2 s of 17 in full collections). What the imports and the set-up
-    made is moved out of sight before the caches start, for the same reason: a sync decodes
-    every cached object, and the collections that makes walked it too. False for a process
-    whose objects at that moment are not meant to last."""
+    3,000 Companies spent 1.2 s of 17 in full collections). False for a process whose objects
+    at that moment are not meant to last."""
 
 
 class Manager:
@@ -267,10 +265,6 @@ class Manager:
     async def _start_caches(self) -> bool:
         """Start the informers and the runnables, and wait for the informers' first lists;
         False when a stop came first."""
-        freeze = self.options.freeze_gc_after_sync
-        if freeze:
-            gc.freeze()  # the imports and the set-up: see ManagerOptions.freeze_gc_after_sync
-            self._froze_gc = True
         await self.cache.start()
         for runnable in self.runnables:
             await runnable.start()
@@ -278,9 +272,10 @@ class Manager:
         synced = await self._until_stopped(
             self.cache.wait_for_sync(self.options.cache_sync_timeout)
         )
-        if synced and freeze:
+        if synced and self.options.freeze_gc_after_sync and not self._froze_gc:
             gc.collect()
             gc.freeze()
+            self._froze_gc = True
         return synced
 
     async def _hold(self, elector: LeaderElector) -> None:
