@@ -250,8 +250,8 @@ class Informer:
         key = object_key(obj)
         seen.add(key)
         if key not in self.store:
-            # Its deferred transform waits for its first read. The first list is the initial
-            # one; a relist's new objects were created while the watch was down.
+            # Stored as listed: its deferred transform runs at its reads. The first list is the
+            # initial one; a relist's new objects were created while the watch was down.
             self.store.put(obj, key, finished=False)
             self._emit_add(obj, initial=not self.has_synced)
         elif self.store.resource_version(key) != resource_version(obj):
