@@ -399,6 +399,17 @@ async def unconverged(
     return left
 
 
+async def _verdict(client: Client, key: Key) -> str:
+    """A Company's Accepted condition, for a failure's message (why it did not converge)."""
+    obj = await client.get_or_none(COMPANY, key[1], key[0])
+    if obj is None:
+        return "gone"
+    cond = find_condition((obj.get("status") or {}).get("conditions"), "Accepted")
+    if cond is None:
+        return "none"
+    return f"{cond['status']} {cond.get('reason')}: {cond.get('message', '')[:200]}"
+
+
 async def wait_converged(
     client: Client, keys: Iterable[Key], *, timeout: float, namespace: str | None = None
 ) -> float:
@@ -416,7 +427,10 @@ async def wait_converged(
         await eventually(done, timeout=timeout, interval=2.0, message="companies converged")
     except TimeoutError as exc:
         sample = sorted(last)[:5]
-        raise AssertionError(f"{len(last)} of {len(wanted)} not converged, e.g. {sample}") from exc
+        verdicts = [await _verdict(client, key) for key in sample]
+        raise AssertionError(
+            f"{len(last)} of {len(wanted)} not converged, e.g. {sample}; Accepted: {verdicts}"
+        ) from exc
     return asyncio.get_running_loop().time() - started
 
 

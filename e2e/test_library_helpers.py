@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import pytest_asyncio
@@ -23,9 +24,11 @@ from crewlet_operator import (
     Client,
     ConflictError,
     Finalizer,
+    ForbiddenError,
     LeaderElectionConfig,
     LeaderElector,
     Manager,
+    NamedObjects,
     NotOwnedError,
     NotServedError,
     Resource,
@@ -389,3 +392,69 @@ async def test_an_api_server_that_refuses_streamed_lists_is_listed_in_pages(
         async with Client(plane.admin_config()) as client:
             informer = await _informer_syncs_and_watches(client, "default")
     assert not informer.streams_lists
+
+
+# -- individually named objects ----------------------------------------------------------------
+
+
+def answered_at_once(read: Coroutine[Any, Any, Object | None]) -> Object | None:
+    """The answer of a read that must not wait: its value, or what it raised."""
+    try:
+        read.send(None)
+    except StopIteration as done:
+        return cast("Object | None", done.value)
+    read.close()
+    raise AssertionError("the read waited")
+
+
+async def test_a_named_object_refused_then_granted_reads_as_soon_as_its_handlers_are_told(
+    kube_client: Client, client_for: Any, control_plane: ControlPlane, namespace: str
+) -> None:
+    """A reader that may not read a named object is told so at once. Once granted, a handler
+    told of the object by the informer's next list reads it then (the list not ended yet), not
+    the refusal before: a reconcile that event started would report the object unreadable and
+    not run again (a Company stayed ``SecretUnreadable``)."""
+    await kube_client.create(CONFIG_MAP, config_map(namespace, "named", k="v"))
+    reader = client_for(control_plane.service_account_config(namespace, "named-reader"))
+    named = NamedObjects(reader, CONFIG_MAP)
+    read_when_told: list[Object | Exception | None] = []
+
+    class ReadWhenTold:
+        def on_add(self, obj: Object, initial: bool = False) -> None:
+            try:
+                read_when_told.append(answered_at_once(named.read(namespace, "named", 10)))
+            except Exception as exc:  # recorded for the assertion (a handler's raise is logged)
+                read_when_told.append(exc)
+
+        def on_update(self, old: Object, new: Object) -> None: ...
+
+        def on_delete(self, obj: Object) -> None: ...
+
+    named.add_handler(ReadWhenTold())
+    try:
+        with pytest.raises(ForbiddenError):
+            await named.read(namespace, "named", timeout=10)
+        rule = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}
+        await kube_client.create(
+            ROLE, {"metadata": {"name": "named-reader", "namespace": namespace}, "rules": [rule]}
+        )
+        await kube_client.create(
+            ROLE_BINDING,
+            {
+                "metadata": {"name": "named-reader", "namespace": namespace},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": "named-reader",
+                },
+                "subjects": [
+                    {"kind": "ServiceAccount", "name": "named-reader", "namespace": namespace}
+                ],
+            },
+        )
+        await eventually(lambda: read_when_told, timeout=30, message="the handler was told")
+        (answer,) = read_when_told
+        assert isinstance(answer, dict), answer
+        assert answer["data"] == {"k": "v"}
+    finally:
+        await named.stop()

@@ -63,7 +63,8 @@ class NamedObjects:
 
     async def read(self, namespace: str | None, name: str, timeout: float) -> KubeObject | None:
         """The object, watching it first if need be, once the API server has answered its
-        watch: None when it does not exist.
+        watch: None when it does not exist. A stored object is returned at once, even while
+        its list runs: the handlers told of it read it then, never a refusal from before.
 
         Raises:
             ForbiddenError, UnauthorizedError: the identity may not read it (at once, not after
@@ -71,16 +72,19 @@ class NamedObjects:
             CrewletError: no answer within ``timeout`` seconds; try again later.
         """
         informer = self.watch(namespace, name)
-        where = namespaced_key(namespace, name)
+        key = namespaced_key(namespace, name)
+        if (stored := informer.store.get(key)) is not None:
+            # Until the list ends, last_error may be a refusal its attempt has already outlived.
+            return stored
         try:
             await informer.wait_for_answer(timeout)
         except TimeoutError:
             raise CrewletError(
-                f"{self.resource.kind} {where}: no answer from the API server in {timeout:g}s"
+                f"{self.resource.kind} {key}: no answer from the API server in {timeout:g}s"
             ) from None
         if informer.has_synced:
-            return self.get(namespace, name)
-        raise informer.last_error or CrewletError(f"{self.resource.kind} {where}: not listed yet")
+            return informer.store.get(key)
+        raise informer.last_error or CrewletError(f"{self.resource.kind} {key}: not listed yet")
 
     def get(self, namespace: str | None, name: str) -> KubeObject | None:
         """The object, when watched and present."""
