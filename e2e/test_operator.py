@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from operator_helpers import (
+    CHILD_KINDS,
     IMAGE,
     MANAGED,
     MANAGER_NAMESPACE,
@@ -46,6 +48,8 @@ from crewlet_operator import (
     STATEFUL_SET,
     Client,
     find_condition,
+    resource_version,
+    resource_version_at_most,
 )
 from crewlet_operator.envtest import KWOK_NODE, ControlPlane, binaries
 from crewlet_operator.envtest.crds import install_crds, load_crds
@@ -54,6 +58,7 @@ from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from reconcilers.checkpoint import ANNOTATION
 from reconcilers.controller import WRITTEN_RESOURCES
 from reconcilers.naming import CONFIG_HASH_ANNOTATION as CONFIG_HASH
+from reconcilers.naming import MANAGED_BY_SELECTOR
 from reconcilers.versions import CLAIM_ANNOTATION
 
 
@@ -69,6 +74,29 @@ def claims_settled(client: Client, namespace: str) -> Callable[[], Awaitable[boo
             and CLAIM_ANNOTATION in ((c.get("metadata") or {}).get("annotations") or {})
             for c in claims
         )
+
+    return probe
+
+
+def checkpoint_covers(client: Client, lease: str, namespace: str) -> Callable[[], Awaitable[bool]]:
+    """A probe: the restart checkpoint in ``lease`` has every company in ``namespace`` settled
+    and every object of theirs no newer than its kind's mark. kube-controller-manager writes
+    StatefulSets' and PodDisruptionBudgets' status for a moment after a company is Ready; a
+    restart before the checkpoint covers those writes rightly renders the company again."""
+
+    async def probe() -> bool:
+        found = await client.get(LEASE, lease, MANAGER_NAMESPACE)
+        body = json.loads(found["metadata"].get("annotations", {}).get(ANNOTATION, "null"))
+        if body is None or any(u.startswith(f"{namespace}/") for u in body["unsettled"]):
+            return False
+        for resource in (COMPANY, PERSISTENT_VOLUME_CLAIM, *CHILD_KINDS):
+            mark = body["kinds"].get(resource.group_kind)
+            # What the operator watches: its caches' marks say nothing of other objects.
+            selector = None if resource is COMPANY else MANAGED_BY_SELECTOR
+            for obj in (await client.list(resource, namespace, label_selector=selector)).items:
+                if mark is None or not resource_version_at_most(resource_version(obj), mark[0]):
+                    return False
+        return True
 
     return probe
 
@@ -498,6 +526,9 @@ async def test_a_restart_renders_again_only_what_changed_since_the_leaders_check
 
         await eventually(counted, message="the class counts its companies")
         await eventually(claims_settled(kube_client, namespace), timeout=60, message="claims")
+        await eventually(
+            checkpoint_covers(kube_client, lease, namespace), timeout=60, message="checkpoint"
+        )
     lease_object = await kube_client.get(LEASE, lease, MANAGER_NAMESPACE)
     assert ANNOTATION in lease_object["metadata"]["annotations"]
 

@@ -376,29 +376,44 @@ class CrewletControllers:
             or not ns
         ):
             return False
+        changed = await self._changed_since(checkpoint, request, company, engine_class, ns)
+        if changed:
+            # Why a restart renders a company again: something of its changed meanwhile.
+            log.debug("changed since the checkpoint", kind=changed)
+        return changed is None
+
+    async def _changed_since(
+        self,
+        checkpoint: Checkpoint,
+        request: Request,
+        company: Object,
+        engine_class: Object,
+        ns: Object,
+    ) -> str | None:
+        """The first kind of which an object the company's reconcile reads is newer than the
+        checkpoint (or a referenced Secret unreadable), or None."""
+        for resource, obj in ((COMPANY, company), (ENGINE_CLASS, engine_class), (NAMESPACE, ns)):
+            if not checkpoint.unchanged(resource.group_kind, [resource_version(obj)]):
+                return resource.kind
         informers = self.cache.informers
-        if not (
-            checkpoint.unchanged(COMPANY.group_kind, [resource_version(company)])
-            and checkpoint.unchanged(ENGINE_CLASS.group_kind, [resource_version(engine_class)])
-            and checkpoint.unchanged(NAMESPACE.group_kind, [resource_version(ns)])
-        ):
-            return False
         claims = informers[PERSISTENT_VOLUME_CLAIM].store
         claim = namespaced_key(request.namespace, naming.data_claim(request.name))
         if claim in claims and not checkpoint.unchanged(
             PERSISTENT_VOLUME_CLAIM.group_kind, [claims.resource_version(claim)]
         ):
-            return False
+            return PERSISTENT_VOLUME_CLAIM.kind
         for resource in self.children:
             store = informers[resource].store
             keys = store.keys_by_index(COMPANY_INDEX, str(request))
             if not checkpoint.unchanged(resource.group_kind, map(store.resource_version, keys)):
-                return False
+                return resource.kind
         secrets, unreadable = await self.read_references(engine_class)
-        return not unreadable and all(
+        if unreadable or not all(
             checkpoint.secret_unchanged(namespaced_key(*key), secret)
             for key, secret in secrets.items()
-        )
+        ):
+            return SECRET.kind
+        return None
 
     async def execute(
         self,
