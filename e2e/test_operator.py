@@ -377,6 +377,34 @@ async def test_suspend_resume_and_delete_keep_the_claim(
     assert kept["metadata"].get("deletionTimestamp") is None
 
 
+async def test_a_class_counts_the_companies_that_name_it(
+    running: Operator, kube_client: Client, namespace: str
+) -> None:
+    """``status.companies`` follows creates, a company moved to another class (both classes
+    recount) and deletes; the companies' own status writes are not the class's business."""
+    first, second = f"count-a-{namespace}", f"count-b-{namespace}"
+    for class_name in (first, second):
+        await kube_client.create(ENGINE_CLASS, engine_class(class_name))
+    for company_name in ("stays", "moves"):
+        await kube_client.create(COMPANY, company(namespace, company_name, first))
+
+    def counts(wanted: dict[str, int]) -> Callable[[], Awaitable[bool]]:
+        async def probe() -> bool:
+            for class_name, count in wanted.items():
+                got = await kube_client.get(ENGINE_CLASS, class_name)
+                if (got.get("status") or {}).get("companies") != count:
+                    return False
+            return True
+
+        return probe
+
+    await eventually(counts({first: 2, second: 0}), message="both counted in the first class")
+    await kube_client.patch(COMPANY, "moves", {"spec": {"className": second}}, namespace)
+    await eventually(counts({first: 1, second: 1}), message="the moved company recounted")
+    await kube_client.delete(COMPANY, "stays", namespace)
+    await eventually(counts({first: 0, second: 1}), message="the deleted company uncounted")
+
+
 async def test_resync_after_convergence_makes_zero_mutating_requests(
     running: Operator,
     daemon_kubeconfig: Path,

@@ -47,6 +47,7 @@ from crewlet_operator import (
     name,
     namespace,
     namespaced_key,
+    new_predicate_funcs,
     resource_version,
     uid,
 )
@@ -121,6 +122,10 @@ def _waves(applies: list[Apply]) -> list[list[Apply]]:
 def _class_name(company: Object) -> str:
     """The EngineClass a Company names, as stored ("" when it names none)."""
     return str((company.get("spec") or {}).get("className") or "")
+
+
+def _class_changed(old: Object, new: Object) -> bool:
+    return _class_name(old) != _class_name(new)
 
 
 def _class_of(company: Object) -> list[str]:
@@ -203,7 +208,12 @@ class CrewletControllers:
             manager.controller("engineclass")
             .for_(ENGINE_CLASS)
             .watches(
-                COMPANY, lambda c: [Request(None, n) for n in _class_of(c)], options=company_options
+                COMPANY,
+                lambda c: [Request(None, n) for n in _class_of(c)],
+                # A class counts the companies that name it: a company's status write, one or
+                # more for each, changes no count.
+                predicates=[new_predicate_funcs(update=_class_changed)],
+                options=company_options,
             )
             .complete(self.reconcile_class)
         )
