@@ -281,6 +281,21 @@ async def test_the_manager_starts_its_runnables_and_stops_them_in_reverse(
     assert journal == ["start a", "start b", "stop b", "stop a"]
 
 
+async def grant(client: Client, namespace: str, account: str, role: str, rule: Object) -> None:
+    """Grant the ServiceAccount ``account`` of ``namespace`` one rule there, by a Role and a
+    RoleBinding both named ``role``."""
+    meta = {"name": role, "namespace": namespace}
+    await client.create(ROLE, {"metadata": meta, "rules": [rule]})
+    await client.create(
+        ROLE_BINDING,
+        {
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        },
+    )
+
+
 # -- the leader elector when it may not watch its Lease -----------------------------------------
 
 
@@ -289,31 +304,12 @@ async def lease_without_watch(
     kube_client: Client, control_plane: ControlPlane, namespace: str
 ) -> RestConfig:
     """A ServiceAccount that may get, create and update Leases in ``namespace``, not watch them."""
-    await kube_client.create(
-        ROLE,
-        {
-            "metadata": {"name": "lease-no-watch", "namespace": namespace},
-            "rules": [
-                {
-                    "apiGroups": ["coordination.k8s.io"],
-                    "resources": ["leases"],
-                    "verbs": ["get", "create", "update"],
-                }
-            ],
-        },
-    )
-    await kube_client.create(
-        ROLE_BINDING,
-        {
-            "metadata": {"name": "lease-no-watch", "namespace": namespace},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": "lease-no-watch",
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": "elector", "namespace": namespace}],
-        },
-    )
+    rule = {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get", "create", "update"],
+    }
+    await grant(kube_client, namespace, "elector", "lease-no-watch", rule)
     return control_plane.service_account_config(namespace, "elector")
 
 
@@ -435,23 +431,7 @@ async def test_a_named_object_refused_then_granted_reads_as_soon_as_its_handlers
         with pytest.raises(ForbiddenError):
             await named.read(namespace, "named", timeout=10)
         rule = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}
-        await kube_client.create(
-            ROLE, {"metadata": {"name": "named-reader", "namespace": namespace}, "rules": [rule]}
-        )
-        await kube_client.create(
-            ROLE_BINDING,
-            {
-                "metadata": {"name": "named-reader", "namespace": namespace},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "Role",
-                    "name": "named-reader",
-                },
-                "subjects": [
-                    {"kind": "ServiceAccount", "name": "named-reader", "namespace": namespace}
-                ],
-            },
-        )
+        await grant(kube_client, namespace, "named-reader", "named-reader", rule)
         await eventually(lambda: read_when_told, timeout=30, message="the handler was told")
         (answer,) = read_when_told
         assert isinstance(answer, dict), answer
