@@ -49,13 +49,12 @@ from crewlet_operator import (
     Client,
     find_condition,
     resource_version,
-    resource_version_at_most,
 )
 from crewlet_operator.envtest import KWOK_NODE, ControlPlane, binaries
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually, no_namespace_terminating
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
-from reconcilers.checkpoint import ANNOTATION
+from reconcilers.checkpoint import ANNOTATION, Checkpoint
 from reconcilers.controller import WRITTEN_RESOURCES
 from reconcilers.naming import CONFIG_HASH_ANNOTATION as CONFIG_HASH
 from reconcilers.naming import MANAGED_BY_SELECTOR
@@ -85,17 +84,37 @@ def checkpoint_covers(client: Client, lease: str, namespace: str) -> Callable[[]
     restart before the checkpoint covers those writes rightly renders the company again."""
 
     async def probe() -> bool:
-        found = await client.get(LEASE, lease, MANAGER_NAMESPACE)
-        body = json.loads(found["metadata"].get("annotations", {}).get(ANNOTATION, "null"))
-        if body is None or any(u.startswith(f"{namespace}/") for u in body["unsettled"]):
+        annotations = (await client.get(LEASE, lease, MANAGER_NAMESPACE))["metadata"].get(
+            "annotations", {}
+        )
+        if ANNOTATION not in annotations:
+            return False
+        # Whatever version wrote it: this process is the one that will read it.
+        checkpoint = Checkpoint.found(annotations, json.loads(annotations[ANNOTATION])["version"])
+        assert checkpoint is not None, annotations[ANNOTATION]
+        if any(u.startswith(f"{namespace}/") for u in checkpoint.unsettled):
             return False
         for resource in (COMPANY, PERSISTENT_VOLUME_CLAIM, *CHILD_KINDS):
-            mark = body["kinds"].get(resource.group_kind)
             # What the operator watches: its caches' marks say nothing of other objects.
             selector = None if resource is COMPANY else MANAGED_BY_SELECTOR
-            for obj in (await client.list(resource, namespace, label_selector=selector)).items:
-                if mark is None or not resource_version_at_most(resource_version(obj), mark[0]):
-                    return False
+            listed = await client.list(resource, namespace, label_selector=selector)
+            if not checkpoint.unchanged(resource.group_kind, map(resource_version, listed.items)):
+                return False
+        return True
+
+    return probe
+
+
+def class_counts(client: Client, wanted: dict[str, int]) -> Callable[[], Awaitable[bool]]:
+    """A probe: each class's ``status.companies`` is as ``wanted`` (by class name). The count
+    is written at most once a second: converged means that write has landed too, else the
+    next process rightly writes it."""
+
+    async def probe() -> bool:
+        for class_name, count in wanted.items():
+            got = await client.get(ENGINE_CLASS, class_name)
+            if (got.get("status") or {}).get("companies") != count:
+                return False
         return True
 
     return probe
@@ -388,21 +407,14 @@ async def test_a_class_counts_the_companies_that_name_it(
     for company_name in ("stays", "moves"):
         await kube_client.create(COMPANY, company(namespace, company_name, first))
 
-    def counts(wanted: dict[str, int]) -> Callable[[], Awaitable[bool]]:
-        async def probe() -> bool:
-            for class_name, count in wanted.items():
-                got = await kube_client.get(ENGINE_CLASS, class_name)
-                if (got.get("status") or {}).get("companies") != count:
-                    return False
-            return True
-
-        return probe
-
-    await eventually(counts({first: 2, second: 0}), message="both counted in the first class")
+    counted = {first: 2, second: 0}
+    await eventually(class_counts(kube_client, counted), message="both in the first class")
     await kube_client.patch(COMPANY, "moves", {"spec": {"className": second}}, namespace)
-    await eventually(counts({first: 1, second: 1}), message="the moved company recounted")
+    counted = {first: 1, second: 1}
+    await eventually(class_counts(kube_client, counted), message="the moved company recounted")
     await kube_client.delete(COMPANY, "stays", namespace)
-    await eventually(counts({first: 0, second: 1}), message="the deleted company uncounted")
+    counted = {first: 0, second: 1}
+    await eventually(class_counts(kube_client, counted), message="the deleted one uncounted")
 
 
 async def test_resync_after_convergence_makes_zero_mutating_requests(
@@ -424,13 +436,9 @@ async def test_resync_after_convergence_makes_zero_mutating_requests(
     for i in range(3):
         await wait_condition(kube_client, namespace, f"c{i}", "Ready", "True", timeout=120)
 
-    async def class_counted() -> bool:
-        # The class's companies count is written at most once a second: converged means that
-        # write has landed too, else the next process rightly writes it.
-        got = await kube_client.get(ENGINE_CLASS, class_name)
-        return bool((got.get("status") or {}).get("companies") == 3)
-
-    await eventually(class_counted, message="the class counts its three companies")
+    await eventually(
+        class_counts(kube_client, {class_name: 3}), message="the class counts its three companies"
+    )
     await eventually(claims_settled(kube_client, namespace), timeout=60, message="claims settled")
     running.stop()  # a restart: the new process lists everything and reconciles it all again
     before = control_plane.mutating_requests(WRITTEN_RESOURCES)
@@ -548,11 +556,7 @@ async def test_a_restart_renders_again_only_what_changed_since_the_leaders_check
         for company_name in names:
             await wait_condition(kube_client, namespace, company_name, "Ready", "True", timeout=120)
 
-        async def counted() -> bool:
-            got = await kube_client.get(ENGINE_CLASS, still)
-            return bool((got.get("status") or {}).get("companies") == 2)
-
-        await eventually(counted, message="the class counts its companies")
+        await eventually(class_counts(kube_client, {still: 2}), message="the class counts them")
         await eventually(claims_settled(kube_client, namespace), timeout=60, message="claims")
         await eventually(
             checkpoint_covers(kube_client, lease, namespace), timeout=60, message="checkpoint"
