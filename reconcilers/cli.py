@@ -4,13 +4,13 @@ them, so a manifest written for a Go operator's manager reads the same here."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import structlog
+import uvloop
 
 from crewlet_operator import (
     Client,
@@ -171,7 +171,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point."""
     args = parse_args(argv)
     configure_logging(args.log_level, args.log_format)
-    return asyncio.run(run(args))
+    # uvloop: its event loop and TLS transport are compiled, where asyncio's SSL protocol is
+    # Python; the operator spends a quarter of its CPU in HTTP and TLS and an eighth in the
+    # loop. The bench's convergence burst of 1,000 Companies, back to back: 17.7 CPU seconds
+    # on asyncio's loop, 13.9 on uvloop. CPU the operator saves is the API server's, beside it.
+    return uvloop.run(run(args))
 
 
 if __name__ == "__main__":
