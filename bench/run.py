@@ -11,10 +11,9 @@ logs (operator, control plane, cProfile output with ``--profile``) to
 from __future__ import annotations
 
 import argparse
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-
-import uvloop
 
 from bench import convergence, failover, latency, restarts
 from bench.peers import figure as peers
@@ -91,7 +90,4 @@ async def run(names: Sequence[str], profile: bool) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    # On the operator's event loop (reconcilers.cli): the floor script and the observer are
-    # clients of the API server too, and a floor whose client is slower than the operator's
-    # would flatter the operator.
-    return uvloop.run(run(args.figures or list(DEFAULT), args.profile))
+    return asyncio.run(run(args.figures or list(DEFAULT), args.profile))

@@ -4,13 +4,13 @@ them, so a manifest written for a Go operator's manager reads the same here."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import structlog
-import uvloop
 
 from crewlet_operator import (
     Client,
@@ -171,11 +171,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point."""
     args = parse_args(argv)
     configure_logging(args.log_level, args.log_format)
-    # uvloop: its event loop and TLS transport are compiled, where asyncio's SSL protocol is
-    # Python; the operator spends a quarter of its CPU in HTTP and TLS and an eighth in the
-    # loop. The bench's convergence burst of 1,000 Companies, back to back: 17.7 CPU seconds
-    # on asyncio's loop, 13.9 on uvloop. CPU the operator saves is the API server's, beside it.
-    return uvloop.run(run(args))
+    # asyncio's own loop. uvloop was measured and left out: the operator took a fifth less CPU
+    # in a burst of 1,000 Companies (13.9 and 14.7 s against 17.7), but its RSS over 10,000
+    # held 218 to 255 MiB where asyncio's held 205 to 209 (thirteen starts on two worlds,
+    # alternated; glibc's mmap threshold and a single arena made no difference), and memory is
+    # what a replica is sized by (256 MiB at 10,000).
+    return asyncio.run(run(args))
 
 
 if __name__ == "__main__":

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvloop
 
-from reconcilers import cli
 from reconcilers.cli import manager_options, parse_args, unsupported_kubernetes
 
 
@@ -22,18 +18,6 @@ def test_defaults_are_controller_runtimes() -> None:
     assert options.health_probe_bind_address == ":8081"
     assert options.leader_election_namespace is None  # the pod's own namespace
     assert options.max_concurrent_reconciles == 4
-
-
-def test_the_daemon_runs_on_uvloop(monkeypatch: pytest.MonkeyPatch) -> None:
-    loops: list[asyncio.AbstractEventLoop] = []
-
-    async def run(args: argparse.Namespace) -> int:
-        loops.append(asyncio.get_running_loop())
-        return 7
-
-    monkeypatch.setattr(cli, "run", run)
-    assert cli.main(["--log-level", "error"]) == 7
-    assert isinstance(loops[0], uvloop.Loop)
 
 
 def test_flags_reach_the_manager() -> None:

@@ -27,9 +27,8 @@ CONTROLLER_RUNTIME_SOURCES = Path(__file__).resolve().parent / "controller-runti
 CONTROLLER_RUNTIME_FILES = ("go.mod", "go.sum", "main.go")
 CONTROLLER_RUNTIME_BINARY = "crewlet-peer-controller-runtime"
 CONTROLLER_RUNTIME_MODULE = "sigs.k8s.io/controller-runtime"
-KOPF_REQUIREMENTS = ("kopf[uvloop]==1.45.2", "kubernetes_asyncio==36.1.0")
-"""The newest kopf PyPI serves that runs on Python 3.11, with uvloop (its extra, which ``kopf
-run`` uses when it is installed, as our daemon does), and the newest kubernetes_asyncio."""
+KOPF_REQUIREMENTS = ("kopf==1.45.2", "kubernetes_asyncio==36.1.0")
+"""The newest kopf PyPI serves that runs on Python 3.11, and the newest kubernetes_asyncio."""
 KOPF_OPERATOR = Path(__file__).resolve().parent / "kopf_operator.py"
 
 
