@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 
 from bench.cluster import CompanyRef, Object
 from bench.convergence import measure_floor
-from bench.daemon import Sample, parse_samples
+from bench.daemon import Daemon, Sample, parse_samples
 from bench.floor import verdict_status
 from bench.progress import Key, Progress
 from bench.report import Figure
 from bench.session import FILL_WORKERS, WRITTEN, Session, writes_between
-from crewlet_operator import ApiError, TransportError, name, namespace
+from crewlet_operator import NORMAL_PRIORITY, ApiError, TransportError, name, namespace
 from reconcilers.api.v1alpha1 import COMPANY
 
 TARGET_P99 = 1.0
@@ -68,6 +68,33 @@ LOOP_LAG = "crewlet_operator_event_loop_lag_seconds"
 REQUEST_DURATION = "apiserver_request_duration_seconds"
 COMPANY_CREATES = {"resource": "companies", "verb": "POST", "subresource": ""}
 COMPANY_STATUS_APPLIES = {"resource": "companies", "verb": "APPLY", "subresource": "status"}
+
+
+QUEUE_DEPTH = "workqueue_depth"
+DEPTH_INTERVAL = 1.0
+"""Seconds between two reads of the operator's verdict queue during the load (a scrape is a few
+milliseconds of the operator's CPU)."""
+
+
+def verdicts_waiting(samples: list[Sample]) -> int:
+    """How many Companies wait in the operator's queue at the normal priority (creates and
+    changes: their verdicts), from ``workqueue_depth``: verdicts that queue for a worker, not
+    for the API server."""
+    labels = {"controller": "company", "priority": str(NORMAL_PRIORITY)}
+    return round(
+        sum(
+            value
+            for sample, found, value in samples
+            if sample == QUEUE_DEPTH and all(found.get(k) == v for k, v in labels.items())
+        )
+    )
+
+
+async def sample_verdicts_waiting(daemon: Daemon, into: list[int]) -> None:
+    """Append :func:`verdicts_waiting` every :data:`DEPTH_INTERVAL` seconds until cancelled."""
+    while True:
+        into.append(verdicts_waiting(await daemon.samples()))
+        await asyncio.sleep(DEPTH_INTERVAL)
 
 
 def histogram_between(
@@ -283,11 +310,18 @@ async def latency(session: Session) -> Figure:
     writes_before = cluster.plane.mutating_requests(WRITTEN)
     server_before = await _server_metrics(session)
     operator_before = await daemon.samples()
+    verdicts_waiting: list[int] = []
     async with Progress(cluster.api, keys) as progress:
-        await load.create(session)
-        started = load.started
-        with contextlib.suppress(TimeoutError):
-            await progress.wait_accepted([p.key for p in probes], PATIENCE)
+        sampler = asyncio.create_task(sample_verdicts_waiting(daemon, verdicts_waiting))
+        try:
+            await load.create(session)
+            started = load.started
+            with contextlib.suppress(TimeoutError):
+                await progress.wait_accepted([p.key for p in probes], PATIENCE)
+        finally:
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
         waited = time.monotonic() - started
         server_after = await _server_metrics(session)
         collected = gc_cycles(server_after) - gc_cycles(server_before)
@@ -339,6 +373,8 @@ async def latency(session: Session) -> Figure:
         **every,
         "api_server_gc_cycles_until_probes_accepted": collected,
         "until_probes_accepted_at_most_s": waits,
+        "verdicts_waiting_max": max(verdicts_waiting, default=0),
+        "verdicts_waiting_each_s": verdicts_waiting,
         "waited_s": round(waited, 1),
         "background_converged_when_probes_done": sum(
             1 for r in background if r.key in finished_when_probes_done
@@ -354,8 +390,9 @@ async def latency(session: Session) -> Figure:
         f"from its answer to Accepted: p50 {_text(split['after_create_p50'])}, p99 "
         f"{_text(split['after_create_p99'])}; the API server collected garbage {collected} "
         f"times meanwhile; every one of the {len(keys)} created: {_every_text(every)}; until "
-        f"the probes were Accepted, by the histograms, p99 at most: {_waits_text(waits)}); "
-        f"{_floor_text(floor)}"
+        f"the probes were Accepted, by the histograms, p99 at most: {_waits_text(waits)}; "
+        f"Companies waiting in the operator's queue for a verdict, read each second: at most "
+        f"{data['verdicts_waiting_max']}); {_floor_text(floor)}"
     )
     data["verdict_floor"] = floor
     backlog_met = False

@@ -15,6 +15,7 @@ from bench.latency import (
     gc_cycles,
     histogram_between,
     percentile,
+    verdicts_waiting,
     who_waited,
 )
 
@@ -29,6 +30,17 @@ def test_the_latency_figure_reads_the_api_servers_garbage_collections() -> None:
     assert gc_cycles(metrics) == 417
     with pytest.raises(ValueError, match="go_gc_duration_seconds_count"):
         gc_cycles(parse_samples("apiserver_request_total 3\n"))
+
+
+def test_verdicts_waiting_are_the_company_queues_normal_priority_depth() -> None:
+    metrics = parse_samples(
+        "# TYPE workqueue_depth gauge\n"
+        'workqueue_depth{controller="company",name="company",priority="0"} 43.0\n'
+        'workqueue_depth{controller="company",name="company",priority="-200"} 950.0\n'
+        'workqueue_depth{controller="engineclass",name="engineclass",priority="0"} 7.0\n'
+    )
+    assert verdicts_waiting(metrics) == 43
+    assert verdicts_waiting(parse_samples("workqueue_adds_total 3\n")) == 0
 
 
 def test_percentiles_are_nearest_rank() -> None:
