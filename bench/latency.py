@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from bench.cluster import CompanyRef, Object
 from bench.convergence import measure_floor
-from bench.daemon import Daemon, Sample, parse_samples
+from bench.daemon import Daemon, Sample, parse_samples, total
 from bench.floor import verdict_status
 from bench.progress import Key, Progress
 from bench.report import Figure
@@ -80,13 +80,8 @@ def verdicts_waiting(samples: list[Sample]) -> int:
     """How many Companies wait in the operator's queue at the normal priority (creates and
     changes: their verdicts), from ``workqueue_depth``: verdicts that queue for a worker, not
     for the API server."""
-    labels = {"controller": "company", "priority": str(NORMAL_PRIORITY)}
     return round(
-        sum(
-            value
-            for sample, found, value in samples
-            if sample == QUEUE_DEPTH and all(found.get(k) == v for k, v in labels.items())
-        )
+        total(samples, QUEUE_DEPTH, {"controller": "company", "priority": str(NORMAL_PRIORITY)})
     )
 
 
@@ -310,9 +305,9 @@ async def latency(session: Session) -> Figure:
     writes_before = cluster.plane.mutating_requests(WRITTEN)
     server_before = await _server_metrics(session)
     operator_before = await daemon.samples()
-    verdicts_waiting: list[int] = []
+    waiting: list[int] = []
     async with Progress(cluster.api, keys) as progress:
-        sampler = asyncio.create_task(sample_verdicts_waiting(daemon, verdicts_waiting))
+        sampler = asyncio.create_task(sample_verdicts_waiting(daemon, waiting))
         try:
             await load.create(session)
             started = load.started
@@ -373,8 +368,8 @@ async def latency(session: Session) -> Figure:
         **every,
         "api_server_gc_cycles_until_probes_accepted": collected,
         "until_probes_accepted_at_most_s": waits,
-        "verdicts_waiting_max": max(verdicts_waiting, default=0),
-        "verdicts_waiting_each_s": verdicts_waiting,
+        "verdicts_waiting_max": max(waiting, default=0),
+        "verdicts_waiting_each_s": waiting,
         "waited_s": round(waited, 1),
         "background_converged_when_probes_done": sum(
             1 for r in background if r.key in finished_when_probes_done
