@@ -39,7 +39,7 @@ async def burst(session: Session, phase: str, count: int) -> dict[str, float]:
     await session.cluster.create_namespaces(refs)
     async with Progress(session.cluster.api, [r.key for r in refs]) as progress:
         operator_cpu = cpu_seconds(daemon.pid)
-        cpu = _server_cpu(session) + operator_cpu + time.process_time()
+        cpu = session.server_cpu() + operator_cpu + time.process_time()
         started = time.monotonic()
         companies = await session.cluster.create_companies(refs)
         created = time.monotonic() - started
@@ -49,7 +49,7 @@ async def burst(session: Session, phase: str, count: int) -> dict[str, float]:
             session.unfilled += companies  # the floor script completes them: see Session.grow
             raise
         operator_cpu = cpu_seconds(daemon.pid) - operator_cpu
-        cpu = _server_cpu(session) + cpu_seconds(daemon.pid) + time.process_time() - cpu
+        cpu = session.server_cpu() + cpu_seconds(daemon.pid) + time.process_time() - cpu
     idle = await daemon.quiesce(session.scale.timeout)
     session.converged += count
     return {
@@ -74,14 +74,10 @@ async def measure_floor(
     await cluster.create_namespaces(refs)
     created = await cluster.create_companies(refs)
     measured = await floor.timed(
-        cluster, created, workers, lambda: _server_cpu(session) + time.process_time()
+        cluster, created, workers, lambda: session.server_cpu() + time.process_time()
     )
     session.converged += count
     return measured
-
-
-def _server_cpu(session: Session) -> float:
-    return sum(cpu_seconds(pid) for pid in session.cluster.plane.pids().values())
 
 
 async def convergence(session: Session) -> Figure:

@@ -18,12 +18,15 @@
    and streamed as they do now (from the API server's watch cache); and the reader's floor:
    every kind the operator caches streamed at once, as its informers do, to readers that only
    read the bytes (no decoding): what the API server alone takes to send the world, the
-   least a sync can take on this machine.
+   least a sync can take on this machine. And the CPU each side spent until the sync, the
+   operator's and the control plane's, beside what the machine's cores had meanwhile: when
+   the two fill them, the sync waited for the machine, not for either.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import urllib.parse
 import urllib.request
@@ -129,6 +132,7 @@ async def startup(session: Session) -> Figure:
     projected = {k: (p.ready_s * scale, p.first_pass_s * scale) for k, p in passes.items()}
     writes = {k: sum(p.writes.values()) for k, p in passes.items()}
     peak_ratio = {k: p.memory.peak / max(1, p.memory.rss) for k, p in passes.items()}
+    cores = os.cpu_count() or 1
     data: dict[str, object] = {
         "pass": result.as_json(),
         "cold_pass": cold.as_json(),
@@ -140,7 +144,11 @@ async def startup(session: Session) -> Figure:
         f"{result.companies} companies: a restart synced its caches (/readyz) in "
         f"{result.ready_s:.1f} s and finished its first pass in {result.first_pass_s:.1f} s, "
         f"the first start over the world (every company rendered, not judged) in "
-        f"{cold.ready_s:.1f} s and {cold.first_pass_s:.1f} s; "
+        f"{cold.ready_s:.1f} s and {cold.first_pass_s:.1f} s; CPU until synced: the operator "
+        f"{result.ready_cpu_s:.1f} s and {cold.ready_cpu_s:.1f} s, the API server and etcd "
+        f"{result.ready_server_cpu_s:.1f} s and {cold.ready_server_cpu_s:.1f} s, of the "
+        f"{cores * result.ready_s:.1f} s and {cores * cold.ready_s:.1f} s the machine's {cores} "
+        f"cores had; "
         f"{writes['restart']} and {writes['cold']} writes, peak RSS "
         f"{peak_ratio['restart']:.2f}x and {peak_ratio['cold']:.2f}x steady; the world: "
         f"{world['revisions_per_object']} etcd revisions an object, {world['statefulsets']} "

@@ -50,6 +50,10 @@ class Pass:
     lease_writes: int
     memory: Memory
     """VmRSS after the pass and :data:`SETTLE` idle seconds; VmHWM until then."""
+    ready_cpu_s: float
+    """The operator's CPU seconds from its start to its caches' sync (/readyz)."""
+    ready_server_cpu_s: float
+    """The control plane's (API server and etcd) CPU seconds over the same time."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -61,6 +65,8 @@ class Pass:
             "lease_writes": self.lease_writes,
             "rss_bytes": self.memory.rss,
             "peak_rss_bytes": self.memory.peak,
+            "ready_cpu_s": round(self.ready_cpu_s, 1),
+            "ready_server_cpu_s": round(self.ready_server_cpu_s, 1),
         }
 
 
@@ -125,10 +131,12 @@ class Session:
         await self.stop_operator()
         plane = self.cluster.plane
         before = plane.mutating_requests(WRITTEN | {"leases"})
+        server_cpu = self.server_cpu()
         daemon = self.new_daemon("single")
         daemon.start()
         self.daemon = daemon
         ready = await until(daemon.ready, self.scale.timeout, f"{daemon.name} ready")
+        ready_cpu, server_cpu = cpu_seconds(daemon.pid), self.server_cpu() - server_cpu
 
         async def first_pass() -> bool:
             return await daemon.reconciles() >= self.converged
@@ -144,7 +152,13 @@ class Session:
             writes={k: v for k, v in writes.items() if not k.endswith(" leases")},
             lease_writes=sum(v for k, v in writes.items() if k.endswith(" leases")),
             memory=await self._read_memory(daemon),
+            ready_cpu_s=ready_cpu,
+            ready_server_cpu_s=server_cpu,
         )
+
+    def server_cpu(self) -> float:
+        """CPU seconds the control plane's processes (API server, etcd) have used so far."""
+        return sum(cpu_seconds(pid) for pid in self.cluster.plane.pids().values())
 
     async def _read_memory(self, daemon: Daemon) -> Memory:
         """``daemon``'s memory :data:`SETTLE` seconds from now, kept as a reading."""
