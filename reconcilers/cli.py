@@ -174,8 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # asyncio's own loop. uvloop was measured and left out: the operator took a fifth less CPU
     # in a burst of 1,000 Companies (13.9 and 14.7 s against 17.7), but its RSS over 10,000
     # held 218 to 255 MiB where asyncio's held 205 to 209 (thirteen starts on two worlds,
-    # alternated; glibc's mmap threshold and a single arena made no difference), and memory is
-    # what a replica is sized by (256 MiB at 10,000).
+    # alternated; glibc's mmap threshold and a single arena made no difference, and trimming
+    # the heap when idle did not lower the sync's peak: docs/scaling.md), and memory is what a
+    # replica is sized by (256 MiB at 10,000).
     return asyncio.run(run(args))
 
 
