@@ -131,12 +131,13 @@ class Session:
         await self.stop_operator()
         plane = self.cluster.plane
         before = plane.mutating_requests(WRITTEN | {"leases"})
-        server_cpu = self.server_cpu()
+        server_cpu_before = self.server_cpu()
         daemon = self.new_daemon("single")
         daemon.start()
         self.daemon = daemon
         ready = await until(daemon.ready, self.scale.timeout, f"{daemon.name} ready")
-        ready_cpu, server_cpu = cpu_seconds(daemon.pid), self.server_cpu() - server_cpu
+        ready_cpu = cpu_seconds(daemon.pid)
+        ready_server_cpu = self.server_cpu() - server_cpu_before
 
         async def first_pass() -> bool:
             return await daemon.reconciles() >= self.converged
@@ -153,7 +154,7 @@ class Session:
             lease_writes=sum(v for k, v in writes.items() if k.endswith(" leases")),
             memory=await self._read_memory(daemon),
             ready_cpu_s=ready_cpu,
-            ready_server_cpu_s=server_cpu,
+            ready_server_cpu_s=ready_server_cpu,
         )
 
     def server_cpu(self) -> float:
