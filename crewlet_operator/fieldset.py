@@ -24,33 +24,39 @@ import orjson
 from crewlet_operator.diff import needs_apply
 from crewlet_operator.objects import KubeObject
 
+_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
 
 def keep_managed_fields_of(manager: str) -> Callable[[KubeObject], KubeObject]:
     """A cache transform that drops every ``managedFields`` entry except ``manager``'s applies
-    (and the client-side ``last-applied-configuration`` annotation, which nobody reads)."""
+    (and the client-side ``last-applied-configuration`` annotation, which nobody reads).
+
+    An object with nothing to drop is returned itself, not a copy: reading a lazily listed
+    object runs this again (``InformerOptions.lazy_lists``), and most have nothing to drop."""
 
     def transform(obj: KubeObject) -> KubeObject:
         meta = obj.get("metadata")
         if not isinstance(meta, dict):
             return obj
+        listed = meta.get("managedFields") or []
+        entries = [e for e in listed if _applied_by(e, manager)]
+        annotations = meta.get("annotations") or {}
+        stale = _LAST_APPLIED in annotations
+        if len(entries) == len(listed) and not stale:
+            return obj
         trimmed = dict(meta)
-        entries = [
-            e
-            for e in trimmed.pop("managedFields", None) or []
-            if e.get("manager") == manager and e.get("operation") == "Apply"
-        ]
+        trimmed.pop("managedFields", None)
         if entries:
             trimmed["managedFields"] = entries
-        annotations = trimmed.get("annotations")
-        if annotations and "kubectl.kubernetes.io/last-applied-configuration" in annotations:
-            trimmed["annotations"] = {
-                k: v
-                for k, v in annotations.items()
-                if k != "kubectl.kubernetes.io/last-applied-configuration"
-            }
+        if stale:
+            trimmed["annotations"] = {k: v for k, v in annotations.items() if k != _LAST_APPLIED}
         return {**obj, "metadata": trimmed}
 
     return transform
+
+
+def _applied_by(entry: Any, manager: str) -> bool:
+    return bool(entry.get("manager") == manager and entry.get("operation") == "Apply")
 
 
 _IDENTITY = frozenset(

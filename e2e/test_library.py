@@ -35,6 +35,7 @@ from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually, no_namespace_terminating
+from crewlet_operator.fieldset import keep_managed_fields_of
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -183,6 +184,52 @@ async def test_a_deferred_transform_runs_on_a_listed_object_when_read_and_on_a_w
             "watched",
         }
         assert not any("data" in o for o in informer.store.list())
+    finally:
+        await stop(task)
+
+
+async def test_a_lazy_list_tells_the_metadata_and_reads_what_the_api_server_holds(
+    kube_client: Client, namespace: str
+) -> None:
+    """A start decodes a listed child only as far as its metadata (InformerOptions.lazy_lists):
+    reads give back the whole object, trimmed as a watch would have stored it (here, of the
+    managedFields entry of the field manager that patched it)."""
+    labels = {"lazy": "yes"}
+
+    def config_map(name: str) -> dict[str, Any]:
+        meta = {"name": name, "namespace": namespace, "labels": labels}
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": name}}
+
+    await kube_client.apply(CONFIG_MAP, config_map("applied"))
+    await kube_client.apply(CONFIG_MAP, config_map("touched"))
+    await kube_client.patch(CONFIG_MAP, "touched", {"data": {"other": "x"}}, namespace)
+    options = InformerOptions(
+        namespace=namespace, label_selector="lazy=yes", compact=True, lazy_lists=True
+    )
+    informer = Informer(kube_client, CONFIG_MAP, options)
+    told = Told()
+    informer.add_handler(told)
+    task = await run_informer(informer)
+    trim = keep_managed_fields_of(kube_client.field_manager)
+    def metadata_of(obj: dict[str, Any]) -> dict[str, Any]:
+        meta = {k: v for k, v in obj["metadata"].items() if k != "managedFields"}
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
+
+    try:
+        applied = await kube_client.get(CONFIG_MAP, "applied", namespace)
+        assert told.objects["applied"] == metadata_of(applied)
+        assert informer.store.get(f"{namespace}/applied") == applied
+        touched = await kube_client.get(CONFIG_MAP, "touched", namespace)
+        assert len(touched["metadata"]["managedFields"]) == 2
+        assert told.objects["touched"] == metadata_of(touched)
+        assert informer.store.get(f"{namespace}/touched") == trim(touched)
+        assert [e["manager"] for e in trim(touched)["metadata"]["managedFields"]] == [
+            kube_client.field_manager
+        ]
+        # After the list, changes are decoded whole.
+        await kube_client.apply(CONFIG_MAP, config_map("watched"))
+        await eventually(lambda: "watched" in told.objects, message="the watch told of it")
+        assert told.objects["watched"]["data"] == {"k": "watched"}
     finally:
         await stop(task)
 

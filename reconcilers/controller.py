@@ -177,12 +177,14 @@ class CrewletControllers:
         # Children are cached as far as the operator applied them (and their status): what a
         # reconcile compares them with. Pruning was the dearest step of a sync (a sixth of its
         # CPU over 130,000 children), and a restart's first pass reads few of them: deferred.
+        # For the same reason a start decodes a listed child only as far as its metadata.
         owned = InformerOptions(
             label_selector=naming.MANAGED_BY_SELECTOR,
             deferred_transform=keep_owned_fields_of(manager.client.field_manager),
             indexers={COMPANY_INDEX: _company_of_child},
             compact=True,
             page_size=COMPACT_PAGE,
+            lazy_lists=True,
         )
 
         self.status_echoes = OwnStatusWrites()

@@ -1,8 +1,18 @@
-"""What the cache says about its informers' liveness (no API server: nothing is started)."""
+"""What the cache says about its informers' liveness, and how an informer decodes a lazy list
+(no API server: nothing is started, or a client sends the lines by hand)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+
+import orjson
+import pytest
+
 from crewlet_operator.cache import Cache, InformerOptions
+from crewlet_operator.cache.informer import INITIAL_EVENTS_END, Informer
+from crewlet_operator.cache.listing import listed_metadata
 from crewlet_operator.kube.resources import CONFIG_MAP, NAMESPACE, SECRET
 from crewlet_operator.objects import KubeObject
 
@@ -69,3 +79,119 @@ def test_cached_reads_by_key_and_by_label_selector() -> None:
     namespaces = cache.informer(NAMESPACE, InformerOptions(transform=untouched))
     namespaces.store.put({"metadata": {"name": "prod"}})
     assert cache.get(NAMESPACE, "prod") == {"metadata": {"name": "prod"}}
+
+
+def applied_secret(name: str, *entries: tuple[str, str]) -> KubeObject:
+    """A Secret as the API server sends it (its fields in the Go struct's order), with one
+    managedFields entry per ``(manager, operation)``."""
+    fields = [{"manager": m, "operation": op, "fieldsV1": {"f:data": {}}} for m, op in entries]
+    meta = {"name": name, "namespace": "ns", "resourceVersion": "5", "managedFields": fields}
+    return {"kind": "Secret", "apiVersion": "v1", "metadata": meta, "data": {"k": "dg=="}}
+
+
+def added(obj: KubeObject) -> bytes:
+    return b'{"type":"ADDED","object":' + orjson.dumps(obj) + b"}"
+
+
+def metadata_of(obj: KubeObject) -> KubeObject:
+    meta = {k: v for k, v in obj["metadata"].items() if k != "managedFields"}
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": meta}
+
+
+def test_a_listed_built_in_object_is_decoded_as_far_as_its_metadata() -> None:
+    sent = applied_secret("a", ("me", "Apply"), ("kubectl", "Update"))
+    sent["metadata"] = {  # what else metadata holds, with keys and braces in its strings
+        "labels": {"managedFields": "x", "b": '"managedFields":[{'},
+        "ownerReferences": [{"kind": "Company", "name": "c"}],
+        **sent["metadata"],
+    }
+    decoded = listed_metadata(added(sent))
+    assert decoded is not None
+    partial, raw = decoded
+    assert partial == metadata_of(sent)
+    assert orjson.loads(raw) == sent
+
+
+def custom_resource() -> KubeObject:
+    """A custom resource as the API server sends it: every key sorted."""
+    meta = {"managedFields": [{"manager": "me"}], "name": "w", "uid": "u"}
+    return {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": meta}
+
+
+def without_managed_fields() -> KubeObject:
+    obj = applied_secret("a")
+    del obj["metadata"]["managedFields"]
+    return obj
+
+
+def managed_fields_first() -> KubeObject:
+    obj = applied_secret("a", ("me", "Apply"))
+    obj["metadata"] = {"managedFields": obj["metadata"].pop("managedFields"), **obj["metadata"]}
+    # The pod template's metadata holds the next "managedFields" list: not the object's.
+    obj["spec"] = {"template": {"metadata": {"x": 1, "managedFields": []}}}
+    return obj
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"type":"MODIFIED","object":' + orjson.dumps(applied_secret("a", ("me", "Apply"))) + b"}",
+        added(custom_resource()),
+        added(without_managed_fields()),
+        added(managed_fields_first()),
+        b'{"object":' + orjson.dumps(applied_secret("a", ("me", "Apply"))) + b',"type":"ADDED"}',
+    ],
+    ids=[
+        "modified",
+        "custom-resource",
+        "no-managed-fields",
+        "managed-fields-first",
+        "other-framing",
+    ],
+)
+def test_other_lines_are_left_to_be_decoded_whole(line: bytes) -> None:
+    assert listed_metadata(line) is None
+
+
+class Lines:
+    """A client whose watches send the given lines (an informer's decoding, with no server)."""
+
+    field_manager = "me"
+
+    def __init__(self, lines: list[bytes]) -> None:
+        self.lines = lines
+
+    async def watch_lines(self, *_: object, **__: object) -> AsyncIterator[bytes]:
+        for line in self.lines:
+            yield line
+        await asyncio.Event().wait()  # the watch stays open
+
+
+async def test_a_lazy_list_tells_the_metadata_and_reads_the_whole_object_trimmed() -> None:
+    ours = applied_secret("ours", ("me", "Apply"))
+    touched = applied_secret("touched", ("me", "Apply"), ("kubectl", "Update"))
+    end = {"metadata": {"resourceVersion": "9", "annotations": {INITIAL_EVENTS_END: "true"}}}
+    client = Lines([added(ours), added(touched), orjson.dumps({"type": "BOOKMARK", "object": end})])
+    informer = Informer(client, SECRET, InformerOptions(compact=True, lazy_lists=True))  # type: ignore[arg-type]
+    told: dict[str, KubeObject] = {}
+    informer.add_handler(
+        SimpleNamespace(on_add=lambda o, initial: told.__setitem__(o["metadata"]["name"], o))
+    )
+    task = asyncio.create_task(informer.run())
+    try:
+        await informer.wait_for_sync(timeout=5)
+    finally:
+        task.cancel()
+    assert told == {"ours": metadata_of(ours), "touched": metadata_of(touched)}
+    assert informer.store.get("ns/ours") == ours
+    assert informer.store.get("ns/touched") == applied_secret("touched", ("me", "Apply"))
+
+
+def test_a_lazy_list_needs_a_compact_store_and_the_default_transform() -> None:
+    client = Lines([])
+    for options in (
+        InformerOptions(lazy_lists=True),
+        InformerOptions(lazy_lists=True, compact=True, transform=untouched),
+    ):
+        with pytest.raises(ValueError, match="lazy_lists needs compact=True"):
+            Informer(client, SECRET, options)  # type: ignore[arg-type]

@@ -134,6 +134,15 @@ def test_cache_transform_keeps_only_the_managers_apply_entries() -> None:
     assert "managedFields" not in keep_managed_fields_of("nobody")(obj)["metadata"]
 
 
+def test_cache_transform_returns_an_object_with_nothing_to_drop_itself() -> None:
+    # So an informer may keep the JSON the object came as (Informer._listed_one).
+    applied = {"manager": "me", "operation": "Apply", "fieldsV1": {}}
+    obj = {"metadata": {"name": "x", "annotations": {"k": "v"}, "managedFields": [applied]}}
+    assert keep_managed_fields_of("me")(obj) is obj
+    assert keep_managed_fields_of("me")({"metadata": {"name": "y"}}) == {"metadata": {"name": "y"}}
+    assert keep_managed_fields_of("other")(obj) is not obj
+
+
 def stateful_set() -> dict[str, Any]:
     """A StatefulSet as the API server returns it: ours, defaulted, and another manager's."""
     mine = {

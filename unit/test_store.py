@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 from typing import Any
 
+import orjson
 import pytest
 
+from crewlet_operator.cache import compact
 from crewlet_operator.cache.store import NAMESPACE_INDEX, Store
 
 
@@ -246,3 +249,30 @@ def test_without_a_finish_an_unfinished_put_is_stored_as_given() -> None:
     store = Store()
     store.put(listed("a", "web"), finished=False)
     assert store.get("ns/a") == listed("a", "web")
+
+
+def test_a_compact_store_keeps_the_json_it_is_given_without_encoding_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_encoding(_: object) -> bytes:
+        raise AssertionError("the store encoded an object it was given the JSON of")
+
+    monkeypatch.setattr(compact, "orjson", SimpleNamespace(dumps=no_encoding, loads=orjson.loads))
+    finish = CountedFinish()
+    store = Store({"app": by_app}, compact=True, finish=finish)
+    for name in ("a", "b"):
+        sent = listed(name, "web")
+        # As the API server sends it: its own spacing and key order, which decode the same;
+        # and as a lazy list puts it, with only the metadata the index functions read.
+        raw = json.dumps(dict(reversed(sent.items())), indent=1).encode()
+        store.put({"metadata": sent["metadata"]}, finished=False, raw=raw)
+    assert store.get("ns/b") == finish(listed("b", "web"))
+    assert sorted(store.keys_by_index("app", "web")) == ["ns/a", "ns/b"]
+    assert store.resource_version("ns/a") == "1"
+    assert store.delete("ns/a") == finish(listed("a", "web"))
+    assert store.keys_by_index("app", "web") == ["ns/b"]
+
+
+def test_a_plain_store_keeps_objects_not_json() -> None:
+    with pytest.raises(ValueError, match="only a compact store"):
+        Store().put(listed("a", "web"), raw=b"{}")

@@ -38,9 +38,10 @@ class CompactCodec:
         self._packer: zstandard.ZstdCompressor | None = None
         self._unpacker: zstandard.ZstdDecompressor | None = None
 
-    def pack(self, obj: KubeObject) -> bytes:
-        """``obj`` as compressed JSON."""
-        text = orjson.dumps(obj)
+    def pack(self, obj: KubeObject, text: bytes | None = None) -> bytes:
+        """``obj`` as compressed JSON; ``text``, when the caller has it, is that JSON (as the
+        API server sent it), which is kept instead of encoding ``obj``."""
+        text = orjson.dumps(obj) if text is None else text
         if self._packer is None:
             dictionary = zstandard.ZstdCompressionDict(
                 text, dict_type=zstandard.DICT_TYPE_RAWCONTENT

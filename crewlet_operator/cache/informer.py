@@ -21,8 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import orjson
 import structlog
 
+from crewlet_operator.cache.listing import listed_metadata
 from crewlet_operator.cache.store import IndexFunc, Store, Transform
 from crewlet_operator.errors import (
     ApiError,
@@ -33,7 +35,7 @@ from crewlet_operator.errors import (
     TransportError,
 )
 from crewlet_operator.fieldset import keep_managed_fields_of
-from crewlet_operator.kube.client import Client, WatchEvent
+from crewlet_operator.kube.client import Client, WatchEvent, decode_event
 from crewlet_operator.kube.resources import Resource
 from crewlet_operator.objects import KubeObject, object_key, resource_version
 
@@ -89,6 +91,14 @@ class InformerOptions:
     """Keep the objects compressed (see :mod:`crewlet_operator.cache.compact`): for kinds held
     by the thousand, whose reads are few per reconcile."""
     max_backoff: float = 30.0
+    lazy_lists: bool = False
+    """Decode each object of a streamed list only as far as its metadata, and keep the JSON the
+    API server sent (:mod:`crewlet_operator.cache.listing`): handlers and index functions are
+    told the listed objects as ``apiVersion``, ``kind`` and ``metadata`` (without its
+    ``managedFields``), and each read decodes the whole object and runs both transforms on it.
+    For built-in kinds held by the thousand of which a start reads few, in a ``compact`` store
+    with the default ``transform``. Custom resources, the watch's changes and paged lists are
+    decoded whole. One of the operator's StatefulSets decodes in 5 us instead of 70 to 85."""
 
 
 class Informer:
@@ -98,10 +108,10 @@ class Informer:
         self.client = client
         self.resource = resource
         self.options = options or InformerOptions()
+        if self.options.lazy_lists and (not self.options.compact or self.options.transform):
+            raise ValueError("lazy_lists needs compact=True and the default transform")
         self.store = Store(
-            self.options.indexers,
-            compact=self.options.compact,
-            finish=self.options.deferred_transform,
+            self.options.indexers, compact=self.options.compact, finish=self._finish_listed()
         )
         self._handlers: list[EventHandler] = []
         self._synced = asyncio.Event()
@@ -223,7 +233,8 @@ class Informer:
         opts = self.options
         seen: set[str] = set()
         listing = True
-        async for event in self.client.watch(
+        path = self.resource.path(opts.namespace)
+        async for line in self.client.watch_lines(
             self.resource,
             opts.namespace,
             label_selector=opts.label_selector,
@@ -233,6 +244,11 @@ class Informer:
             send_initial_events=True,
         ):
             self.last_event_at = time.monotonic()
+            if listing and self.options.lazy_lists and (lazy := listed_metadata(line)):
+                metadata, raw = lazy
+                self._listed_one(metadata, seen, raw)
+                continue
+            event = decode_event(line, path)
             if not listing:
                 self._apply(event)
                 continue
@@ -244,19 +260,21 @@ class Informer:
                 continue
             self._listed_one(event.object, seen)
 
-    def _listed_one(self, listed: KubeObject, seen: set[str]) -> None:
-        """One object of a list (paged or streamed): stored, noted as seen, and told."""
-        obj = self._transform(listed)
+    def _listed_one(self, listed: KubeObject, seen: set[str], raw: bytes | None = None) -> None:
+        """One object of a list (paged or streamed): stored, noted as seen, and told. With
+        ``raw`` (a lazy list), ``listed`` is the object's metadata and ``raw`` the whole
+        object's JSON, which its reads transform."""
+        obj = listed if raw is not None else self._transform(listed)
         key = object_key(obj)
         seen.add(key)
         if key not in self.store:
             # Stored as listed: its deferred transform runs at its reads. The first list is the
             # initial one; a relist's new objects were created while the watch was down.
-            self.store.put(obj, key, finished=False)
+            self.store.put(obj, key, finished=False, raw=raw)
             self._emit_add(obj, initial=not self.has_synced)
         elif self.store.resource_version(key) != resource_version(obj):
-            # Told as a watch's change is: both sides finished.
-            new = self._deferred(obj)
+            # Told as a watch's change is: both sides finished (and whole).
+            new = self._deferred(obj if raw is None else self._transform(orjson.loads(raw)))
             old = self.store.put(new, key)
             assert old is not None
             self._emit_update(old, new)
@@ -310,6 +328,17 @@ class Informer:
         if "apiVersion" not in obj:
             obj = {"apiVersion": self.resource.api_version, "kind": self.resource.kind, **obj}
         return self._trim(obj)
+
+    def _finish_listed(self) -> Transform | None:
+        """What a read runs on a listed object: the deferred transform, after the default
+        transform too on a lazy list, which stores objects as sent (the default transform gives
+        back an object it has trimmed as it is)."""
+        deferred = self.options.deferred_transform
+        if not self.options.lazy_lists:
+            return deferred
+        if deferred is None:
+            return self._transform
+        return lambda obj: deferred(self._transform(obj))
 
     def _deferred(self, obj: KubeObject) -> KubeObject:
         deferred = self.options.deferred_transform

@@ -128,14 +128,25 @@ class Store:
         return list(self._indices[index].get(value, ()))
 
     def put(
-        self, obj: KubeObject, key: str | None = None, *, finished: bool = True
+        self,
+        obj: KubeObject,
+        key: str | None = None,
+        *,
+        finished: bool = True,
+        raw: bytes | None = None,
     ) -> KubeObject | None:
         """Store ``obj`` (under ``key``, its :func:`object_key`, when the caller has it);
         return the object it replaced. ``finished=False`` leaves the store's ``finish`` to the
-        object's reads."""
+        object's reads.
+
+        ``raw`` (a compact store only) is the whole object's JSON, as the API server sent it:
+        the store keeps it, reads decode it, and ``obj`` need then hold only what the index
+        functions read (an informer's lazy list passes the metadata alone)."""
+        if raw is not None and self._codec is None:
+            raise ValueError("only a compact store keeps an object's JSON")
         key = object_key(obj) if key is None else key
         old = self._drop(key)
-        self._put(key, obj)
+        self._put(key, obj, raw)
         if not finished and self._finish is not None:
             self._unfinished.add(key)
         return old
@@ -152,8 +163,8 @@ class Store:
             obj = self._finish(obj)
         return obj
 
-    def _put(self, key: str, obj: KubeObject) -> None:
-        self._items[key] = self._codec.pack(obj) if self._codec is not None else obj
+    def _put(self, key: str, obj: KubeObject, raw: bytes | None = None) -> None:
+        self._items[key] = self._codec.pack(obj, raw) if self._codec is not None else obj
         self._uids ^= _uid_hash(obj)
         if self._versions is not None:
             self._versions[key] = (obj.get("metadata") or {}).get("resourceVersion")

@@ -374,6 +374,36 @@ class Client:
         receives a BOOKMARK about every minute, so the 90 s default does not fire on one.
         An ``ERROR`` event raises its :class:`~crewlet_operator.errors.ApiError` (410 = relist).
         """
+        path = resource.path(namespace)
+        async for line in self.watch_lines(
+            resource,
+            namespace,
+            resource_version=resource_version,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            timeout_seconds=timeout_seconds,
+            inactivity_timeout=inactivity_timeout,
+            allow_bookmarks=allow_bookmarks,
+            send_initial_events=send_initial_events,
+        ):
+            yield decode_event(line, path)
+
+    async def watch_lines(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int | None = 300,
+        inactivity_timeout: float | None = 90.0,
+        allow_bookmarks: bool = True,
+        send_initial_events: bool = False,
+    ) -> AsyncIterator[bytes]:
+        """:meth:`watch`, with each event as the line of JSON the API server sent, undecoded
+        (:func:`decode_event` decodes one): for a caller that decodes some events only in part,
+        such as an informer's lazy list (:class:`~crewlet_operator.cache.InformerOptions`)."""
         query: dict[str, QueryValue] = {
             "watch": True,
             "allowWatchBookmarks": allow_bookmarks or send_initial_events or None,
@@ -408,11 +438,7 @@ class Client:
                         path=path,
                     )
                 async for line in _lines(response.content):
-                    event = orjson.loads(line)
-                    obj = event.get("object") or {}
-                    if event.get("type") == "ERROR":
-                        raise api_error(int(obj.get("code") or 500), obj, method="WATCH", path=path)
-                    yield WatchEvent(event["type"], obj)
+                    yield line
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise TransportError(f"WATCH {path}: {exc!r}") from exc
 
@@ -677,6 +703,16 @@ def _decode(payload: bytes) -> Any:
         return {"message": payload[:1024].decode(errors="replace")}
 
 
+def decode_event(line: bytes, path: str) -> WatchEvent:
+    """One line of a watch on ``path`` (:meth:`Client.watch_lines`) as its event; an ``ERROR``
+    event raises its :class:`~crewlet_operator.errors.ApiError`."""
+    event = orjson.loads(line)
+    obj = event.get("object") or {}
+    if event.get("type") == "ERROR":
+        raise api_error(int(obj.get("code") or 500), obj, method="WATCH", path=path)
+    return WatchEvent(event["type"], obj)
+
+
 def _with_type(resource: Resource, obj: Object) -> Object:
     if obj.get("apiVersion") and obj.get("kind"):
         return obj
@@ -743,7 +779,11 @@ def _configuration_from_rest(config: RestConfig) -> Configuration:
 async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
     """The non-blank lines of ``stream``, split from whatever chunks arrive: a streamed list of
     thousands of objects comes many to a chunk, and reading it line by line would await the
-    reader once per object."""
+    reader once per object.
+
+    Only lines that ended: the API server ends every event with a newline, so a last line
+    without one was cut short (an informer's lazy list keeps a line's object as it came,
+    :mod:`crewlet_operator.cache.listing`); the watch is over either way."""
     held: list[bytes] = []  # the start of a line that has not ended yet
     async for chunk in stream.iter_any():
         if b"\n" not in chunk:
@@ -759,5 +799,3 @@ async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
                 yield line
         if rest:
             held.append(rest)
-    if held and (line := b"".join(held)).strip():
-        yield line
