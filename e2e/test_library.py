@@ -211,6 +211,7 @@ async def test_a_lazy_list_tells_the_metadata_and_reads_what_the_api_server_hold
     informer.add_handler(told)
     task = await run_informer(informer)
     trim = keep_managed_fields_of(kube_client.field_manager)
+
     def metadata_of(obj: dict[str, Any]) -> dict[str, Any]:
         meta = {k: v for k, v in obj["metadata"].items() if k != "managedFields"}
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
