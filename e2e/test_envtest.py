@@ -6,9 +6,12 @@ import asyncio
 import json
 import os
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import time
+import urllib.request
 import warnings
 from datetime import datetime
 from pathlib import Path
@@ -22,8 +25,9 @@ from crewlet_operator.envtest import (
     KWOK_NODE,
     ControlPlane,
     EmptyAggregatedRolesWarning,
+    controlplane,
 )
-from crewlet_operator.envtest.controlplane import KWOK_STORAGE_CLASS
+from crewlet_operator.envtest.controlplane import KWOK_STORAGE_CLASS, free_port
 from crewlet_operator.envtest.process import alive
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import ForbiddenError, InvalidError, NotFoundError
@@ -420,6 +424,44 @@ async def test_crds_given_to_a_plane_are_served_before_its_workloads_start_and_c
             await eventually(collected, message="dependent Widget garbage-collected")
     finally:
         plane.stop()
+
+
+def test_a_workload_whose_port_another_process_took_starts_again_on_a_fresh_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A port is free when it is picked, and the suite's other planes can bind it before the
+    binary does: CI once saw kube-scheduler exit with "bind: address already in use"."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        picks: list[int] = []
+
+        def pick() -> int:
+            # etcd's two ports and the API server's come first; kube-controller-manager's next.
+            picks.append(port if len(picks) == 3 else free_port())
+            return picks[-1]
+
+        monkeypatch.setattr(controlplane, "free_port", pick)
+        plane = ControlPlane(tmp_path / "cp", workloads=True).start()
+        try:
+            log = (plane.log_dir / "kube-controller-manager.log").read_text()
+            assert f"127.0.0.1:{port}: bind: address already in use" in log
+            serving = plane.workload_ports["kube-controller-manager"]
+            assert serving not in (port, *picks[:3])
+            healthz = f"https://127.0.0.1:{serving}/healthz"
+            assert urllib.request.urlopen(healthz, context=_unverified()).read() == b"ok"
+            assert plane.processes["kube-controller-manager"].running()
+        finally:
+            plane.stop()
+
+
+def _unverified() -> ssl.SSLContext:
+    # The workloads serve /healthz on a certificate of their own, signed by nobody the plane knows.
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 async def test_a_plane_without_workloads_warns_that_the_aggregated_roles_are_empty(

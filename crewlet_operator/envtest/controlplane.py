@@ -34,9 +34,10 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Self
 
@@ -91,6 +92,11 @@ _AGGREGATED_ROLES_MESSAGE = (
 )
 
 
+START_ATTEMPTS = 3
+"""Starts of a serving process on fresh ports before its failure is raised: a port is free when
+it is picked, and another process can take it before the binary binds it."""
+
+
 def free_port() -> int:
     """A port free on 127.0.0.1 right now (the start is retried if another process takes it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -104,12 +110,10 @@ class _Ports:
     etcd_client: int
     etcd_peer: int
     apiserver: int
-    controller_manager: int
-    scheduler: int
 
     @classmethod
     def pick(cls) -> _Ports:
-        return cls(free_port(), free_port(), free_port(), free_port(), free_port())
+        return cls(free_port(), free_port(), free_port())
 
 
 class ControlPlane:
@@ -160,6 +164,8 @@ class ControlPlane:
         self.crds_established_at: float | None = None
         """When the CRDs given to the plane were all Established and served (``time.time()``)."""
         self._ports: _Ports | None = None
+        self.workload_ports: dict[str, int] = {}
+        """The secure port each of kube-controller-manager and kube-scheduler serves on."""
         self._etcd_data: Path | None = None
 
     # -- paths ---------------------------------------------------------------------------------
@@ -223,7 +229,7 @@ class ControlPlane:
             sub.mkdir(parents=True, exist_ok=True)
         self._write_pki()
         try:
-            for attempt in range(3):
+            for attempt in range(START_ATTEMPTS):
                 self._ports = _Ports.pick()
                 try:
                     self._start_etcd()
@@ -232,7 +238,7 @@ class ControlPlane:
                 except ProcessFailedError:
                     # Most often a port taken between picking and binding: try fresh ports.
                     self._stop_processes()
-                    if attempt == 2:
+                    if attempt == START_ATTEMPTS - 1:
                         raise
             self.admin_config().write_kubeconfig(self.kubeconfig)
             self._install_crds(crds)
@@ -584,12 +590,15 @@ class ControlPlane:
             "--bind-address=127.0.0.1",
             "--authorization-always-allow-paths=/healthz,/readyz,/livez",
         ]
-        kcm = self._add(
+        # Their ports are picked as each starts, seconds after etcd's and the API server's (the
+        # CRDs come first), and picked again if another process took one meanwhile.
+        controller_manager = _SecureProcess(
+            self,
             "kube-controller-manager",
-            [
+            lambda port: [
                 str(binaries.find("kube-controller-manager")),
                 *common,
-                f"--secure-port={self._ports.controller_manager}",
+                f"--secure-port={port}",
                 f"--cert-dir={self.dir / 'kcm-certs'}",
                 f"--root-ca-file={self.pki_dir / 'serving-ca.crt'}",
                 f"--service-account-private-key-file={self.pki_dir / 'sa-signer.key'}",
@@ -598,12 +607,13 @@ class ControlPlane:
                 "--node-monitor-grace-period=20s",
             ],
         )
-        scheduler = self._add(
+        scheduler = _SecureProcess(
+            self,
             "kube-scheduler",
-            [
+            lambda port: [
                 str(binaries.find("kube-scheduler")),
                 *common,
-                f"--secure-port={self._ports.scheduler}",
+                f"--secure-port={port}",
                 f"--cert-dir={self.dir / 'scheduler-certs'}",
             ],
         )
@@ -619,20 +629,14 @@ class ControlPlane:
                 "--node-lease-duration-seconds=40",
             ],
         )
-        kcm.wait_ready(
-            lambda: _http_ok(f"https://127.0.0.1:{self._ports.controller_manager}/healthz"),  # type: ignore[union-attr]
-            self.start_timeout,
-        )
-        scheduler.wait_ready(
-            lambda: _http_ok(f"https://127.0.0.1:{self._ports.scheduler}/healthz"),  # type: ignore[union-attr]
-            self.start_timeout,
-        )
+        controller_manager.wait_ready()
+        scheduler.wait_ready()
         self._create_node()
         self._create_storage_class()
         kwok.wait_ready(self._node_ready, self.start_timeout)
         # The ServiceAccount controller creates `default` in each namespace; waiting for the first
         # one means the controller-manager's informers are synced.
-        kcm.wait_ready(
+        self.processes["kube-controller-manager"].wait_ready(
             lambda: (
                 self.admin_request("GET", "/api/v1/namespaces/default/serviceaccounts/default")
                 is not None
@@ -685,6 +689,38 @@ class ControlPlane:
         taints = node.get("spec", {}).get("taints", [])
         # The node lifecycle controller lifts the not-ready taint once kwok reports Ready.
         return ready and not any(t["key"] == "node.kubernetes.io/not-ready" for t in taints)
+
+
+class _SecureProcess:
+    """A workload binary serving /healthz on a port of its own: started at once on a free port,
+    and started again on another when it exits before it is ready (most often because another
+    process bound the port first: "bind: address already in use")."""
+
+    def __init__(self, plane: ControlPlane, name: str, args: Callable[[int], list[str]]) -> None:
+        self.plane = plane
+        self.name = name
+        self.args = args
+        self.attempt = 0
+        self._start()
+
+    def _start(self) -> None:
+        self.attempt += 1
+        port = free_port()
+        self.plane.workload_ports[self.name] = port
+        self.process = self.plane._add(self.name, self.args(port))
+
+    def wait_ready(self) -> None:
+        """Wait for /healthz, starting the binary again on a fresh port when it exited early."""
+        while True:
+            url = f"https://127.0.0.1:{self.plane.workload_ports[self.name]}/healthz"
+            try:
+                self.process.wait_ready(partial(_http_ok, url), self.plane.start_timeout)
+                return
+            except ProcessFailedError:
+                if self.process.running() or self.attempt == START_ATTEMPTS:
+                    raise
+                self.process.stop()
+                self._start()
 
 
 def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
