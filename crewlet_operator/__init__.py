@@ -63,6 +63,7 @@ from crewlet_operator.kube.client import (
     DEFAULT_FIELD_MANAGER,
     Client,
     ObjectList,
+    RawObjectList,
     WatchEvent,
     is_ours,
 )
@@ -266,6 +267,7 @@ __all__ = [
     "RESTMapper",
     "RateLimiter",
     "RateLimitingQueue",
+    "RawObjectList",
     "ReconcileFunc",
     "Reconciler",
     "Request",

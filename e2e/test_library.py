@@ -188,12 +188,14 @@ async def test_a_deferred_transform_runs_on_a_listed_object_when_read_and_on_a_w
         await stop(task)
 
 
+@pytest.mark.parametrize("stream_lists", [True, False], ids=["streamed", "in-pages"])
 async def test_a_lazy_list_tells_the_metadata_and_reads_what_the_api_server_holds(
-    kube_client: Client, namespace: str
+    kube_client: Client, namespace: str, stream_lists: bool
 ) -> None:
-    """A start decodes a listed child only as far as its metadata (InformerOptions.lazy_lists):
-    reads give back the whole object, trimmed as a watch would have stored it (here, of the
-    managedFields entry of the field manager that patched it)."""
+    """A start decodes a listed child only as far as its metadata (InformerOptions.lazy_lists),
+    whether the list is streamed or comes in pages (here of one object each): reads give back
+    the whole object, trimmed as a watch would have stored it (here, of the managedFields entry
+    of the field manager that patched it)."""
     labels = {"lazy": "yes"}
 
     def config_map(name: str) -> dict[str, Any]:
@@ -204,7 +206,12 @@ async def test_a_lazy_list_tells_the_metadata_and_reads_what_the_api_server_hold
     await kube_client.apply(CONFIG_MAP, config_map("touched"))
     await kube_client.patch(CONFIG_MAP, "touched", {"data": {"other": "x"}}, namespace)
     options = InformerOptions(
-        namespace=namespace, label_selector="lazy=yes", compact=True, lazy_lists=True
+        namespace=namespace,
+        label_selector="lazy=yes",
+        compact=True,
+        lazy_lists=True,
+        stream_lists=stream_lists,
+        page_size=1,
     )
     informer = Informer(kube_client, CONFIG_MAP, options)
     told = Told()
@@ -217,6 +224,7 @@ async def test_a_lazy_list_tells_the_metadata_and_reads_what_the_api_server_hold
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
 
     try:
+        assert informer.streams_lists == stream_lists
         applied = await kube_client.get(CONFIG_MAP, "applied", namespace)
         assert told.objects["applied"] == metadata_of(applied)
         assert informer.store.get(f"{namespace}/applied") == applied

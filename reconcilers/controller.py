@@ -75,6 +75,9 @@ log = structlog.get_logger("crewlet_operator.company")
 CLASS_INDEX = "class"
 COMPANY_INDEX = "company"
 COMPACT_PAGE = 100
+LISTED_CHILDREN_PAGE = 500
+"""Children listed at once, each as its JSON until read (a lazy list): a page of StatefulSets
+is ~7 MiB of bytes at 10,000 companies, not dicts; client-go's page size."""
 SECRET_ANSWER_TIMEOUT = 10.0
 """Seconds a reconcile waits for a newly watched Secret's first answer before it retries."""
 CHILDREN_PRIORITY = 2 * LOW_PRIORITY
@@ -177,14 +180,18 @@ class CrewletControllers:
         # Children are cached as far as the operator applied them (and their status): what a
         # reconcile compares them with. Pruning was the dearest step of a sync (a sixth of its
         # CPU over 130,000 children), and a restart's first pass reads few of them: deferred.
-        # For the same reason a start decodes a listed child only as far as its metadata.
+        # For the same reason a start decodes a listed child only as far as its metadata, and
+        # lists them in pages, which cost the API server half the CPU of a stream (see
+        # InformerOptions.stream_lists): a restart over 3,000 companies synced in 4.2 s against
+        # 4.9 (four alternated pairs), with 0.5 s less of the operator's CPU.
         owned = InformerOptions(
             label_selector=naming.MANAGED_BY_SELECTOR,
             deferred_transform=keep_owned_fields_of(manager.client.field_manager),
             indexers={COMPANY_INDEX: _company_of_child},
             compact=True,
-            page_size=COMPACT_PAGE,
+            page_size=LISTED_CHILDREN_PAGE,
             lazy_lists=True,
+            stream_lists=False,
         )
 
         self.status_echoes = OwnStatusWrites()

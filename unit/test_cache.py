@@ -12,7 +12,8 @@ import pytest
 
 from crewlet_operator.cache import Cache, InformerOptions
 from crewlet_operator.cache.informer import INITIAL_EVENTS_END, Informer
-from crewlet_operator.cache.listing import listed_metadata
+from crewlet_operator.cache.listing import item_metadata, listed_metadata
+from crewlet_operator.kube.client import RawObjectList
 from crewlet_operator.kube.resources import CONFIG_MAP, NAMESPACE, SECRET
 from crewlet_operator.objects import KubeObject
 
@@ -153,6 +154,35 @@ def test_other_lines_are_left_to_be_decoded_whole(line: bytes) -> None:
     assert listed_metadata(line) is None
 
 
+def item_of(obj: KubeObject) -> bytes:
+    """``obj`` as an item of a list's page: the page names its kind, the item does not."""
+    return orjson.dumps({k: v for k, v in obj.items() if k not in ("kind", "apiVersion")})
+
+
+def test_an_item_of_a_page_is_decoded_as_far_as_its_metadata() -> None:
+    sent = applied_secret("a", ("me", "Apply"), ("kubectl", "Update"))
+    sent["metadata"] = {"labels": {"b": '"managedFields":[{'}, **sent["metadata"]}
+    decoded = item_metadata(item_of(sent), "v1", "Secret")
+    assert decoded is not None
+    partial, raw = decoded
+    assert partial == metadata_of(sent)
+    assert orjson.loads(raw) == sent
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        orjson.dumps(custom_resource()),
+        item_of(without_managed_fields()),
+        item_of(managed_fields_first()),
+        orjson.dumps(applied_secret("a", ("me", "Apply"))),
+    ],
+    ids=["custom-resource", "no-managed-fields", "managed-fields-first", "kind-first"],
+)
+def test_other_items_are_left_to_be_decoded_whole(item: bytes) -> None:
+    assert item_metadata(item, "v1", "Secret") is None
+
+
 class Lines:
     """A client whose watches send the given lines (an informer's decoding, with no server)."""
 
@@ -185,6 +215,46 @@ async def test_a_lazy_list_tells_the_metadata_and_reads_the_whole_object_trimmed
     assert told == {"ours": metadata_of(ours), "touched": metadata_of(touched)}
     assert informer.store.get("ns/ours") == ours
     assert informer.store.get("ns/touched") == applied_secret("touched", ("me", "Apply"))
+
+
+class Pages:
+    """A client whose lists send the given pages of items, and whose watches stay silent."""
+
+    field_manager = "me"
+
+    def __init__(self, *pages: list[bytes]) -> None:
+        self.pages = pages
+
+    async def list_raw_pages(self, *_: object, **__: object) -> AsyncIterator[RawObjectList]:
+        for items in self.pages:
+            yield RawObjectList(list(items), "9")
+
+    async def watch(self, *_: object, **__: object) -> AsyncIterator[object]:
+        await asyncio.Event().wait()  # the watch stays open, and silent
+        yield None
+
+
+async def test_a_lazy_list_in_pages_tells_the_metadata_and_reads_the_whole_object() -> None:
+    ours = applied_secret("ours", ("me", "Apply"))
+    touched = applied_secret("touched", ("me", "Apply"), ("kubectl", "Update"))
+    bare = without_managed_fields()  # decoded whole, and given the kind the page names
+    client = Pages([item_of(ours), item_of(touched)], [item_of(bare)])
+    options = InformerOptions(compact=True, lazy_lists=True, stream_lists=False)
+    informer = Informer(client, SECRET, options)  # type: ignore[arg-type]
+    told: dict[str, KubeObject] = {}
+    informer.add_handler(
+        SimpleNamespace(on_add=lambda o, initial: told.__setitem__(o["metadata"]["name"], o))
+    )
+    task = asyncio.create_task(informer.run())
+    try:
+        await informer.wait_for_sync(timeout=5)
+    finally:
+        task.cancel()
+    assert told == {"ours": metadata_of(ours), "touched": metadata_of(touched), "a": bare}
+    assert informer.store.get("ns/ours") == ours
+    assert informer.store.get("ns/touched") == applied_secret("touched", ("me", "Apply"))
+    assert informer.store.get("ns/a") == bare
+    assert not informer.streams_lists
 
 
 def test_a_lazy_list_needs_a_compact_store_and_the_default_transform() -> None:

@@ -1,6 +1,6 @@
 """How the client reads and asks, with no server: a watch's body split into events whatever
-chunks it arrives in (the reader is fed by hand, as the connection would feed it), and the
-compression it asks for."""
+chunks it arrives in (the reader is fed by hand, as the connection would feed it), a list's
+pages split into their items, and the compression it asks for."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ import asyncio
 from unittest import mock
 
 import aiohttp
+import orjson
 import pytest
 
 from crewlet_operator import Client
 from crewlet_operator.kube.client import _lines
 from crewlet_operator.kube.config import RestConfig
+from crewlet_operator.kube.resources import SECRET
 
 
 async def lines_of(chunks: list[bytes]) -> list[bytes]:
@@ -55,3 +57,58 @@ async def test_a_client_without_compression_asks_for_identity(compression: bool)
         await client.close()
     # Without the header aiohttp offers gzip and deflate, as client-go offers gzip.
     assert headers.get("Accept-Encoding") == (None if compression else "identity")
+
+
+def list_page(items: list[bytes], resource_version: str, token: str | None) -> bytes:
+    """A page as the API server sends it: ``kind`` and ``apiVersion`` named once."""
+    meta = b'{"resourceVersion":"' + resource_version.encode() + b'"'
+    meta += b',"continue":"' + token.encode() + b'"}' if token else b"}"
+    head = b'{"kind":"SecretList","apiVersion":"v1","metadata":' + meta
+    return head + b',"items":[' + b",".join(items) + b"]}"
+
+
+FIRST = b'{"metadata":{"name":"a","annotations":{"x":"],{\\"y\\":[}"}},"data":{"k":"dg=="}}'
+SECOND = b'{"metadata":{"name":"b"},"type":"Opaque"}'
+
+
+async def test_raw_pages_give_each_item_as_sent_and_follow_the_continue_token() -> None:
+    pages = {
+        None: list_page([FIRST], "5", "next"),
+        "next": list_page([SECOND], "5", None),
+    }
+    asked: list[dict[str, object]] = []
+
+    async def send(method: str, path: str, **kwargs: object) -> bytes:
+        query = kwargs["query"]
+        assert isinstance(query, dict)
+        asked.append(query)
+        return pages[query["continue"]]
+
+    client = Client(RestConfig(host="https://127.0.0.1:1", token="t"))
+    try:
+        with mock.patch.object(client, "_send", send):
+            raw = [page async for page in client.list_raw_pages(SECRET, "ns", page_size=1)]
+            whole = [page async for page in client.list_pages(SECRET, "ns", page_size=1)]
+    finally:
+        await client.close()
+    assert [(p.items, p.resource_version) for p in raw] == [([FIRST], "5"), ([SECOND], "5")]
+    assert [q["limit"] for q in asked] == [1, 1, 1, 1]
+    assert [p.items for p in whole] == [
+        [{**orjson.loads(FIRST), "apiVersion": "v1", "kind": "Secret"}],
+        [{**orjson.loads(SECOND), "apiVersion": "v1", "kind": "Secret"}],
+    ]
+
+
+async def test_a_page_that_is_not_a_list_is_an_error_that_names_the_path() -> None:
+    async def send(*_: object, **__: object) -> bytes:
+        return b'{"items":{"not":"a list"}}'
+
+    client = Client(RestConfig(host="https://127.0.0.1:1", token="t"))
+    try:
+        with (
+            mock.patch.object(client, "_send", send),
+            pytest.raises(ValueError, match="/api/v1/namespaces/ns/secrets: not a list"),
+        ):
+            [page async for page in client.list_raw_pages(SECRET, "ns")]
+    finally:
+        await client.close()

@@ -24,7 +24,7 @@ from typing import Protocol
 import orjson
 import structlog
 
-from crewlet_operator.cache.listing import listed_metadata
+from crewlet_operator.cache.listing import item_metadata, listed_metadata
 from crewlet_operator.cache.store import IndexFunc, Store, Transform
 from crewlet_operator.errors import (
     ApiError,
@@ -87,18 +87,26 @@ class InformerOptions:
     inactivity_timeout: float = 90.0
     """Seconds without a byte before the watch is presumed dead (bookmarks come every minute)."""
     page_size: int = 500
+    stream_lists: bool = True
+    """List by a watch that sends every object first (Kubernetes' WatchList), decoding each as it
+    comes, rather than page by page (``page_size`` objects at a time, each page decoded whole
+    once it has come). Pages cost the API server half the CPU of a stream (it encodes and flushes
+    every streamed object as an event of its own): measured over 3,000 companies' objects, a
+    StatefulSet's list took 1.0 s of its CPU in pages of 500 against 2.0 s streamed, a
+    Service's 0.35 against 1.1 s. A stream holds one object at a time where pages hold one page,
+    and an API server that refuses to stream is listed in pages either way."""
     compact: bool = False
     """Keep the objects compressed (see :mod:`crewlet_operator.cache.compact`): for kinds held
     by the thousand, whose reads are few per reconcile."""
     max_backoff: float = 30.0
     lazy_lists: bool = False
-    """Decode each object of a streamed list only as far as its metadata, and keep the JSON the
-    API server sent (:mod:`crewlet_operator.cache.listing`): handlers and index functions are
-    told the listed objects as ``apiVersion``, ``kind`` and ``metadata`` (without its
-    ``managedFields``), and each read decodes the whole object and runs both transforms on it.
-    For built-in kinds held by the thousand of which a start reads few, in a ``compact`` store
-    with the default ``transform``. Custom resources, the watch's changes and paged lists are
-    decoded whole. One of the operator's StatefulSets decodes in 5 us instead of 70 to 85."""
+    """Decode each object of a list (streamed or paged) only as far as its metadata, and keep the
+    JSON the API server sent (:mod:`crewlet_operator.cache.listing`): handlers and index
+    functions are told the listed objects as ``apiVersion``, ``kind`` and ``metadata`` (without
+    its ``managedFields``), and each read decodes the whole object and runs both transforms on
+    it. For built-in kinds held by the thousand of which a start reads few, in a ``compact``
+    store with the default ``transform``. Custom resources and the watch's changes are decoded
+    whole. One of the operator's StatefulSets decodes in 5 us instead of 70 to 85."""
 
 
 class Informer:
@@ -119,8 +127,9 @@ class Informer:
         self.last_error: CrewletError | None = None
         """Why the latest list or watch failed; None once a list has succeeded since."""
         self._resource_version: str | None = None
-        self.streams_lists = True
-        """Whether lists are streamed (WatchList); False once an API server refused it."""
+        self.streams_lists = self.options.stream_lists
+        """Whether lists are streamed (WatchList): as the options say, and False once an API
+        server refused it."""
         self.relists = 0
         self.watch_failures = 0
         """Lists and watches that failed (including silent watches the watchdog ended)."""
@@ -175,7 +184,8 @@ class Informer:
 
         The list is streamed (a watch whose first events are every object, Kubernetes'
         WatchList), so objects are decoded, trimmed and stored as the API server sends them,
-        while it sends the next ones; an API server that refuses that is listed page by page.
+        while it sends the next ones; without ``stream_lists``, or with an API server that
+        refuses that, it is listed page by page.
         """
         failures = 0
         while True:
@@ -184,7 +194,7 @@ class Informer:
                     await self._stream()
                 else:
                     if self._resource_version is None:
-                        await self._relist()
+                        await (self._relist_lazily() if self.options.lazy_lists else self._relist())
                     await self._watch()
                 failures = 0
             except (BadRequestError, InvalidError) as refused:
@@ -219,6 +229,32 @@ class Informer:
         ):
             version = page.resource_version
             for listed in page.items:
+                self._listed_one(listed, seen)
+            page.items.clear()
+        self._listed(seen, version)
+
+    async def _relist_lazily(self) -> None:
+        """:meth:`_relist` with each object decoded as far as its metadata (``lazy_lists``)."""
+        opts = self.options
+        api_version, kind = self.resource.api_version, self.resource.kind
+        seen: set[str] = set()
+        version = ""
+        async for page in self.client.list_raw_pages(
+            self.resource,
+            opts.namespace,
+            label_selector=opts.label_selector,
+            field_selector=opts.field_selector,
+            page_size=opts.page_size,
+        ):
+            version = page.resource_version
+            for item in page.items:
+                if lazy := item_metadata(item, api_version, kind):
+                    metadata, raw = lazy
+                    self._listed_one(metadata, seen, raw)
+                    continue
+                listed = orjson.loads(item)
+                listed.setdefault("apiVersion", api_version)
+                listed.setdefault("kind", kind)
                 self._listed_one(listed, seen)
             page.items.clear()
         self._listed(seen, version)

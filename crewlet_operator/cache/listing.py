@@ -1,4 +1,4 @@
-"""A streamed list's objects decoded only as far as their metadata (an informer's lazy list).
+"""A list's objects decoded only as far as their metadata (an informer's lazy list).
 
 A start decodes every object the API server streams, and most of them are not read again before
 they change: a restart's first pass looks at the versions of a company's children, not at what
@@ -10,11 +10,13 @@ decodes it whole.
 The metadata is cut from the line by where the API server puts it. A built-in kind is encoded in
 the order of its Go struct's fields: ``kind``, ``apiVersion``, then ``metadata``, whose last
 field is ``managedFields``; so the bytes from ``"metadata":{`` to ``,"managedFields":[`` are the
-metadata without its managed fields. Nothing else in an object's metadata can hold that key with
+metadata without its managed fields. A page of a list names ``kind`` and ``apiVersion`` once,
+and each of its items (split by :meth:`~crewlet_operator.kube.client.Client.list_raw_pages`)
+starts with ``metadata``. Nothing else in an object's metadata can hold that key with
 a list (labels and annotations hold strings, owner references fixed keys), and the cut is decoded
 as one JSON object, which it is only if that key closes the metadata's own fields. Any other
-line (a custom resource's keys come sorted, an object without managed fields, another event) is
-left to be decoded whole.
+line or item (a custom resource's keys come sorted, an object without managed fields, another
+event) is left to be decoded whole.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ _ADDED = re.compile(
 """A list's event of a built-in kind, up to the opening brace of its object's metadata (Go
 encodes the event's two fields, then the object's type, in this order)."""
 _MANAGED_FIELDS = b',"managedFields":['
+_ITEM_METADATA = b'{"metadata":{'
 _OBJECT_AT = len(b'{"type":"ADDED","object":')
 
 
@@ -41,12 +44,37 @@ def listed_metadata(line: bytes) -> tuple[KubeObject, bytes] | None:
     head = _ADDED.match(line)
     if head is None or not line.endswith(b"}"):
         return None
-    end = line.find(_MANAGED_FIELDS, head.end())
-    if end < 0:
-        return None
-    try:
-        metadata = orjson.loads(line[head.end() - 1 : end] + b"}")
-    except orjson.JSONDecodeError:
+    metadata = _metadata(line, head.end() - 1)
+    if metadata is None:
         return None
     kind, api_version = head.group(1).decode(), head.group(2).decode()
     return {"apiVersion": api_version, "kind": kind, "metadata": metadata}, line[_OBJECT_AT:-1]
+
+
+def item_metadata(item: bytes, api_version: str, kind: str) -> tuple[KubeObject, bytes] | None:
+    """The item of a list's page, of the kind ``api_version``/``kind`` the list names, as its
+    ``apiVersion``, ``kind`` and ``metadata`` (without ``managedFields``), and the whole
+    object's JSON (the item's, with its kind put in); None when the item is to be decoded whole
+    (see the module's docstring)."""
+    if not item.startswith(_ITEM_METADATA):
+        return None
+    metadata = _metadata(item, len(_ITEM_METADATA) - 1)
+    if metadata is None:
+        return None
+    kind_and_version = orjson.dumps({"kind": kind, "apiVersion": api_version})
+    return (
+        {"apiVersion": api_version, "kind": kind, "metadata": metadata},
+        kind_and_version[:-1] + b"," + item[1:],
+    )
+
+
+def _metadata(text: bytes, start: int) -> KubeObject | None:
+    """The metadata whose opening brace is at ``start``, cut before its managed fields."""
+    end = text.find(_MANAGED_FIELDS, start)
+    if end < 0:
+        return None
+    try:
+        metadata: KubeObject = orjson.loads(text[start:end] + b"}")
+    except orjson.JSONDecodeError:
+        return None
+    return metadata

@@ -18,6 +18,7 @@ from typing import Any, Self
 from urllib.parse import urlsplit
 
 import aiohttp
+import msgspec
 import orjson
 from multidict import CIMultiDict
 from yarl import URL
@@ -108,6 +109,31 @@ class ObjectList:
 
     items: list[Object]
     resource_version: str
+
+
+@dataclass(frozen=True)
+class RawObjectList:
+    """The items of a list as JSON, each as the API server sent it, and the collection's
+    resourceVersion (:meth:`Client.list_raw_pages`)."""
+
+    items: list[bytes]
+    resource_version: str
+
+
+class _ListMeta(msgspec.Struct):
+    resource_version: str = msgspec.field(default="", name="resourceVersion")
+    continue_: str | None = msgspec.field(default=None, name="continue")
+
+
+class _RawPage(msgspec.Struct):
+    """A list's page with its items split and left undecoded (``msgspec.Raw``): msgspec skips
+    over an item at about a gigabyte a second, a tenth of what decoding it costs."""
+
+    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
+    items: list[msgspec.Raw] | None = None
+
+
+_RAW_PAGE = msgspec.json.Decoder(_RawPage)
 
 
 class Client:
@@ -232,6 +258,24 @@ class Client:
         Raises the most specific :class:`~crewlet_operator.errors.ApiError` for a failure status,
         and :class:`~crewlet_operator.errors.TransportError` when no answer arrives.
         """
+        return _decode(
+            await self._send(
+                method, path, query=query, body=body, content_type=content_type, timeout=timeout
+            )
+        )
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, QueryValue] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = None,
+    ) -> bytes:
+        """Send one request and return its answer's body, undecoded; a failure status raises
+        (see :meth:`request`)."""
         headers = await self._headers(content_type)
         data = orjson.dumps(body) if body is not None else None
         started = time.monotonic()
@@ -252,12 +296,12 @@ class Client:
             self._observe(method, "<error>", started)
             raise TransportError(f"{method} {path}: {exc!r}") from exc
         self._observe(method, str(status), started)
-        decoded = _decode(payload)
         if status >= 400:
+            decoded = _decode(payload)
             raise api_error(
                 status, decoded if isinstance(decoded, dict) else None, method=method, path=path
             )
-        return decoded
+        return payload
 
     def _observe(self, method: str, code: str, started: float) -> None:
         metrics.REST_CLIENT_REQUESTS.labels(code=code, method=method, host=self._host_label).inc()
@@ -327,6 +371,35 @@ class Client:
     ) -> AsyncIterator[ObjectList]:
         """:meth:`list`, a page at a time: a caller that keeps something smaller than each
         object (a cache) never holds more than one page of whole objects."""
+        async for page in self.list_raw_pages(
+            resource,
+            namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            page_size=page_size,
+            resource_version=resource_version,
+        ):
+            items = [orjson.loads(item) for item in page.items]
+            page.items.clear()
+            for item in items:
+                item.setdefault("apiVersion", resource.api_version)
+                item.setdefault("kind", resource.kind)
+            yield ObjectList(items, page.resource_version)
+
+    async def list_raw_pages(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+        resource_version: str | None = None,
+    ) -> AsyncIterator[RawObjectList]:
+        """:meth:`list_pages` with each item left as the JSON the API server sent: split from
+        the page without being decoded, for a caller that decodes only part of most items
+        (an informer's lazy list). An item of a built-in kind carries no ``kind`` or
+        ``apiVersion`` (its list names them once); a custom resource's does."""
         token: str | None = None
         while True:
             query: dict[str, QueryValue] = {
@@ -336,14 +409,15 @@ class Client:
                 "continue": token,
                 "resourceVersion": resource_version if token is None else None,
             }
-            page: Object = await self.request("GET", resource.path(namespace), query=query)
-            items = page.get("items") or []
-            for item in items:
-                item.setdefault("apiVersion", resource.api_version)
-                item.setdefault("kind", resource.kind)
-            meta = page.get("metadata") or {}
-            yield ObjectList(items, meta.get("resourceVersion", ""))
-            token = meta.get("continue")
+            payload = await self._send("GET", resource.path(namespace), query=query)
+            try:
+                page = _RAW_PAGE.decode(payload)
+            except msgspec.DecodeError as exc:
+                raise ValueError(f"GET {resource.path(namespace)}: not a list: {exc}") from exc
+            yield RawObjectList(
+                [bytes(item) for item in page.items or ()], page.metadata.resource_version
+            )
+            token = page.metadata.continue_
             if not token:
                 return
 
