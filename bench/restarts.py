@@ -157,8 +157,9 @@ async def startup(session: Session) -> Figure:
         f"{peak_ratio['restart']:.2f}x and {peak_ratio['cold']:.2f}x steady; the world: "
         f"{world['revisions_per_object']} etcd revisions an object, {world['statefulsets']} "
         f"StatefulSets listed in pages in {world['paged_list_s']} s, streamed in "
-        f"{world['streamed_list_s']} s; every cached kind streamed at once to readers that "
-        f"decode nothing (the API server's floor for a sync) in {world['reader_floor_s']} s"
+        f"{world['streamed_list_s']} s; every cached kind read at once as the caches read it "
+        f"(children in pages, the others streamed) by readers that decode nothing (the API "
+        f"server's floor for a sync) in {world['reader_floor_s']} s"
     )
     if result.companies < TARGET_COMPANIES:
         data["projected_at_10000"] = {
