@@ -76,6 +76,18 @@ async def scrape(port: int) -> list[Sample]:
     return parse_samples(text)
 
 
+GC_COUNT = "go_gc_duration_seconds_count"
+
+
+def gc_cycles(metrics: list[Sample]) -> int:
+    """Garbage collections a Go process (the API server) has finished (:data:`GC_COUNT` of its
+    /metrics): a mark phase slows its writes for seconds and costs it CPU (docs/scaling.md)."""
+    counts = [v for name, _, v in metrics if name == GC_COUNT]
+    if not counts:
+        raise ValueError(f"no {GC_COUNT} in the API server's /metrics")
+    return int(sum(counts))
+
+
 def parse_samples(text: str) -> list[Sample]:
     """Every sample of a Prometheus text exposition: name, labels, value."""
     found = []

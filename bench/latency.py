@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from bench.cluster import CompanyRef, Object
 from bench.convergence import measure_floor
-from bench.daemon import Daemon, Sample, parse_samples, total
+from bench.daemon import Daemon, Sample, gc_cycles, total
 from bench.floor import verdict_status
 from bench.progress import Key, Progress
 from bench.report import Figure
@@ -50,18 +50,6 @@ verdict floor's writer keeps as many status writes in flight at most."""
 COLLECTION_AT = 0.5
 """Where in the verdict floor's load the API server is made to collect its garbage (a fraction
 of the load's seconds): the operator's load meets one collection at a time of its own."""
-
-
-GC_COUNT = "go_gc_duration_seconds_count"
-
-
-def gc_cycles(metrics: list[Sample]) -> int:
-    """Garbage collections the API server has finished (:data:`GC_COUNT` of its /metrics): a
-    mark phase slows its writes for seconds (docs/scaling.md)."""
-    counts = [v for name, _, v in metrics if name == GC_COUNT]
-    if not counts:
-        raise ValueError(f"no {GC_COUNT} in the API server's /metrics")
-    return int(sum(counts))
 
 
 LOOP_LAG = "crewlet_operator_event_loop_lag_seconds"
@@ -264,7 +252,7 @@ async def verdict_floor(session: Session) -> dict[str, object]:
     garbage at the load's middle (a collection slows its writes for seconds: docs/scaling.md);
     then its Companies are deleted, so the world is as it was."""
     load = await Load.allocate(session, "floor-")
-    server_before = await _server_metrics(session)
+    server_before = await session.server_metrics()
     writer = VerdictWriter(session)
     async with Progress(session.cluster.api, load.keys, on_created=writer.tell) as progress:
         collection = asyncio.create_task(
@@ -275,7 +263,7 @@ async def verdict_floor(session: Session) -> dict[str, object]:
             await progress.wait_accepted(load.keys, PATIENCE)
         await collection
         await writer.finish()
-        collected = gc_cycles(await _server_metrics(session)) - gc_cycles(server_before)
+        collected = gc_cycles(await session.server_metrics()) - gc_cycles(server_before)
     latencies = sorted(load.latencies(progress.accepted_at, load.probes))
     await session.cluster.remove([*load.background, *load.probes], [COMPANY])
     return {
@@ -288,12 +276,6 @@ async def verdict_floor(session: Session) -> dict[str, object]:
     }
 
 
-async def _server_metrics(session: Session) -> list[Sample]:
-    return parse_samples(
-        await asyncio.to_thread(session.cluster.plane.admin_request, "GET", "/metrics", raw=True)
-    )
-
-
 async def latency(session: Session) -> Figure:
     floor_before, floor_workers = await floor_per_company(session, "before")
     floor = await verdict_floor(session)
@@ -303,7 +285,7 @@ async def latency(session: Session) -> Figure:
     background, probes, sent, answered = load.background, load.probes, load.sent, load.answered
     keys = load.keys
     writes_before = cluster.plane.mutating_requests(WRITTEN)
-    server_before = await _server_metrics(session)
+    server_before = await session.server_metrics()
     operator_before = await daemon.samples()
     waiting: list[int] = []
     async with Progress(cluster.api, keys) as progress:
@@ -318,7 +300,7 @@ async def latency(session: Session) -> Figure:
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
         waited = time.monotonic() - started
-        server_after = await _server_metrics(session)
+        server_after = await session.server_metrics()
         collected = gc_cycles(server_after) - gc_cycles(server_before)
         waits = who_waited(
             server_before,

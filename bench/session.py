@@ -16,7 +16,7 @@ from typing import Any
 
 from bench import floor
 from bench.cluster import Cluster
-from bench.daemon import Daemon, Memory, cpu_seconds, until
+from bench.daemon import Daemon, Memory, Sample, cpu_seconds, gc_cycles, parse_samples, until
 from bench.scale import Scale
 from reconcilers.controller import WRITTEN_RESOURCES
 
@@ -54,6 +54,9 @@ class Pass:
     """The operator's CPU seconds from its start to its caches' sync (/readyz)."""
     ready_server_cpu_s: float
     """The control plane's (API server and etcd) CPU seconds over the same time."""
+    ready_server_collections: int
+    """Garbage collections the API server finished over the same time (each costs it CPU in
+    proportion to its heap, and a start's lists grow that heap)."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +70,7 @@ class Pass:
             "peak_rss_bytes": self.memory.peak,
             "ready_cpu_s": round(self.ready_cpu_s, 1),
             "ready_server_cpu_s": round(self.ready_server_cpu_s, 1),
+            "ready_server_collections": self.ready_server_collections,
         }
 
 
@@ -131,6 +135,7 @@ class Session:
         await self.stop_operator()
         plane = self.cluster.plane
         before = plane.mutating_requests(WRITTEN | {"leases"})
+        collections_before = gc_cycles(await self.server_metrics())
         server_cpu_before = self.server_cpu()
         daemon = self.new_daemon("single")
         daemon.start()
@@ -138,6 +143,7 @@ class Session:
         ready = await until(daemon.ready, self.scale.timeout, f"{daemon.name} ready")
         ready_cpu = cpu_seconds(daemon.pid)
         ready_server_cpu = self.server_cpu() - server_cpu_before
+        ready_collections = gc_cycles(await self.server_metrics()) - collections_before
 
         async def first_pass() -> bool:
             return await daemon.reconciles() >= self.converged
@@ -155,6 +161,13 @@ class Session:
             memory=await self._read_memory(daemon),
             ready_cpu_s=ready_cpu,
             ready_server_cpu_s=ready_server_cpu,
+            ready_server_collections=ready_collections,
+        )
+
+    async def server_metrics(self) -> list[Sample]:
+        """The API server's /metrics, now."""
+        return parse_samples(
+            await asyncio.to_thread(self.cluster.plane.admin_request, "GET", "/metrics", raw=True)
         )
 
     def server_cpu(self) -> float:

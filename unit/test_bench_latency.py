@@ -7,12 +7,11 @@ import math
 import pytest
 
 from bench.cluster import CompanyRef
-from bench.daemon import parse_samples
+from bench.daemon import gc_cycles, parse_samples
 from bench.latency import (
     Load,
     bucket_quantile,
     everyone,
-    gc_cycles,
     histogram_between,
     percentile,
     verdicts_waiting,
@@ -20,7 +19,7 @@ from bench.latency import (
 )
 
 
-def test_the_latency_figure_reads_the_api_servers_garbage_collections() -> None:
+def test_the_bench_reads_the_api_servers_garbage_collections() -> None:
     metrics = parse_samples(
         "# TYPE go_gc_duration_seconds summary\n"
         'go_gc_duration_seconds{quantile="0.5"} 0.0001\n'
