@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import os
 import re
 import time
@@ -226,28 +227,36 @@ async def _world(session: Session) -> dict[str, object]:
 
 
 def _read_pages(plane: ControlPlane, child: Resource) -> None:
-    """List every child of kind ``child`` in pages as the operator's informers do, reading the
-    bytes and decoding nothing but each page's continue token (in the list's metadata, sent
-    before its items)."""
+    """List every child of kind ``child`` in pages as the operator's informers do (one kept-alive
+    connection), reading the bytes and decoding nothing but each page's continue token (in the
+    list's metadata, sent before its items)."""
+    server = urllib.parse.urlsplit(plane.host)
+    connection = http.client.HTTPSConnection(
+        server.hostname or "127.0.0.1", server.port, context=plane.admin_ssl_context(), timeout=60
+    )
     token = ""
-    while True:
-        query = {
-            "labelSelector": MANAGED_BY_SELECTOR,
-            "limit": str(LISTED_CHILDREN_PAGE),
-            **({"continue": token} if token else {}),
-        }
-        url = f"{plane.host}{child.path()}?{urllib.parse.urlencode(query)}"
-        head = b""
-        with urllib.request.urlopen(url, context=plane.admin_ssl_context(), timeout=60) as answer:
+    try:
+        while True:
+            query = {
+                "labelSelector": MANAGED_BY_SELECTOR,
+                "limit": str(LISTED_CHILDREN_PAGE),
+                **({"continue": token} if token else {}),
+            }
+            connection.request("GET", f"{child.path()}?{urllib.parse.urlencode(query)}")
+            answer = connection.getresponse()
+            head = b""
             while b'"items":' not in head and (chunk := answer.read1(1 << 20)):
                 head += chunk
-            while answer.read1(1 << 20):
+            while answer.read1(1 << 20):  # to its end, so the connection serves the next page
                 pass
-        items_at = head.find(b'"items":')
-        found = _CONTINUE.search(head[: items_at if items_at >= 0 else None])
-        token = found.group(1).decode() if found else ""
-        if not token:
-            return
+            answer.close()
+            items_at = head.find(b'"items":')
+            found = _CONTINUE.search(head[: items_at if items_at >= 0 else None])
+            token = found.group(1).decode() if found else ""
+            if not token:
+                return
+    finally:
+        connection.close()
 
 
 def _read_stream(plane: ControlPlane, resource: Resource, selector: str | None) -> None:
