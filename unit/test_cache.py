@@ -162,7 +162,7 @@ def item_of(obj: KubeObject) -> bytes:
 def test_an_item_of_a_page_is_decoded_as_far_as_its_metadata() -> None:
     sent = applied_secret("a", ("me", "Apply"), ("kubectl", "Update"))
     sent["metadata"] = {"labels": {"b": '"managedFields":[{'}, **sent["metadata"]}
-    decoded = item_metadata(item_of(sent), "v1", "Secret")
+    decoded = item_metadata(item_of(sent), SECRET)
     assert decoded is not None
     partial, raw = decoded
     assert partial == metadata_of(sent)
@@ -180,7 +180,7 @@ def test_an_item_of_a_page_is_decoded_as_far_as_its_metadata() -> None:
     ids=["custom-resource", "no-managed-fields", "managed-fields-first", "kind-first"],
 )
 def test_other_items_are_left_to_be_decoded_whole(item: bytes) -> None:
-    assert item_metadata(item, "v1", "Secret") is None
+    assert item_metadata(item, SECRET) is None
 
 
 class Lines:
@@ -197,12 +197,8 @@ class Lines:
         await asyncio.Event().wait()  # the watch stays open
 
 
-async def test_a_lazy_list_tells_the_metadata_and_reads_the_whole_object_trimmed() -> None:
-    ours = applied_secret("ours", ("me", "Apply"))
-    touched = applied_secret("touched", ("me", "Apply"), ("kubectl", "Update"))
-    end = {"metadata": {"resourceVersion": "9", "annotations": {INITIAL_EVENTS_END: "true"}}}
-    client = Lines([added(ours), added(touched), orjson.dumps({"type": "BOOKMARK", "object": end})])
-    informer = Informer(client, SECRET, InformerOptions(compact=True, lazy_lists=True))  # type: ignore[arg-type]
+async def told_until_synced(informer: Informer) -> dict[str, KubeObject]:
+    """Run ``informer`` until it has synced; what its handlers were told, by name."""
     told: dict[str, KubeObject] = {}
     informer.add_handler(
         SimpleNamespace(on_add=lambda o, initial: told.__setitem__(o["metadata"]["name"], o))
@@ -212,6 +208,16 @@ async def test_a_lazy_list_tells_the_metadata_and_reads_the_whole_object_trimmed
         await informer.wait_for_sync(timeout=5)
     finally:
         task.cancel()
+    return told
+
+
+async def test_a_lazy_list_tells_the_metadata_and_reads_the_whole_object_trimmed() -> None:
+    ours = applied_secret("ours", ("me", "Apply"))
+    touched = applied_secret("touched", ("me", "Apply"), ("kubectl", "Update"))
+    end = {"metadata": {"resourceVersion": "9", "annotations": {INITIAL_EVENTS_END: "true"}}}
+    client = Lines([added(ours), added(touched), orjson.dumps({"type": "BOOKMARK", "object": end})])
+    informer = Informer(client, SECRET, InformerOptions(compact=True, lazy_lists=True))  # type: ignore[arg-type]
+    told = await told_until_synced(informer)
     assert told == {"ours": metadata_of(ours), "touched": metadata_of(touched)}
     assert informer.store.get("ns/ours") == ours
     assert informer.store.get("ns/touched") == applied_secret("touched", ("me", "Apply"))
@@ -241,15 +247,7 @@ async def test_a_lazy_list_in_pages_tells_the_metadata_and_reads_the_whole_objec
     client = Pages([item_of(ours), item_of(touched)], [item_of(bare)])
     options = InformerOptions(compact=True, lazy_lists=True, stream_lists=False)
     informer = Informer(client, SECRET, options)  # type: ignore[arg-type]
-    told: dict[str, KubeObject] = {}
-    informer.add_handler(
-        SimpleNamespace(on_add=lambda o, initial: told.__setitem__(o["metadata"]["name"], o))
-    )
-    task = asyncio.create_task(informer.run())
-    try:
-        await informer.wait_for_sync(timeout=5)
-    finally:
-        task.cancel()
+    told = await told_until_synced(informer)
     assert told == {"ours": metadata_of(ours), "touched": metadata_of(touched), "a": bare}
     assert informer.store.get("ns/ours") == ours
     assert informer.store.get("ns/touched") == applied_secret("touched", ("me", "Apply"))

@@ -35,7 +35,7 @@ from crewlet_operator.errors import (
     TransportError,
 )
 from crewlet_operator.fieldset import keep_managed_fields_of
-from crewlet_operator.kube.client import Client, WatchEvent, decode_event
+from crewlet_operator.kube.client import Client, WatchEvent, decode_event, decode_item
 from crewlet_operator.kube.resources import Resource
 from crewlet_operator.objects import KubeObject, object_key, resource_version
 
@@ -194,7 +194,7 @@ class Informer:
                     await self._stream()
                 else:
                     if self._resource_version is None:
-                        await (self._relist_lazily() if self.options.lazy_lists else self._relist())
+                        await self._relist()
                     await self._watch()
                 failures = 0
             except (BadRequestError, InvalidError) as refused:
@@ -220,25 +220,7 @@ class Informer:
         seen: set[str] = set()
         version = ""
         # Page by page: only one page of whole objects is ever held, however many are cached.
-        async for page in self.client.list_pages(
-            self.resource,
-            opts.namespace,
-            label_selector=opts.label_selector,
-            field_selector=opts.field_selector,
-            page_size=opts.page_size,
-        ):
-            version = page.resource_version
-            for listed in page.items:
-                self._listed_one(listed, seen)
-            page.items.clear()
-        self._listed(seen, version)
-
-    async def _relist_lazily(self) -> None:
-        """:meth:`_relist` with each object decoded as far as its metadata (``lazy_lists``)."""
-        opts = self.options
-        api_version, kind = self.resource.api_version, self.resource.kind
-        seen: set[str] = set()
-        version = ""
+        # Each item comes as its JSON, cut at its metadata for a lazy list, else decoded whole.
         async for page in self.client.list_raw_pages(
             self.resource,
             opts.namespace,
@@ -248,14 +230,11 @@ class Informer:
         ):
             version = page.resource_version
             for item in page.items:
-                if lazy := item_metadata(item, api_version, kind):
-                    metadata, raw = lazy
-                    self._listed_one(metadata, seen, raw)
-                    continue
-                listed = orjson.loads(item)
-                listed.setdefault("apiVersion", api_version)
-                listed.setdefault("kind", kind)
-                self._listed_one(listed, seen)
+                lazy = opts.lazy_lists and item_metadata(item, self.resource)
+                if lazy:
+                    self._listed_one(lazy[0], seen, lazy[1])
+                else:
+                    self._listed_one(decode_item(item, self.resource), seen)
             page.items.clear()
         self._listed(seen, version)
 

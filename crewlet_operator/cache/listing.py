@@ -21,10 +21,12 @@ event) is left to be decoded whole.
 
 from __future__ import annotations
 
+import functools
 import re
 
 import orjson
 
+from crewlet_operator.kube.resources import Resource
 from crewlet_operator.objects import KubeObject
 
 _ADDED = re.compile(
@@ -51,21 +53,25 @@ def listed_metadata(line: bytes) -> tuple[KubeObject, bytes] | None:
     return {"apiVersion": api_version, "kind": kind, "metadata": metadata}, line[_OBJECT_AT:-1]
 
 
-def item_metadata(item: bytes, api_version: str, kind: str) -> tuple[KubeObject, bytes] | None:
-    """The item of a list's page, of the kind ``api_version``/``kind`` the list names, as its
-    ``apiVersion``, ``kind`` and ``metadata`` (without ``managedFields``), and the whole
-    object's JSON (the item's, with its kind put in); None when the item is to be decoded whole
-    (see the module's docstring)."""
+def item_metadata(item: bytes, resource: Resource) -> tuple[KubeObject, bytes] | None:
+    """The item of a page of ``resource`` as its ``apiVersion``, ``kind`` and ``metadata``
+    (without ``managedFields``), and the whole object's JSON (the item's, with its kind put
+    in); None when the item is to be decoded whole (see the module's docstring)."""
     if not item.startswith(_ITEM_METADATA):
         return None
     metadata = _metadata(item, len(_ITEM_METADATA) - 1)
     if metadata is None:
         return None
-    kind_and_version = orjson.dumps({"kind": kind, "apiVersion": api_version})
-    return (
-        {"apiVersion": api_version, "kind": kind, "metadata": metadata},
-        kind_and_version[:-1] + b"," + item[1:],
+    head = _object_head(resource.api_version, resource.kind)
+    return {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": metadata}, (
+        head + item[1:]
     )
+
+
+@functools.cache
+def _object_head(api_version: str, kind: str) -> bytes:
+    """The start of an object of ``kind``, up to its first field's: put before a page's item."""
+    return orjson.dumps({"kind": kind, "apiVersion": api_version})[:-1] + b","
 
 
 def _metadata(text: bytes, start: int) -> KubeObject | None:

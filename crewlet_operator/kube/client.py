@@ -379,11 +379,8 @@ class Client:
             page_size=page_size,
             resource_version=resource_version,
         ):
-            items = [orjson.loads(item) for item in page.items]
+            items = [decode_item(item, resource) for item in page.items]
             page.items.clear()
-            for item in items:
-                item.setdefault("apiVersion", resource.api_version)
-                item.setdefault("kind", resource.kind)
             yield ObjectList(items, page.resource_version)
 
     async def list_raw_pages(
@@ -775,6 +772,15 @@ def _decode(payload: bytes) -> Any:
         return orjson.loads(payload)
     except ValueError:
         return {"message": payload[:1024].decode(errors="replace")}
+
+
+def decode_item(item: bytes, resource: Resource) -> Object:
+    """An item of a page of ``resource`` (:meth:`Client.list_raw_pages`) decoded whole, with
+    the ``apiVersion`` and ``kind`` its list names."""
+    obj: Object = orjson.loads(item)
+    obj.setdefault("apiVersion", resource.api_version)
+    obj.setdefault("kind", resource.kind)
+    return obj
 
 
 def decode_event(line: bytes, path: str) -> WatchEvent:
