@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from crewlet_operator import metrics
-from crewlet_operator.cache import Cache, InformerOptions
+from crewlet_operator.cache import Cache, Informer, InformerOptions
 from crewlet_operator.errors import CrewletError, TerminalError
 from crewlet_operator.handler import EnqueueHandler, MapFunc, request_for_object, requests_for_owner
 from crewlet_operator.kube.resources import Resource
@@ -82,6 +82,7 @@ class Controller:
         delete: not the initial list), until the first pass has ended: see :meth:`touch`."""
         self._touching = True
         self._failed: set[Request] = set()
+        self._informers: list[Informer] = []
         self._workers: list[asyncio.Task[None]] = []
         self._sampler: asyncio.Task[None] | None = None
         self._stopping = False
@@ -101,6 +102,7 @@ class Controller:
         :class:`~crewlet_operator.handler.EnqueueHandler`)."""
         informer = self.cache.informer(resource, options)
         informer.add_handler(self.enqueue_handler(mapper, predicates, initial=initial))
+        self._informers.append(informer)
 
     def enqueue_handler(
         self, mapper: MapFunc, predicates: Sequence[Predicate] = (), *, initial: bool = True
@@ -271,6 +273,9 @@ class Controller:
     def _first_pass_done(self) -> None:
         self._touching = False
         self.touched.clear()
+        # Its metadata-first informers waited so as not to share the first pass's CPU.
+        for informer in self._informers:
+            informer.request_whole()
         seconds = time.monotonic() - self._first_pass_started
         metrics.FIRST_PASS_SECONDS.labels(controller=self.name).set(seconds)
         log.info("first pass done", controller=self.name, seconds=round(seconds, 3))

@@ -16,6 +16,7 @@
     │   └── ServerError               5xx
     ├── TransportError                no answer: connection refused, reset, timed out
     ├── NoInformerError               a cached read of a kind the cache was not told to watch
+    ├── MetadataOnlyError             a cached read of an object known by its metadata alone
     ├── NotServedError                the API server does not serve a group/version/kind
     ├── TerminalError                 raised by a reconciler: do not retry
     ├── LeadershipLostError           the lease was not renewed in time: exit
@@ -141,6 +142,12 @@ class NoInformerError(CrewletError):
     Unlike controller-runtime's default, the cache never starts a cluster-wide informer behind
     a stray read (the commonest cause of operator OOMs): declare the kind up front instead.
     """
+
+
+class MetadataOnlyError(CrewletError):
+    """A cached read of an object the cache knows by its metadata alone: an informer with
+    ``metadata_first`` lists whole objects only after it has synced. Wait for
+    :meth:`~crewlet_operator.cache.informer.Informer.wait_for_whole` before reading it."""
 
 
 class NotServedError(CrewletError):

@@ -107,11 +107,15 @@ class LeaderElector:
         self._gauge.set(0)
         self._log = log.bind(lease=f"{config.namespace}/{config.name}", identity=config.identity)
 
-    async def acquire(self) -> None:
-        """Wait until this replica holds the lease."""
+    async def acquire(self, on_follow: Callable[[], object] | None = None) -> None:
+        """Wait until this replica holds the lease; ``on_follow`` is called once if the first
+        attempt finds another holder's live lease (this replica is a standby, for now)."""
         watcher = asyncio.create_task(self._watch_lease(), name="lease watch")
         try:
             while not await self._try():
+                if on_follow is not None:
+                    on_follow()
+                    on_follow = None
                 self._changed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), self._next_try_in())

@@ -243,7 +243,10 @@ class Manager:
         if self.elector is not None:
             self._cold_campaigning = not warm
             try:
-                if not await self._until_stopped(self.elector.acquire()):
+                # A standby has no first pass to make room for: its metadata-first informers
+                # list their objects whole at once (a leader's controllers ask after theirs).
+                following = self.cache.request_whole if warm else None
+                if not await self._until_stopped(self.elector.acquire(following)):
                     return
             finally:
                 self._cold_campaigning = False

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ACTIVE_WORKERS",
     "CACHED_OBJECT_COUNTS",
+    "CACHE_METADATA_ONLY_OBJECTS",
     "CACHE_OBJECTS",
     "EVENTS_DROPPED",
     "EVENT_LOOP_LAG",
@@ -433,11 +434,22 @@ CACHE_OBJECTS: Final = Gauge(
 )
 
 
+# crewlet_operator_cache_metadata_only_objects{kind}: the same, of those known by metadata alone.
+CACHE_METADATA_ONLY_OBJECTS: Final = Gauge(
+    "crewlet_operator_cache_metadata_only_objects",
+    "Number of objects the running informer caches hold by their metadata alone, by kind: a "
+    "metadata-first informer's, until its list of whole objects has ended.",
+    ["kind"],
+    registry=REGISTRY,
+)
+
+
 class ObjectCounts(Protocol):
     """Something holding cached objects: a :class:`~crewlet_operator.cache.Cache`."""
 
-    def object_counts(self) -> Mapping[str, int]:
-        """How many objects it holds now, by kind (``Kind.group``)."""
+    def object_counts(self, metadata_only: bool = False) -> Mapping[str, int]:
+        """How many objects it holds now, by kind (``Kind.group``); with ``metadata_only``,
+        how many of them by their metadata alone."""
         ...
 
 
@@ -452,10 +464,13 @@ class CachedObjectCounts:
     stop); it is held weakly, so a cache dropped without a stop counts nothing.
 
     :param gauge: The gauge to keep (:data:`CACHE_OBJECTS`), with a ``kind`` label.
+    :param metadata_only: The gauge of the objects held by their metadata alone
+        (:data:`CACHE_METADATA_ONLY_OBJECTS`), kept the same way, if any.
     """
 
-    def __init__(self, gauge: Gauge) -> None:
+    def __init__(self, gauge: Gauge, metadata_only: Gauge | None = None) -> None:
         self._gauge = gauge
+        self._metadata_only = metadata_only
         self._caches: weakref.WeakSet[ObjectCounts] = weakref.WeakSet()
         self._kinds: set[str] = set()
 
@@ -469,19 +484,25 @@ class CachedObjectCounts:
         self._caches.discard(cache)
         self._label_kinds()
 
-    def count(self, kind: str) -> int:
-        """The objects of ``kind`` held by the tracked caches now."""
-        return sum(cache.object_counts().get(kind, 0) for cache in list(self._caches))
+    def count(self, kind: str, metadata_only: bool = False) -> int:
+        """The objects of ``kind`` held by the tracked caches now (by their metadata alone,
+        with ``metadata_only``)."""
+        return sum(cache.object_counts(metadata_only).get(kind, 0) for cache in list(self._caches))
 
     def _label_kinds(self) -> None:
         """One sample for each kind some tracked cache holds, computed when scraped."""
         kinds = {kind for cache in list(self._caches) for kind in cache.object_counts()}
-        for kind in kinds - self._kinds:
-            self._gauge.labels(kind=kind).set_function(functools.partial(self.count, kind))
-        for kind in self._kinds - kinds:
-            self._gauge.remove(kind)
+        gauges = [(self._gauge, False)]
+        if self._metadata_only is not None:
+            gauges.append((self._metadata_only, True))
+        for gauge, metadata_only in gauges:
+            for kind in kinds - self._kinds:
+                count = functools.partial(self.count, kind, metadata_only)
+                gauge.labels(kind=kind).set_function(count)
+            for kind in self._kinds - kinds:
+                gauge.remove(kind)
         self._kinds = kinds
 
 
-CACHED_OBJECT_COUNTS: Final = CachedObjectCounts(CACHE_OBJECTS)
+CACHED_OBJECT_COUNTS: Final = CachedObjectCounts(CACHE_OBJECTS, CACHE_METADATA_ONLY_OBJECTS)
 """What the caches report ``crewlet_operator_cache_objects`` through."""

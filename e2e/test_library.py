@@ -27,9 +27,13 @@ from crewlet_operator import (
     LeadershipLostError,
     Manager,
     ManagerOptions,
+    MetadataOnlyError,
     NoInformerError,
+    RawObjectList,
     Request,
+    WatchEvent,
     metrics,
+    resource_version,
 )
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.controlplane import free_port
@@ -188,14 +192,19 @@ async def test_a_deferred_transform_runs_on_a_listed_object_when_read_and_on_a_w
         await stop(task)
 
 
-@pytest.mark.parametrize("stream_lists", [True, False], ids=["streamed", "in-pages"])
+@pytest.mark.parametrize(
+    ("stream_lists", "metadata_first"),
+    [(True, False), (False, False), (False, True)],
+    ids=["streamed", "in-pages", "metadata-first"],
+)
 async def test_a_lazy_list_tells_the_metadata_and_reads_what_the_api_server_holds(
-    kube_client: Client, namespace: str, stream_lists: bool
+    kube_client: Client, namespace: str, stream_lists: bool, metadata_first: bool
 ) -> None:
     """A start decodes a listed child only as far as its metadata (InformerOptions.lazy_lists),
-    whether the list is streamed or comes in pages (here of one object each): reads give back
-    the whole object, trimmed as a watch would have stored it (here, of the managedFields entry
-    of the field manager that patched it)."""
+    whether the list is streamed or comes in pages (here of one object each), or lists the
+    metadata alone first (``metadata_first``): reads give back the whole object, trimmed as a
+    watch would have stored it (here, of the managedFields entry of the field manager that
+    patched it)."""
     labels = {"lazy": "yes"}
 
     def config_map(name: str) -> dict[str, Any]:
@@ -212,11 +221,13 @@ async def test_a_lazy_list_tells_the_metadata_and_reads_what_the_api_server_hold
         lazy_lists=True,
         stream_lists=stream_lists,
         page_size=1,
+        metadata_first=metadata_first,
     )
     informer = Informer(kube_client, CONFIG_MAP, options)
     told = Told()
     informer.add_handler(told)
     task = await run_informer(informer)
+    await informer.wait_for_whole(30)
     trim = keep_managed_fields_of(kube_client.field_manager)
 
     def metadata_of(obj: dict[str, Any]) -> dict[str, Any]:
@@ -239,6 +250,92 @@ async def test_a_lazy_list_tells_the_metadata_and_reads_what_the_api_server_hold
         await kube_client.apply(CONFIG_MAP, config_map("watched"))
         await eventually(lambda: "watched" in told.objects, message="the watch told of it")
         assert told.objects["watched"]["data"] == {"k": "watched"}
+    finally:
+        await stop(task)
+
+
+PARTIAL_ITEM = b'{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{'
+"""How the API server sends an item of a PartialObjectMetadataList (listing cuts it so)."""
+
+
+class HeldWholeLists:
+    """The real client, but its lists of whole objects wait for ``release``: what a
+    ``metadata_first`` informer holds between its two lists, held long enough to look at."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.field_manager = client.field_manager
+        self.release = asyncio.Event()
+        self.metadata_items: list[bytes] = []
+
+    async def list_raw_pages(
+        self, *args: Any, metadata_only: bool = False, **kwargs: Any
+    ) -> AsyncIterator[RawObjectList]:
+        if not metadata_only:
+            await self.release.wait()
+        async for page in self.client.list_raw_pages(*args, metadata_only=metadata_only, **kwargs):
+            if metadata_only:
+                self.metadata_items += page.items
+            yield page
+
+    def watch(self, *args: Any, **kwargs: Any) -> AsyncIterator[WatchEvent]:
+        return self.client.watch(*args, **kwargs)
+
+
+async def test_a_metadata_first_informer_syncs_on_the_metadata_and_then_lists_the_whole_objects(
+    kube_client: Client, namespace: str
+) -> None:
+    """InformerOptions.metadata_first, against the API server's PartialObjectMetadataList: synced
+    with each object's metadata (versions and index values, reads refused), then whole, with
+    what changed in between told as a relist tells it."""
+
+    def config_map(name: str) -> dict[str, Any]:
+        meta = {"name": name, "namespace": namespace, "labels": {"first": "metadata"}}
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": name}}
+
+    for name in ("kept", "changed", "gone"):
+        await kube_client.apply(CONFIG_MAP, config_map(name))
+    held = HeldWholeLists(kube_client)
+    options = InformerOptions(
+        namespace=namespace,
+        label_selector="first=metadata",
+        compact=True,
+        lazy_lists=True,
+        stream_lists=False,
+        metadata_first=True,
+        page_size=2,
+    )
+    informer = Informer(held, CONFIG_MAP, options)  # type: ignore[arg-type]
+    told = Told()
+    informer.add_handler(told)
+    task = await run_informer(informer)
+    try:
+        assert not informer.has_whole
+        kept = await kube_client.get(CONFIG_MAP, "kept", namespace)
+        meta = {k: v for k, v in kept["metadata"].items() if k != "managedFields"}
+        assert told.objects["kept"] == {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
+        assert informer.store.known(f"{namespace}/kept") == told.objects["kept"]
+        assert informer.store.resource_version(f"{namespace}/kept") == resource_version(kept)
+        assert sorted(informer.store.keys()) == [
+            f"{namespace}/{n}" for n in ("changed", "gone", "kept")
+        ]
+        with pytest.raises(MetadataOnlyError):
+            informer.store.get(f"{namespace}/kept")
+        # The API server's items are cut at their metadata, not decoded whole.
+        assert len(held.metadata_items) == 3
+        assert all(item.startswith(PARTIAL_ITEM) for item in held.metadata_items)
+        await kube_client.patch(CONFIG_MAP, "changed", {"data": {"k": "new"}}, namespace)
+        await kube_client.delete(CONFIG_MAP, "gone", namespace)
+        held.release.set()
+        await informer.wait_for_whole(30)
+        assert informer.store.get(f"{namespace}/kept") == kept
+        changed = informer.store.get(f"{namespace}/changed")
+        assert changed is not None and changed["data"] == {"k": "new"}
+        assert told.objects["changed"]["data"] == {"k": "new"}  # told as an update, whole
+        assert "gone" not in told.objects and f"{namespace}/gone" not in informer.store
+        # Then it watches.
+        await kube_client.apply(CONFIG_MAP, config_map("watched"))
+        await eventually(lambda: "watched" in told.objects, message="the watch told of it")
     finally:
         await stop(task)
 

@@ -20,7 +20,15 @@ LABEL = "standby.example.com/test"
 class Replica:
     """A manager on the namespace's Lease whose controller records what it reconciled."""
 
-    def __init__(self, client: Client, namespace: str, identity: str, *, warm: bool) -> None:
+    def __init__(
+        self,
+        client: Client,
+        namespace: str,
+        identity: str,
+        *,
+        warm: bool,
+        metadata_first: bool = False,
+    ) -> None:
         self.reconciled: set[str] = set()
         self.manager = Manager(
             client,
@@ -39,7 +47,15 @@ class Replica:
         )
         self.controller = (
             self.manager.controller(f"standby-{identity}")
-            .for_(CONFIG_MAP, options=InformerOptions(namespace=namespace, label_selector=LABEL))
+            .for_(
+                CONFIG_MAP,
+                options=InformerOptions(
+                    namespace=namespace,
+                    label_selector=LABEL,
+                    compact=metadata_first,
+                    metadata_first=metadata_first,
+                ),
+            )
             .complete(self._reconcile)
         )
 
@@ -121,3 +137,24 @@ async def test_a_cold_standby_caches_nothing_until_it_leads(
             await eventually(lambda: standby.reconciled == names, message="the standby's pass")
             assert standby.manager.cache.synced
             assert await standby.ready()
+
+
+async def test_metadata_first_kinds_are_listed_whole_after_the_first_pass_or_on_a_standby(
+    kube_client: Client, namespace: str
+) -> None:
+    """InformerOptions.metadata_first: the leader's controller asks for the whole objects once
+    its first pass is done; a warm standby, which has no first pass, as soon as it follows."""
+    names = await create_config_maps(kube_client, namespace)
+    leader = Replica(kube_client, namespace, "leader", warm=True, metadata_first=True)
+    standby = Replica(kube_client, namespace, "standby", warm=True, metadata_first=True)
+    async with run_manager(leader.manager):
+        await eventually(lambda: leader.reconciled == names, message="the leader's pass")
+        leaders = leader.manager.cache.informers[CONFIG_MAP]
+        await eventually(lambda: leaders.has_whole, message="the leader's objects whole")
+        async with following(standby.manager):
+            await eventually(standby.ready, message="the standby ready: its caches synced")
+            standbys = standby.manager.cache.informers[CONFIG_MAP]
+            await eventually(lambda: standbys.has_whole, message="the standby's objects whole")
+            assert not standby.manager.is_leader and standby.reconciled == set()
+            cached = standby.manager.cache.list(CONFIG_MAP, namespace)
+            assert {c["metadata"]["name"] for c in cached} == names

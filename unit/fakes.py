@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import asyncio
+from collections.abc import AsyncIterator, Hashable
+
+import orjson
+
+from crewlet_operator.kube.client import RawObjectList
+from crewlet_operator.objects import KubeObject
 
 
 class FakeClock:
@@ -39,3 +45,40 @@ class RecordingLimiter:
 
     def num_requeues(self, item: Hashable) -> int:
         return len(self.whens) if self.requeues is None else self.requeues
+
+
+def item_of(obj: KubeObject) -> bytes:
+    """``obj`` as an item of a list's page: the page names its kind, the item does not."""
+    return orjson.dumps({k: v for k, v in obj.items() if k not in ("kind", "apiVersion")})
+
+
+def partial_item(obj: KubeObject) -> bytes:
+    """``obj`` as an item of a ``PartialObjectMetadataList``: its metadata alone."""
+    partial = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1"}
+    return orjson.dumps({**partial, "metadata": obj["metadata"]})
+
+
+class MetadataThenWhole:
+    """A client whose metadata list sends ``first``, and whose list of whole objects, once
+    ``release`` is set, sends ``then`` (what changed in between); watches stay silent."""
+
+    field_manager = "me"
+
+    def __init__(self, first: list[KubeObject], then: list[KubeObject]) -> None:
+        self.first, self.then = first, then
+        self.release = asyncio.Event()
+        self.lists: list[bool] = []
+
+    async def list_raw_pages(
+        self, *_: object, metadata_only: bool = False, **__: object
+    ) -> AsyncIterator[RawObjectList]:
+        self.lists.append(metadata_only)
+        if metadata_only:
+            yield RawObjectList([partial_item(o) for o in self.first], "9")
+        else:
+            await self.release.wait()
+            yield RawObjectList([item_of(o) for o in self.then], "12")
+
+    async def watch(self, *_: object, **__: object) -> AsyncIterator[object]:
+        await asyncio.Event().wait()
+        yield None

@@ -9,10 +9,12 @@ from types import SimpleNamespace
 
 import orjson
 import pytest
+from fakes import MetadataThenWhole, item_of, partial_item
 
 from crewlet_operator.cache import Cache, InformerOptions
 from crewlet_operator.cache.informer import INITIAL_EVENTS_END, Informer
-from crewlet_operator.cache.listing import item_metadata, listed_metadata
+from crewlet_operator.cache.listing import item_metadata, listed_metadata, partial_item_metadata
+from crewlet_operator.errors import MetadataOnlyError
 from crewlet_operator.kube.client import RawObjectList
 from crewlet_operator.kube.resources import CONFIG_MAP, NAMESPACE, SECRET
 from crewlet_operator.objects import KubeObject
@@ -154,11 +156,6 @@ def test_other_lines_are_left_to_be_decoded_whole(line: bytes) -> None:
     assert listed_metadata(line) is None
 
 
-def item_of(obj: KubeObject) -> bytes:
-    """``obj`` as an item of a list's page: the page names its kind, the item does not."""
-    return orjson.dumps({k: v for k, v in obj.items() if k not in ("kind", "apiVersion")})
-
-
 def test_an_item_of_a_page_is_decoded_as_far_as_its_metadata() -> None:
     sent = applied_secret("a", ("me", "Apply"), ("kubectl", "Update"))
     sent["metadata"] = {"labels": {"b": '"managedFields":[{'}, **sent["metadata"]}
@@ -263,3 +260,110 @@ def test_a_lazy_list_needs_a_compact_store_and_the_default_transform() -> None:
     ):
         with pytest.raises(ValueError, match="lazy_lists needs compact=True"):
             Informer(client, SECRET, options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        partial_item(applied_secret("a", ("me", "Apply"))),
+        orjson.dumps({"metadata": applied_secret("a", ("me", "Apply"))["metadata"]}),
+        partial_item(without_managed_fields()),  # decoded whole
+        orjson.dumps(
+            {"apiVersion": "meta.k8s.io/v1", **orjson.loads(partial_item(managed_fields_first()))}
+        ),
+    ],
+    ids=["as-sent", "without-type", "no-managed-fields", "other-order"],
+)
+def test_an_item_of_a_metadata_list_is_the_objects_metadata_without_managed_fields(
+    item: bytes,
+) -> None:
+    meta = {"name": "a", "namespace": "ns", "resourceVersion": "5"}
+    assert partial_item_metadata(item, SECRET) == {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta,
+    }
+
+
+def secret_at(name: str, version: str) -> KubeObject:
+    secret = applied_secret(name, ("me", "Apply"))
+    secret["metadata"]["resourceVersion"] = version
+    return secret
+
+
+async def test_a_metadata_first_list_syncs_on_the_metadata_then_holds_the_whole_objects() -> None:
+    kept, changed, gone, new = (
+        secret_at("kept", "5"),
+        secret_at("changed", "6"),
+        secret_at("gone", "7"),
+        secret_at("new", "11"),
+    )
+    newer = secret_at("changed", "10")
+    client = MetadataThenWhole([kept, changed, gone], [kept, newer, new])
+    options = InformerOptions(
+        compact=True, lazy_lists=True, stream_lists=False, metadata_first=True
+    )
+    informer = Informer(client, SECRET, options)  # type: ignore[arg-type]
+    told: list[tuple[str, str, str]] = []
+
+    informer.add_handler(
+        SimpleNamespace(
+            on_add=lambda o, initial: told.append(("add", o["metadata"]["name"], str(initial))),
+            on_update=lambda old, new: told.append(
+                ("update", new["metadata"]["name"], str(old == metadata_of(changed)))
+            ),
+            on_delete=lambda o: told.append(
+                ("delete", o["metadata"]["name"], str(o == metadata_of(gone)))
+            ),
+        )
+    )
+    task = asyncio.create_task(informer.run())
+    try:
+        await informer.wait_for_sync(timeout=5)
+        # Synced on the metadata: versions, keys and the handlers' adds, but no reads yet.
+        assert informer.has_synced and not informer.has_whole
+        assert informer.resource_version == "9"
+        assert informer.store.resource_version("ns/changed") == "6"
+        assert informer.store.known("ns/kept") == metadata_of(kept)
+        with pytest.raises(MetadataOnlyError):
+            informer.store.get("ns/kept")
+        assert told == [
+            ("add", "kept", "True"),
+            ("add", "changed", "True"),
+            ("add", "gone", "True"),
+        ]
+        await asyncio.sleep(0.05)
+        assert client.lists == [True]  # nothing lists the whole objects until asked
+        client.release.set()
+        await informer.wait_for_whole(timeout=5)  # asks
+        # The unchanged object is held whole without a word; the rest is told as a relist does.
+        assert told[3:] == [
+            ("update", "changed", "True"),
+            ("add", "new", "False"),
+            ("delete", "gone", "True"),
+        ]
+        assert informer.store.get("ns/kept") == kept
+        assert informer.store.get("ns/changed") == newer
+        assert informer.store.get("ns/new") == new
+        assert informer.resource_version == "12" and informer.store.whole
+        assert client.lists == [True, False]
+    finally:
+        task.cancel()
+
+
+async def test_an_empty_metadata_list_is_whole_at_once() -> None:
+    client = MetadataThenWhole([], [])
+    options = InformerOptions(compact=True, stream_lists=False, metadata_first=True)
+    informer = Informer(client, SECRET, options)  # type: ignore[arg-type]
+    task = asyncio.create_task(informer.run())
+    try:
+        await informer.wait_for_whole(timeout=5)
+        await asyncio.sleep(0)
+        assert client.lists == [True]  # watched from the metadata list's version
+    finally:
+        task.cancel()
+
+
+def test_a_metadata_first_list_needs_a_compact_store() -> None:
+    with pytest.raises(ValueError, match="metadata_first needs compact=True"):
+        Informer(Lines([]), SECRET, InformerOptions(metadata_first=True))  # type: ignore[arg-type]

@@ -97,3 +97,22 @@ def test_a_cache_counts_the_objects_of_each_informer() -> None:
     assert cache.object_counts() == {"ConfigMap": 0, "Secret": 0}
     cache.informers[SECRET].store.put(config_map("s"))
     assert cache.object_counts() == {"ConfigMap": 0, "Secret": 1}
+
+
+def test_the_objects_held_by_their_metadata_alone_have_a_gauge_of_their_own() -> None:
+    registry = CollectorRegistry()
+    gauge = Gauge("crewlet_operator_cache_objects", "Objects.", ["kind"], registry=registry)
+    partial = Gauge("metadata_only", "Objects by their metadata.", ["kind"], registry=registry)
+    counts = CachedObjectCounts(gauge, partial)
+    cache = Cache(client=None)  # type: ignore[arg-type]  # never started: no client needed
+    options = InformerOptions(transform=untouched, compact=True, metadata_first=True)
+    cache.informer(CONFIG_MAP, options)
+    counts.track(cache)
+    store = cache.informers[CONFIG_MAP].store
+    store.put(config_map("a"), metadata_only=True)
+    store.put(config_map("b"), metadata_only=True)
+    assert registry.get_sample_value("metadata_only", {"kind": "ConfigMap"}) == 2
+    store.put(config_map("a"))  # held whole now
+    assert registry.get_sample_value("metadata_only", {"kind": "ConfigMap"}) == 1
+    assert objects(registry, "ConfigMap") == 2
+    assert cache.object_counts(metadata_only=True) == {"ConfigMap": 1}

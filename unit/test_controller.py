@@ -6,12 +6,14 @@ import asyncio
 from typing import Any
 
 import pytest
+from fakes import MetadataThenWhole
 
 from crewlet_operator import metrics
-from crewlet_operator.cache import Cache
+from crewlet_operator.cache import Cache, InformerOptions
 from crewlet_operator.controller import Controller
 from crewlet_operator.errors import NotFoundError, TerminalError
 from crewlet_operator.handler import EnqueueHandler, request_for_object, requests_for_owner
+from crewlet_operator.kube.resources import SECRET
 from crewlet_operator.leader import LeaderElectionConfig
 from crewlet_operator.predicate import GenerationChanged
 from crewlet_operator.reconcile import Request, Result
@@ -373,3 +375,39 @@ async def test_workers_let_other_tasks_run_between_reconciles_that_never_suspend
     finally:
         await c.stop(1.0)
     assert seen_during_pass[-1] < 1000, "the other task ran only after the whole pass"
+
+
+async def test_a_metadata_first_informer_is_listed_whole_once_the_first_pass_is_done() -> None:
+    """The first pass does not share its CPU with the whole objects' list: the controller asks
+    for it once every request waiting at its start has been reconciled."""
+    listed = [
+        {"metadata": {"name": name, "namespace": "ns", "resourceVersion": "5"}, "data": {}}
+        for name in ("a", "b")
+    ]
+    client = MetadataThenWhole(listed, listed)
+    client.release.set()
+    passing = asyncio.Event()
+
+    async def reconcile(request: Request) -> None:
+        await passing.wait()
+
+    c = Controller("unit-metadata-first", reconcile, Cache(client))  # type: ignore[arg-type]
+    options = InformerOptions(compact=True, stream_lists=False, metadata_first=True)
+    c.watch(SECRET, request_for_object, options=options)
+    informer = c.cache.informers[SECRET]
+    task = asyncio.create_task(informer.run())
+    try:
+        await informer.wait_for_sync(timeout=5)
+        await c.start()
+        await asyncio.sleep(0.05)
+        assert client.lists == [True] and not informer.has_whole  # the first pass runs
+        passing.set()
+        await first_pass_ended(c)
+        for _ in range(200):
+            if informer.has_whole:
+                break
+            await asyncio.sleep(0.005)
+        assert client.lists == [True, False] and informer.has_whole
+    finally:
+        task.cancel()
+        await c.stop(1.0)

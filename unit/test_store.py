@@ -13,6 +13,7 @@ import pytest
 
 from crewlet_operator.cache import compact
 from crewlet_operator.cache.store import NAMESPACE_INDEX, Store
+from crewlet_operator.errors import MetadataOnlyError
 
 
 def obj(ns: str | None, name: str, **labels: str) -> dict[str, Any]:
@@ -276,3 +277,49 @@ def test_a_compact_store_keeps_the_json_it_is_given_without_encoding_again(
 def test_a_plain_store_keeps_objects_not_json() -> None:
     with pytest.raises(ValueError, match="only a compact store"):
         Store().put(listed("a", "web"), raw=b"{}")
+
+
+def test_an_object_known_by_its_metadata_is_indexed_and_versioned_but_not_read() -> None:
+    store = Store({"app": by_app}, compact=True)
+    whole = listed("a", "web")
+    whole["metadata"]["uid"] = "uid-a"
+    meta = {"apiVersion": "v1", "kind": "Secret", "metadata": dict(whole["metadata"])}
+    store.put(meta, metadata_only=True)
+    assert store.uid_digest != 0
+    assert not store.whole and store.metadata_only("ns/a")
+    assert store.keys_by_index("app", "web") == ["ns/a"]
+    assert store.resource_version("ns/a") == "1"
+    assert "ns/a" in store and store.keys() == ["ns/a"]
+    assert store.known("ns/a") == meta
+    with pytest.raises(MetadataOnlyError, match="ns/a is cached by its metadata alone"):
+        store.get("ns/a")
+    with pytest.raises(MetadataOnlyError):
+        store.by_index("app", "web")
+    digest = store.uid_digest
+    # Put whole: read as any other, and the digest of which objects are held is the same.
+    assert store.put(whole, finished=False) == meta
+    assert store.whole and not store.metadata_only("ns/a")
+    assert store.get("ns/a") == whole
+    assert store.uid_digest == digest
+    assert store.keys_by_index("app", "web") == ["ns/a"]
+
+
+def test_a_deleted_object_known_by_its_metadata_leaves_no_index_behind() -> None:
+    store = Store({"app": by_app}, compact=True)
+    a, b = listed("a", "web"), listed("b", "db")
+    a["metadata"]["uid"], b["metadata"]["uid"] = "uid-a", "uid-b"
+    store.put(a, metadata_only=True)
+    store.put(b, metadata_only=True)
+    assert store.delete("ns/a") == a
+    assert store.keys_by_index("app", "web") == [] and not store.whole
+    newer = listed("b", "web", rv="2")
+    newer["metadata"]["uid"] = "uid-b"
+    store.put(newer, metadata_only=True)  # a newer version, still by its metadata
+    assert store.keys_by_index("app", "db") == [] and store.resource_version("ns/b") == "2"
+    store.delete("ns/b")
+    assert store.whole and store.uid_digest == 0 and len(store) == 0
+
+
+def test_only_a_compact_store_keeps_objects_by_their_metadata() -> None:
+    with pytest.raises(ValueError, match="only a compact store"):
+        Store().put(listed("a", "web"), metadata_only=True)

@@ -95,11 +95,20 @@ class Cache:
 
         await asyncio.wait_for(every_informer(), timeout)
 
-    def object_counts(self) -> dict[str, int]:
+    def request_whole(self) -> None:
+        """Have every ``metadata_first`` informer list its objects whole now (see
+        :meth:`Informer.request_whole`)."""
+        for informer in self._informers.values():
+            informer.request_whole()
+
+    def object_counts(self, metadata_only: bool = False) -> dict[str, int]:
         """How many objects each informer holds, by kind (``Kind.group``): the sizes of the
-        stores, read without decoding anything."""
+        stores, read without decoding anything; with ``metadata_only``, how many of them are
+        held by their metadata alone (see ``InformerOptions.metadata_first``)."""
         return {
-            resource.group_kind: len(informer.store)
+            resource.group_kind: (
+                informer.store.metadata_only_count if metadata_only else len(informer.store)
+            )
             for resource, informer in self._informers.items()
         }
 

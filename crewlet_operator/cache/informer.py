@@ -24,7 +24,7 @@ from typing import Protocol
 import orjson
 import structlog
 
-from crewlet_operator.cache.listing import item_metadata, listed_metadata
+from crewlet_operator.cache.listing import item_metadata, listed_metadata, partial_item_metadata
 from crewlet_operator.cache.store import IndexFunc, Store, Transform
 from crewlet_operator.errors import (
     ApiError,
@@ -107,6 +107,19 @@ class InformerOptions:
     it. For built-in kinds held by the thousand of which a start reads few, in a ``compact``
     store with the default ``transform``. Custom resources and the watch's changes are decoded
     whole. One of the operator's StatefulSets decodes in 5 us instead of 70 to 85."""
+    metadata_first: bool = False
+    """Start with a list of the objects' metadata alone (a ``PartialObjectMetadataList``, in
+    pages), and count as synced once it is stored; then, when asked
+    (:meth:`Informer.request_whole`, or something awaits :meth:`Informer.wait_for_whole`), list
+    the whole objects (as ``stream_lists`` and ``lazy_lists`` say) and watch. A controller asks
+    for those it watches once its first pass is done, and a manager for every one as soon as
+    it finds itself a standby. Until the second list has ended, handlers are told the
+    objects' metadata, index functions and :meth:`Store.resource_version` work, reads raise
+    :class:`MetadataOnlyError`, and nothing is watched: the second list tells what changed
+    meanwhile, as a relist does. For a ``compact`` store of kinds held by the thousand, of
+    which a start needs the versions alone (a restart's first pass over a checkpoint): the API
+    server encodes a StatefulSet's metadata for much less than the whole object, and the
+    first pass does not share its CPU with the whole objects' list."""
 
 
 class Informer:
@@ -118,11 +131,15 @@ class Informer:
         self.options = options or InformerOptions()
         if self.options.lazy_lists and (not self.options.compact or self.options.transform):
             raise ValueError("lazy_lists needs compact=True and the default transform")
+        if self.options.metadata_first and not self.options.compact:
+            raise ValueError("metadata_first needs compact=True")
         self.store = Store(
             self.options.indexers, compact=self.options.compact, finish=self._finish_listed()
         )
         self._handlers: list[EventHandler] = []
         self._synced = asyncio.Event()
+        self._whole = asyncio.Event()
+        self._whole_wanted = asyncio.Event()
         self._answered = asyncio.Event()
         self.last_error: CrewletError | None = None
         """Why the latest list or watch failed; None once a list has succeeded since."""
@@ -142,8 +159,8 @@ class Informer:
     def add_handler(self, handler: EventHandler) -> None:
         """Register a handler; it first receives an add for every object already stored."""
         self._handlers.append(handler)
-        for obj in self.store.list():
-            handler.on_add(obj, initial=True)
+        for key in self.store.keys():  # noqa: SIM118 (a Store, not a dict)
+            handler.on_add(self.store.known(key), initial=True)
 
     @property
     def max_silence(self) -> float:
@@ -172,6 +189,24 @@ class Informer:
         if not self._synced.is_set():  # else no task for wait_for to make: reads ask often
             await asyncio.wait_for(self._synced.wait(), timeout)
 
+    @property
+    def has_whole(self) -> bool:
+        """Whether every object is stored whole: from the first list on, except with
+        ``metadata_first``, from the end of the list of whole objects after it."""
+        return self._whole.is_set()
+
+    def request_whole(self) -> None:
+        """Have a ``metadata_first`` informer list its objects whole as soon as it has synced
+        (it waits to be asked: see ``InformerOptions.metadata_first``)."""
+        self._whole_wanted.set()
+
+    async def wait_for_whole(self, timeout: float | None = None) -> None:
+        """Wait until every object is stored whole (see :attr:`has_whole`), asking for the
+        list of whole objects (:meth:`request_whole`)."""
+        if not self._whole.is_set():  # else no task for wait_for to make: reads ask often
+            self.request_whole()
+            await asyncio.wait_for(self._whole.wait(), timeout)
+
     async def wait_for_answer(self, timeout: float | None = None) -> None:
         """Wait until the first list has been stored or a list or watch has failed (see
         :attr:`last_error`): a caller that may not read the kind learns it at once, instead of
@@ -189,16 +224,22 @@ class Informer:
         """
         failures = 0
         while True:
+            listing = self._resource_version is None or not self.has_whole
             try:
-                if self._resource_version is None and self.streams_lists:
+                if self.options.metadata_first and not self.has_whole:
+                    if not self.has_synced:
+                        await self._list_metadata()
+                        continue
+                    await self._whole_wanted.wait()
+                if listing and self.streams_lists:
                     await self._stream()
                 else:
-                    if self._resource_version is None:
+                    if listing:
                         await self._relist()
                     await self._watch()
                 failures = 0
             except (BadRequestError, InvalidError) as refused:
-                if self._resource_version is not None or not self.streams_lists:
+                if not listing or not self.streams_lists:
                     raise
                 self._log.info("streaming lists refused; listing in pages", error=str(refused))
                 self.streams_lists = False
@@ -235,6 +276,25 @@ class Informer:
                     self._listed_one(lazy[0], seen, lazy[1])
                 else:
                     self._listed_one(decode_item(item, self.resource), seen)
+            page.items.clear()
+        self._listed(seen, version)
+
+    async def _list_metadata(self) -> None:
+        """The first list of a ``metadata_first`` informer: the objects' metadata alone."""
+        opts = self.options
+        seen: set[str] = set()
+        version = ""
+        async for page in self.client.list_raw_pages(
+            self.resource,
+            opts.namespace,
+            label_selector=opts.label_selector,
+            field_selector=opts.field_selector,
+            page_size=opts.page_size,
+            metadata_only=True,
+        ):
+            version = page.resource_version
+            for item in page.items:
+                self._listed_one(partial_item_metadata(item, self.resource), seen, metadata=True)
             page.items.clear()
         self._listed(seen, version)
 
@@ -275,24 +335,35 @@ class Informer:
                 continue
             self._listed_one(event.object, seen)
 
-    def _listed_one(self, listed: KubeObject, seen: set[str], raw: bytes | None = None) -> None:
+    def _listed_one(
+        self, listed: KubeObject, seen: set[str], raw: bytes | None = None, metadata: bool = False
+    ) -> None:
         """One object of a list (paged or streamed): stored, noted as seen, and told. With
         ``raw`` (a lazy list), ``listed`` is the object's metadata and ``raw`` the whole
-        object's JSON, which its reads transform."""
-        obj = listed if raw is not None else self._transform(listed)
+        object's JSON, which its reads transform. With ``metadata`` (a ``metadata_first``
+        list), ``listed`` is all that is known of the object: its metadata."""
+        obj = listed if raw is not None or metadata else self._transform(listed)
         key = object_key(obj)
         seen.add(key)
         if key not in self.store:
             # Stored as listed: its deferred transform runs at its reads. The first list is the
             # initial one; a relist's new objects were created while the watch was down.
-            self.store.put(obj, key, finished=False, raw=raw)
+            self.store.put(obj, key, finished=False, raw=raw, metadata_only=metadata)
             self._emit_add(obj, initial=not self.has_synced)
         elif self.store.resource_version(key) != resource_version(obj):
-            # Told as a watch's change is: both sides finished (and whole).
-            new = self._deferred(obj if raw is None else self._transform(orjson.loads(raw)))
-            old = self.store.put(new, key)
+            # Told as a watch's change is: both sides finished (and whole, unless known by
+            # their metadata alone).
+            new = (
+                obj
+                if metadata
+                else self._deferred(obj if raw is None else self._transform(orjson.loads(raw)))
+            )
+            old = self.store.put(new, key, metadata_only=metadata)
             assert old is not None
             self._emit_update(old, new)
+        elif not metadata and self.store.metadata_only(key):
+            # The whole object the metadata list announced, unchanged since: nothing to tell.
+            self.store.put(obj, key, finished=False, raw=raw)
 
     def _listed(self, seen: set[str], version: str) -> None:
         """A list has ended: drop what it did not name, and say the informer has synced."""
@@ -306,6 +377,8 @@ class Informer:
         self.last_event_at = time.monotonic()
         self.last_error = None
         self._synced.set()
+        if self.store.whole:
+            self._whole.set()
         self._answered.set()
 
     async def _watch(self) -> None:

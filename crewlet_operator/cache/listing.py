@@ -36,6 +36,10 @@ _ADDED = re.compile(
 encodes the event's two fields, then the object's type, in this order)."""
 _MANAGED_FIELDS = b',"managedFields":['
 _ITEM_METADATA = b'{"metadata":{'
+_PARTIAL_ITEM = re.compile(
+    rb'\{(?:"kind":"PartialObjectMetadata","apiVersion":"meta\.k8s\.io/v1",)?"metadata":\{'
+)
+"""An item of a ``PartialObjectMetadataList``, up to the opening brace of its metadata."""
 _OBJECT_AT = len(b'{"type":"ADDED","object":')
 
 
@@ -66,6 +70,19 @@ def item_metadata(item: bytes, resource: Resource) -> tuple[KubeObject, bytes] |
     return {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": metadata}, (
         head + item[1:]
     )
+
+
+def partial_item_metadata(item: bytes, resource: Resource) -> KubeObject:
+    """The item of a page of ``resource``'s metadata alone (a ``PartialObjectMetadataList``,
+    :meth:`~crewlet_operator.kube.client.Client.list_raw_pages` with ``metadata_only``) as the
+    object's ``apiVersion``, ``kind`` and ``metadata`` without ``managedFields``: cut like a
+    whole object's, or decoded whole when it cannot be."""
+    head = _PARTIAL_ITEM.match(item)
+    metadata = None if head is None else _metadata(item, head.end() - 1)
+    if metadata is None:
+        metadata = dict(orjson.loads(item).get("metadata") or {})
+        metadata.pop("managedFields", None)
+    return {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": metadata}
 
 
 @functools.cache

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from crewlet_operator.cache.compact import CompactCodec
+from crewlet_operator.errors import MetadataOnlyError
 from crewlet_operator.objects import KubeObject, namespace, object_key
 
 IndexFunc = Callable[[KubeObject], Iterable[str]]
@@ -42,12 +43,20 @@ class Store:
     the reader's garbage, and a first pass that read every child of 10,000 companies left the
     process 25 MiB larger. ``finish`` must keep what the index functions read.
 
+    A compact store may also hold objects by their metadata alone (``put`` with
+    ``metadata_only``, an informer's ``metadata_first`` list): they are indexed, counted and
+    versioned like the others, but reading one raises :class:`MetadataOnlyError` until a whole
+    object replaces it. They are packed apart, so that the whole objects' dictionary is learnt
+    from a whole object.
+
     Invariants, which ``_put`` and ``_drop`` keep: ``self._indices[index][value]``
     holds exactly the keys of the stored objects for which the ``index`` function yields
     ``value`` (finished or not: ``finish`` keeps their values), and no value maps to an empty
     set; ``self._unfinished`` holds the keys of the stored objects put with ``finished=False``;
     ``self._uids`` is the XOR of :func:`_uid_hash` over the stored objects; a compact store's
-    ``self._versions`` has the keys of ``self._items``, each with its object's resourceVersion.
+    ``self._versions`` has the keys of ``self._items``, each with its object's resourceVersion;
+    ``self._metadata_only`` holds the keys whose ``self._items`` entry ``self._metadata_codec``
+    packed (every other entry is the whole object's).
     Index functions must be pure: ``_drop`` finds the values to remove by running them again on
     the stored object (which it decodes anyway, to return it), rather than keeping every
     object's values, ~0.3 KiB an object.
@@ -64,6 +73,8 @@ class Store:
         self._finish = finish
         self._unfinished: set[str] = set()
         self._codec = CompactCodec() if compact else None
+        self._metadata_codec: CompactCodec | None = None
+        self._metadata_only: set[str] = set()
         self._indexers: dict[str, IndexFunc] = {
             NAMESPACE_INDEX: namespace_index,
             **(indexers or {}),
@@ -81,7 +92,7 @@ class Store:
         self._indexers[name] = func
         self._indices[name] = {}
         for key in self._items:
-            for value in func(self._read(key)):
+            for value in func(self._stored(key)):
                 self._indices[name].setdefault(value, set()).add(key)
 
     @property
@@ -90,6 +101,25 @@ class Store:
         hash of each one's uid. Two stores whose digests are equal hold (but for a chance of
         one in 2**64) the same objects; an object deleted, or created, changes it."""
         return self._uids
+
+    @property
+    def whole(self) -> bool:
+        """Whether every object is stored whole (none by its metadata alone)."""
+        return not self._metadata_only
+
+    @property
+    def metadata_only_count(self) -> int:
+        """How many objects are stored by their metadata alone."""
+        return len(self._metadata_only)
+
+    def metadata_only(self, key: str) -> bool:
+        """Whether the object under ``key`` is stored by its metadata alone."""
+        return key in self._metadata_only
+
+    def known(self, key: str) -> KubeObject:
+        """The object under ``key`` as far as it is known: whole, or its ``apiVersion``,
+        ``kind`` and ``metadata`` when it is stored by them alone (what handlers are told)."""
+        return self._stored(key)
 
     def resource_version(self, key: str) -> str | None:
         """The resourceVersion of the object stored under ``key`` (None when there is none),
@@ -134,20 +164,27 @@ class Store:
         *,
         finished: bool = True,
         raw: bytes | None = None,
+        metadata_only: bool = False,
     ) -> KubeObject | None:
         """Store ``obj`` (under ``key``, its :func:`object_key`, when the caller has it);
-        return the object it replaced. ``finished=False`` leaves the store's ``finish`` to the
-        object's reads.
+        return the object it replaced (as stored: metadata alone, if it was so). ``finished=False``
+        leaves the store's ``finish`` to the object's reads.
 
         ``raw`` (a compact store only) is the whole object's JSON, as the API server sent it:
         the store keeps it, reads decode it, and ``obj`` need then hold only what the index
-        functions read (an informer's lazy list passes the metadata alone)."""
-        if raw is not None and self._codec is None:
-            raise ValueError("only a compact store keeps an object's JSON")
+        functions read (an informer's lazy list passes the metadata alone).
+
+        ``metadata_only`` (a compact store only) stores ``obj``, an object's ``apiVersion``,
+        ``kind`` and ``metadata``, as all that is known of it: reads raise
+        :class:`MetadataOnlyError` until it is put whole."""
+        if (raw is not None or metadata_only) and self._codec is None:
+            raise ValueError("only a compact store keeps an object's JSON or its metadata alone")
         key = object_key(obj) if key is None else key
         old = self._drop(key)
+        if metadata_only:
+            self._metadata_only.add(key)
         self._put(key, obj, raw)
-        if not finished and self._finish is not None:
+        if not finished and self._finish is not None and not metadata_only:
             self._unfinished.add(key)
         return old
 
@@ -156,7 +193,16 @@ class Store:
         return self._drop(key)
 
     def _read(self, key: str) -> KubeObject:
+        if key in self._metadata_only:
+            raise MetadataOnlyError(f"{key} is cached by its metadata alone as yet")
+        return self._stored(key)
+
+    def _stored(self, key: str) -> KubeObject:
+        """The object under ``key`` as stored: whole and finished, or its metadata alone."""
         stored = self._items[key]
+        if key in self._metadata_only:
+            assert self._metadata_codec is not None
+            return self._metadata_codec.unpack(stored)
         obj: KubeObject = self._codec.unpack(stored) if self._codec is not None else stored
         if key in self._unfinished:
             assert self._finish is not None
@@ -164,7 +210,12 @@ class Store:
         return obj
 
     def _put(self, key: str, obj: KubeObject, raw: bytes | None = None) -> None:
-        self._items[key] = self._codec.pack(obj, raw) if self._codec is not None else obj
+        if key in self._metadata_only:
+            if self._metadata_codec is None:
+                self._metadata_codec = CompactCodec()
+            self._items[key] = self._metadata_codec.pack(obj)
+        else:
+            self._items[key] = self._codec.pack(obj, raw) if self._codec is not None else obj
         self._uids ^= _uid_hash(obj)
         if self._versions is not None:
             self._versions[key] = (obj.get("metadata") or {}).get("resourceVersion")
@@ -177,9 +228,13 @@ class Store:
     def _drop(self, key: str) -> KubeObject | None:
         if key not in self._items:
             return None
-        old = self._read(key)
+        old = self._stored(key)
         del self._items[key]
         self._unfinished.discard(key)
+        if key in self._metadata_only:
+            self._metadata_only.discard(key)
+            if not self._metadata_only:
+                self._metadata_codec = None  # its dictionary: the next metadata learns anew
         self._uids ^= _uid_hash(old)
         if self._versions is not None:
             del self._versions[key]

@@ -134,6 +134,8 @@ class _RawPage(msgspec.Struct):
 
 
 _RAW_PAGE = msgspec.json.Decoder(_RawPage)
+METADATA_LIST_ACCEPT = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+"""The Accept of a list of objects' metadata alone (meta.k8s.io/v1, served since 1.15)."""
 
 
 class Client:
@@ -226,10 +228,12 @@ class Client:
         await self.close()
 
     # -- the transport -------------------------------------------------------------------------
-    async def _headers(self, content_type: str) -> CIMultiDict[str]:
+    async def _headers(
+        self, content_type: str, accept: str = "application/json"
+    ) -> CIMultiDict[str]:
         headers: CIMultiDict[str] = CIMultiDict(
             {
-                "Accept": "application/json",
+                "Accept": accept,
                 "Content-Type": content_type,
                 "User-Agent": self._user_agent,
                 **self._extra_headers,
@@ -273,10 +277,11 @@ class Client:
         body: Any = None,
         content_type: str = "application/json",
         timeout: float | None = None,
+        accept: str = "application/json",
     ) -> bytes:
         """Send one request and return its answer's body, undecoded; a failure status raises
         (see :meth:`request`)."""
-        headers = await self._headers(content_type)
+        headers = await self._headers(content_type, accept)
         data = orjson.dumps(body) if body is not None else None
         started = time.monotonic()
         try:
@@ -392,11 +397,18 @@ class Client:
         field_selector: str | None = None,
         page_size: int = 500,
         resource_version: str | None = None,
+        metadata_only: bool = False,
     ) -> AsyncIterator[RawObjectList]:
         """:meth:`list_pages` with each item left as the JSON the API server sent: split from
         the page without being decoded, for a caller that decodes only part of most items
         (an informer's lazy list). An item of a built-in kind carries no ``kind`` or
-        ``apiVersion`` (its list names them once); a custom resource's does."""
+        ``apiVersion`` (its list names them once); a custom resource's does.
+
+        With ``metadata_only``, the API server sends each object's ``metadata`` alone, as a
+        ``PartialObjectMetadataList`` (what controller-runtime's metadata-only caches list):
+        each item is ``{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1",
+        "metadata":{...}}``, a fraction of the object for the API server to encode."""
+        accept = METADATA_LIST_ACCEPT if metadata_only else "application/json"
         token: str | None = None
         while True:
             query: dict[str, QueryValue] = {
@@ -406,7 +418,7 @@ class Client:
                 "continue": token,
                 "resourceVersion": resource_version if token is None else None,
             }
-            payload = await self._send("GET", resource.path(namespace), query=query)
+            payload = await self._send("GET", resource.path(namespace), query=query, accept=accept)
             try:
                 page = _RAW_PAGE.decode(payload)
             except msgspec.DecodeError as exc:
