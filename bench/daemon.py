@@ -28,6 +28,8 @@ WORKERS = int(os.environ.get("BENCH_WORKERS") or MAX_CONCURRENT_RECONCILES)
 """``--max-concurrent-reconciles``: the daemon's default unless ``BENCH_WORKERS`` says
 otherwise (how that default was chosen)."""
 LEASE = "crewlet-operator-leader"
+METADATA_ONLY = "crewlet_operator_cache_metadata_only_objects"
+"""The operator's objects cached by their metadata alone (children, until listed whole)."""
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 Sample = tuple[str, dict[str, str], float]
@@ -182,6 +184,10 @@ class Daemon:
     async def reconciles(self, controller: str = "company") -> float:
         """``controller_runtime_reconcile_total`` of ``controller``, every result."""
         return await self.metric("controller_runtime_reconcile_total", controller=controller)
+
+    async def whole(self) -> bool:
+        """Whether its caches hold every object whole (none by its metadata alone)."""
+        return await self.metric(METADATA_ONLY) == 0
 
     async def leading(self) -> bool:
         """Whether it holds the Lease and runs its controllers."""
