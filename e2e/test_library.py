@@ -125,6 +125,12 @@ async def test_example_controller_for_owns_watches(kube_client: Client, namespac
         await eventually(collected, timeout=60, message="child collected")
 
 
+def labelled_config_map(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    """A ConfigMap to apply, whose data names it."""
+    meta = {"name": name, "namespace": namespace, "labels": labels}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": name}}
+
+
 class Told:
     """An informer's handler that keeps the last object it was told of, by name."""
 
@@ -205,11 +211,9 @@ async def test_a_lazy_list_tells_the_metadata_and_reads_what_the_api_server_hold
     metadata alone first (``metadata_first``): reads give back the whole object, trimmed as a
     watch would have stored it (here, of the managedFields entry of the field manager that
     patched it)."""
-    labels = {"lazy": "yes"}
 
     def config_map(name: str) -> dict[str, Any]:
-        meta = {"name": name, "namespace": namespace, "labels": labels}
-        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": name}}
+        return labelled_config_map(name, namespace, {"lazy": "yes"})
 
     await kube_client.apply(CONFIG_MAP, config_map("applied"))
     await kube_client.apply(CONFIG_MAP, config_map("touched"))
@@ -290,8 +294,7 @@ async def test_a_metadata_first_informer_syncs_on_the_metadata_and_then_lists_th
     what changed in between told as a relist tells it."""
 
     def config_map(name: str) -> dict[str, Any]:
-        meta = {"name": name, "namespace": namespace, "labels": {"first": "metadata"}}
-        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": name}}
+        return labelled_config_map(name, namespace, {"first": "metadata"})
 
     for name in ("kept", "changed", "gone"):
         await kube_client.apply(CONFIG_MAP, config_map(name))

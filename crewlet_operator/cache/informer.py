@@ -228,7 +228,7 @@ class Informer:
             try:
                 if self.options.metadata_first and not self.has_whole:
                     if not self.has_synced:
-                        await self._list_metadata()
+                        await self._relist(metadata=True)
                         continue
                     await self._whole_wanted.wait()
                 if listing and self.streams_lists:
@@ -256,7 +256,9 @@ class Informer:
                 self._log.warning("list/watch failed; retrying", error=str(exc), delay=delay)
                 await asyncio.sleep(delay)
 
-    async def _relist(self) -> None:
+    async def _relist(self, metadata: bool = False) -> None:
+        """A list in pages; with ``metadata``, a ``metadata_first`` informer's first list: the
+        objects' metadata alone."""
         opts = self.options
         seen: set[str] = set()
         version = ""
@@ -268,33 +270,18 @@ class Informer:
             label_selector=opts.label_selector,
             field_selector=opts.field_selector,
             page_size=opts.page_size,
+            metadata_only=metadata,
         ):
             version = page.resource_version
             for item in page.items:
-                lazy = opts.lazy_lists and item_metadata(item, self.resource)
-                if lazy:
+                if metadata:
+                    self._listed_one(
+                        partial_item_metadata(item, self.resource), seen, metadata=True
+                    )
+                elif lazy := opts.lazy_lists and item_metadata(item, self.resource):
                     self._listed_one(lazy[0], seen, lazy[1])
                 else:
                     self._listed_one(decode_item(item, self.resource), seen)
-            page.items.clear()
-        self._listed(seen, version)
-
-    async def _list_metadata(self) -> None:
-        """The first list of a ``metadata_first`` informer: the objects' metadata alone."""
-        opts = self.options
-        seen: set[str] = set()
-        version = ""
-        async for page in self.client.list_raw_pages(
-            self.resource,
-            opts.namespace,
-            label_selector=opts.label_selector,
-            field_selector=opts.field_selector,
-            page_size=opts.page_size,
-            metadata_only=True,
-        ):
-            version = page.resource_version
-            for item in page.items:
-                self._listed_one(partial_item_metadata(item, self.resource), seen, metadata=True)
             page.items.clear()
         self._listed(seen, version)
 
