@@ -180,9 +180,14 @@ class AlreadyOwnedError(CrewletError, ValueError):
 
 
 class NotOwnedError(CrewletError):
-    """An object with the name a controller wanted exists and is not the controller's: it was
-    not taken over (:meth:`~crewlet_operator.kube.client.Client.apply_if_changed` with
-    ``adopt=True`` does)."""
+    """An object with the name a controller wanted exists and is not the controller's: nothing
+    was written to it (:meth:`~crewlet_operator.kube.client.Client.apply_if_changed` with
+    ``adopt=True`` takes it over). ``existing`` is the object as it was found, when it was
+    read."""
+
+    def __init__(self, message: str, existing: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.existing: dict[str, Any] | None = dict(existing) if existing is not None else None
 
 
 class SchemaError(CrewletError, ValueError):

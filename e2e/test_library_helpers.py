@@ -162,6 +162,93 @@ async def test_an_object_controlled_by_another_owner_is_not_taken_over(
     assert written is not None and written["data"] == {"k": "w"}
 
 
+async def test_an_object_no_cache_holds_is_never_written_over(
+    kube_client: Client, namespace: str
+) -> None:
+    """With nothing observed, the write only creates: a name someone else took (an object a
+    label-scoped cache never sees) is found by the API server, and left exactly as it was."""
+    theirs = await kube_client.create(CONFIG_MAP, config_map(namespace, "settings", mode="theirs"))
+    owner = await kube_client.create(CONFIG_MAP, config_map(namespace, "owner"))
+    desired = config_map(namespace, "settings", mode="mine")
+    desired["metadata"]["ownerReferences"] = [controller_reference(owner)]
+    for write in (
+        kube_client.apply_if_changed(CONFIG_MAP, desired, None),
+        kube_client.apply_owned(CONFIG_MAP, desired, None, dry_run=True),
+    ):
+        with pytest.raises(NotOwnedError, match="controlled by no one") as taken:
+            await write
+        assert taken.value.existing is not None
+        assert taken.value.existing["metadata"]["uid"] == theirs["metadata"]["uid"]
+    after = await kube_client.get(CONFIG_MAP, "settings", namespace)
+    assert after["metadata"]["resourceVersion"] == theirs["metadata"]["resourceVersion"]
+    assert "ownerReferences" not in after["metadata"] and after["data"] == {"mode": "theirs"}
+    # A free name is created by an apply: its fields are owned as a later apply's are.
+    free = {**desired, "metadata": {**desired["metadata"], "name": "free"}}
+    made = await kube_client.apply_owned(CONFIG_MAP, free, None)
+    entries = [(m["manager"], m["operation"]) for m in made["metadata"]["managedFields"]]
+    assert entries == [(kube_client.field_manager, "Apply")]
+    # Ours, though the caller had not seen it yet (a cache behind its own create): applied onto.
+    again = await kube_client.apply_owned(CONFIG_MAP, {**free, "data": {"mode": "again"}}, None)
+    assert again["metadata"]["uid"] == made["metadata"]["uid"]
+    assert again["data"] == {"mode": "again"}
+
+
+async def test_an_apply_lands_on_the_object_it_was_compared_with_or_on_none(
+    kube_client: Client, namespace: str
+) -> None:
+    """The apply carries the observed object's uid: after a delete it creates nothing, and
+    after a delete and a create by someone else it writes nothing over theirs."""
+    owner = await kube_client.create(CONFIG_MAP, config_map(namespace, "owner"))
+    desired = config_map(namespace, "child", k="v")
+    desired["metadata"]["ownerReferences"] = [controller_reference(owner)]
+    made = await kube_client.apply_owned(CONFIG_MAP, desired, None)
+    await kube_client.delete(CONFIG_MAP, "child", namespace)
+    changed = {**desired, "data": {"k": "w"}}
+    with pytest.raises(ConflictError, match="no existing object was found"):
+        await kube_client.apply_owned(CONFIG_MAP, changed, made)
+    assert await kube_client.get_or_none(CONFIG_MAP, "child", namespace) is None
+    theirs = await kube_client.create(CONFIG_MAP, config_map(namespace, "child", k="theirs"))
+    with pytest.raises(
+        ConflictError, match=f"no longer the object of uid {made['metadata']['uid']}"
+    ):
+        await kube_client.apply_owned(CONFIG_MAP, changed, made)
+    after = await kube_client.get(CONFIG_MAP, "child", namespace)
+    assert after["metadata"]["resourceVersion"] == theirs["metadata"]["resourceVersion"]
+
+
+async def test_a_metadata_only_informer_holds_who_each_object_is_not_what_it_holds(
+    kube_client: Client, namespace: str
+) -> None:
+    """``InformerOptions(metadata_only=True)``: listed and watched as PartialObjectMetadata,
+    stored and told under the kind's own apiVersion and kind, without the object's data."""
+    await kube_client.create(CONFIG_MAP, config_map(namespace, "listed", secret="payload"))
+    informer = Informer(
+        kube_client, CONFIG_MAP, InformerOptions(namespace=namespace, metadata_only=True)
+    )
+    task = asyncio.create_task(informer.run())
+    try:
+        await informer.wait_for_sync(30)
+        listed = informer.store.get(f"{namespace}/listed")
+        assert listed is not None
+        assert (listed["apiVersion"], listed["kind"]) == ("v1", "ConfigMap")
+        assert set(listed) == {"apiVersion", "kind", "metadata"}
+        assert "managedFields" not in listed["metadata"] and listed["metadata"]["uid"]
+        await kube_client.create(CONFIG_MAP, config_map(namespace, "watched", secret="payload"))
+
+        def watched() -> Object | None:
+            return informer.store.get(f"{namespace}/watched")
+
+        seen = await eventually(watched, timeout=30, message="the watch's metadata stored")
+        assert seen is not None and set(seen) == {"apiVersion", "kind", "metadata"}
+        assert seen["kind"] == "ConfigMap" and "managedFields" not in seen["metadata"]
+        await kube_client.delete(CONFIG_MAP, "watched", namespace)
+        await eventually(lambda: watched() is None, timeout=30, message="the delete told")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 # -- status written only when it changed -----------------------------------------------------
 
 

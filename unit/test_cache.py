@@ -367,3 +367,21 @@ async def test_an_empty_metadata_list_is_whole_at_once() -> None:
 def test_a_metadata_first_list_needs_a_compact_store() -> None:
     with pytest.raises(ValueError, match="metadata_first needs compact=True"):
         Informer(Lines([]), SECRET, InformerOptions(metadata_first=True))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        InformerOptions(metadata_only=True, compact=True, metadata_first=True),
+        InformerOptions(metadata_only=True, compact=True, lazy_lists=True),
+    ],
+    ids=["metadata_first", "lazy_lists"],
+)
+def test_a_metadata_only_informer_lists_nothing_else(options: InformerOptions) -> None:
+    with pytest.raises(ValueError, match="metadata_only lists nothing else"):
+        Informer(Lines([]), SECRET, options)  # type: ignore[arg-type]
+
+
+def test_a_metadata_only_informer_lists_in_pages() -> None:
+    informer = Informer(Lines([]), SECRET, InformerOptions(metadata_only=True))  # type: ignore[arg-type]
+    assert not informer.streams_lists

@@ -25,6 +25,8 @@ from yarl import URL
 
 from crewlet_operator import metrics
 from crewlet_operator.errors import (
+    ConflictError,
+    InvalidError,
     NotFoundError,
     NotOwnedError,
     NotServedError,
@@ -47,6 +49,13 @@ DEFAULT_FIELD_MANAGER = "crewlet-operator"
 TYPED_LIVE_OBJECT = "failed to create typed live object"
 """The API server's 500 when server-side apply meets a stored object its schema cannot type (one
 written before its CRD tightened a field's type)."""
+NO_OBJECT_VERSION = "18446744073709551615"
+"""A resourceVersion no object holds (etcd's revisions count up from 1 and never reach 2**64 - 1).
+A server-side apply that carries it is a create that never lands on anything: the API server
+ignores an apply's resourceVersion when the name is free and creates the object, and compares it
+when the name is taken, which fails with 409 Conflict whoever holds the name. Unlike a POST, it
+leaves the fields owned by an apply (a POST's ``Update`` entry would hold the server's defaults
+too, and a later apply could not tell them from fields it no longer wants)."""
 DEFAULT_TIMEOUT = 30.0
 """Seconds for one ordinary request; watches have their own (server timeout + inactivity)."""
 
@@ -135,6 +144,8 @@ class _RawPage(msgspec.Struct):
 
 _RAW_PAGE = msgspec.json.Decoder(_RawPage)
 METADATA_LIST_ACCEPT = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+METADATA_ACCEPT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+"""A watch's Accept for each event's object as its metadata alone (``PartialObjectMetadata``)."""
 """The Accept of a list of objects' metadata alone (meta.k8s.io/v1, served since 1.15)."""
 
 
@@ -442,6 +453,7 @@ class Client:
         inactivity_timeout: float | None = 90.0,
         allow_bookmarks: bool = True,
         send_initial_events: bool = False,
+        metadata_only: bool = False,
     ) -> AsyncIterator[WatchEvent]:
         """Stream the changes after ``resource_version``.
 
@@ -468,6 +480,7 @@ class Client:
             inactivity_timeout=inactivity_timeout,
             allow_bookmarks=allow_bookmarks,
             send_initial_events=send_initial_events,
+            metadata_only=metadata_only,
         ):
             yield decode_event(line, path)
 
@@ -483,10 +496,13 @@ class Client:
         inactivity_timeout: float | None = 90.0,
         allow_bookmarks: bool = True,
         send_initial_events: bool = False,
+        metadata_only: bool = False,
     ) -> AsyncIterator[bytes]:
         """:meth:`watch`, with each event as the line of JSON the API server sent, undecoded
         (:func:`decode_event` decodes one): for a caller that decodes some events only in part,
-        such as an informer's lazy list (:class:`~crewlet_operator.cache.InformerOptions`)."""
+        such as an informer's lazy list (:class:`~crewlet_operator.cache.InformerOptions`).
+        With ``metadata_only``, each event's object is its metadata alone
+        (``PartialObjectMetadata``, :data:`METADATA_ACCEPT`)."""
         query: dict[str, QueryValue] = {
             "watch": True,
             "allowWatchBookmarks": allow_bookmarks or send_initial_events or None,
@@ -497,7 +513,9 @@ class Client:
             "fieldSelector": field_selector,
             "timeoutSeconds": timeout_seconds,
         }
-        headers = await self._headers("application/json")
+        headers = await self._headers(
+            "application/json", METADATA_ACCEPT if metadata_only else "application/json"
+        )
         path = resource.path(namespace)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=inactivity_timeout)
         started = time.monotonic()
@@ -569,6 +587,74 @@ class Client:
         )
         return applied
 
+    async def apply_owned(
+        self,
+        resource: Resource,
+        desired: Object,
+        observed: Object | None,
+        *,
+        field_manager: str | None = None,
+        force: bool = True,
+        dry_run: bool = False,
+    ) -> Object:
+        """Server-side apply ``desired``, an object this client makes, and never onto an
+        object it did not make, whether or not a cache holds that object.
+
+        ``observed`` is what the caller knows of the object: None when it knows of none, and
+        then the apply only creates (it carries :data:`NO_OBJECT_VERSION`), so a name taken by
+        someone else, which a label-scoped cache never sees, is found by the API server
+        instead of written over. Otherwise ``observed`` must be ours (:func:`is_ours`), and
+        the apply carries its ``uid``: it lands on that object or on none (the API server
+        refuses a uid that is not the stored object's). A create whose name turns out taken
+        reads the object that holds it and applies onto it only if it is ours (a cache that
+        had not seen our own create yet).
+
+        Raises:
+            NotOwnedError: the name is held by an object that is not ours (``existing``);
+                nothing was written.
+            ConflictError: the object was deleted or replaced since ``observed`` was read;
+                read it again.
+        """
+        manager = field_manager or self.field_manager
+        meta = desired["metadata"]
+        if observed is None:
+            try:
+                return await self.apply(
+                    resource,
+                    _with_metadata(desired, resourceVersion=NO_OBJECT_VERSION),
+                    field_manager=manager,
+                    force=force,
+                    dry_run=dry_run,
+                )
+            except ConflictError:
+                observed = await self.get_or_none(resource, meta["name"], meta.get("namespace"))
+                if observed is None:
+                    raise  # held a moment ago and gone now: the caller looks again
+        if not is_ours(desired, observed, manager):
+            raise NotOwnedError(_not_ours(resource, desired, observed, manager), observed)
+        held = (observed.get("metadata") or {}).get("uid")
+        try:
+            return await self.apply(
+                resource,
+                _with_metadata(desired, uid=held) if held else desired,
+                field_manager=manager,
+                force=force,
+                dry_run=dry_run,
+            )
+        except InvalidError as refused:
+            if not _refused_uid(refused):
+                raise
+            raise ConflictError(
+                409,
+                {
+                    "reason": "Conflict",
+                    "message": f"{resource.kind} {meta.get('namespace') or ''}/{meta['name']} "
+                    f"is no longer the object of uid {held}: read it again",
+                },
+                method=refused.method,
+                path=refused.path,
+            ) from refused
+
     async def apply_if_changed(
         self,
         resource: Resource,
@@ -585,23 +671,31 @@ class Client:
         This is what makes a resync of a converged world cost zero writes.
 
         An apply forces its way over other managers' fields, so it would quietly take over an
-        object someone else made under the same name. ``observed`` must therefore be ours
-        (:func:`is_ours`): controlled by the owner ``desired`` names as its controller, or, when
-        ``desired`` names none, applied before by this field manager. Taking over anything else
-        is explicit: ``adopt=True``.
+        object someone else made under the same name. The write is therefore
+        :meth:`apply_owned`'s: ``observed`` must be ours (:func:`is_ours`: controlled by the
+        owner ``desired`` names as its controller, or, when ``desired`` names none, applied
+        before by this field manager), and with ``observed`` None the apply only creates, so
+        an object the cache does not hold (a label-scoped cache sees none of other people's)
+        is never written over either. Taking over anything else is explicit: ``adopt=True``,
+        a plain apply onto whatever holds the name. A status write (``subresource``) is a
+        plain apply too: it changes no object's ownership.
 
         Raises:
-            NotOwnedError: ``observed`` exists and is not ours, and ``adopt`` is False; nothing
-                was written.
+            NotOwnedError: the name is held by an object that is not ours, and ``adopt`` is
+                False; nothing was written.
+            ConflictError: ``observed`` was deleted or replaced since it was read.
         """
         manager = kwargs.get("field_manager") or self.field_manager
         subresource = kwargs.get("subresource") or ""
-        if observed is not None:
-            if not adopt and not subresource and not is_ours(desired, observed, manager):
-                raise NotOwnedError(_not_ours(resource, desired, observed, manager))
-            if not apply_would_change(desired, observed, manager, subresource):
-                return None
-        return await self.apply(resource, desired, **kwargs)
+        if (
+            observed is not None
+            and not apply_would_change(desired, observed, manager, subresource)
+            and (adopt or subresource or is_ours(desired, observed, manager))
+        ):
+            return None
+        if adopt or subresource:
+            return await self.apply(resource, desired, **kwargs)
+        return await self.apply_owned(resource, desired, observed, **kwargs)
 
     async def apply_status(self, resource: Resource, obj: Object, **kwargs: Any) -> Object:
         """Server-side apply to the ``/status`` subresource.
@@ -803,6 +897,20 @@ def decode_event(line: bytes, path: str) -> WatchEvent:
     if event.get("type") == "ERROR":
         raise api_error(int(obj.get("code") or 500), obj, method="WATCH", path=path)
     return WatchEvent(event["type"], obj)
+
+
+def _with_metadata(obj: Object, **fields: str) -> Object:
+    """A shallow copy of ``obj`` with ``fields`` set in its metadata (the caller's is kept)."""
+    return {**obj, "metadata": {**obj["metadata"], **fields}}
+
+
+def _refused_uid(error: InvalidError) -> bool:
+    """Whether the API server refused a write for its ``metadata.uid`` (an apply that named the
+    uid of an object since replaced by another of the same name)."""
+    causes = error.details.get("causes") or []
+    return any(c.get("field") == "metadata.uid" for c in causes) or (
+        "metadata.uid" in error.message and "field is immutable" in error.message
+    )
 
 
 def _with_type(resource: Resource, obj: Object) -> Object:
