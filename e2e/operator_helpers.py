@@ -185,6 +185,34 @@ async def operator(kubeconfig: Path, tmp: Path, **kwargs: Any) -> AsyncIterator[
         daemon.stop()
 
 
+class Daemon:
+    """A module's one daemon, electing a leader in the chart's namespace, which a test may
+    restart."""
+
+    def __init__(self, kubeconfig: Path, log_dir: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.log_dir = log_dir
+        self.starts = 0
+        self.current: Operator | None = None
+
+    async def start(self) -> Operator:
+        self.starts += 1
+        self.current = Operator(
+            self.kubeconfig,
+            self.log_dir,
+            name=f"operator-{self.starts}",
+            leader_elect=True,
+            lease_namespace=MANAGER_NAMESPACE,
+        )
+        await eventually(self.current.ready, timeout=60, message="operator ready")
+        return self.current
+
+    def stop(self) -> None:
+        if self.current is not None:
+            self.current.stop()
+            self.current = None
+
+
 @contextlib.contextmanager
 def own_control_plane(directory: Path) -> Iterator[ControlPlane]:
     """A control plane of the module's own (workloads and audit on), stopped in dependency

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +21,7 @@ import pytest_asyncio
 from operator_helpers import (
     PLATFORM,
     ROOT,
-    Operator,
+    Daemon,
     admin_client,
     audited_writes,
     company,
@@ -49,7 +48,6 @@ from crewlet_operator.envtest.wait import eventually
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from reconcilers.versions import CLAIM_ANNOTATION
 
-MANAGER_NAMESPACE = "crewlet-operator-system"
 V2 = "ghcr.io/crewlet/crewlet-operator/engine:v0.2.0"
 V3 = "ghcr.io/crewlet/crewlet-operator/engine:v0.3.0"
 NO_SEATS = {"seats": {"replicas": 0}}
@@ -75,33 +73,6 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 async def client(plane: ControlPlane) -> AsyncIterator[Client]:
     async with admin_client(plane, PLATFORM) as admin:
         yield admin
-
-
-class Daemon:
-    """The one daemon of this module, which a test may restart."""
-
-    def __init__(self, kubeconfig: Path, log_dir: Path) -> None:
-        self.kubeconfig = kubeconfig
-        self.log_dir = log_dir
-        self.starts = 0
-        self.current: Operator | None = None
-
-    async def start(self) -> Operator:
-        self.starts += 1
-        self.current = Operator(
-            self.kubeconfig,
-            self.log_dir,
-            name=f"operator-{self.starts}",
-            leader_elect=True,
-            lease_namespace=MANAGER_NAMESPACE,
-        )
-        await eventually(self.current.ready, timeout=60, message="operator ready")
-        return self.current
-
-    def stop(self) -> None:
-        if self.current is not None:
-            self.current.stop()
-            self.current = None
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")

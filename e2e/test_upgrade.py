@@ -34,6 +34,7 @@ from operator_helpers import (
     ROOT,
     TEST_FIELD_MANAGER,
     AuditedWrite,
+    Daemon,
     Key,
     audited_writes,
     company,
@@ -45,7 +46,7 @@ from operator_helpers import (
     say,
 )
 from test_chart import CHART, MANAGER, RELEASE, RELEASE_NS, Tools, helm_install, helm_uninstall
-from test_data_safety import NO_SEATS, Daemon, claim_name, running_company
+from test_data_safety import NO_SEATS, claim_name, running_company
 
 from crewlet_operator import (
     CUSTOM_RESOURCE_DEFINITION,

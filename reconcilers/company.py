@@ -6,7 +6,8 @@ decision is made here, in the order the install page promises:
 1. Refusals first (``Accepted=False`` with a reason and a message that says what to do; see
    :mod:`reconcilers.inputs`). A refused company's children are left exactly as they are:
    nothing is applied, nothing deleted, so a running engine keeps running on what it was given
-   last.
+   last. A name held by an object the company does not control is a refusal too
+   (``NameTaken``): the operator never writes what it did not make.
 2. Otherwise the complete desired set of children is built (:mod:`reconcilers.children`), and
    only the children that differ from what exists are applied; owned children that are no longer
    wanted (a webhook route of the other kind) are deleted. A volume claim is never deleted.
@@ -73,6 +74,7 @@ def reconcile(
         )
         high_water = inputs.refuse_downgrade(ctx)
         desired = children.build(ctx, render_files=render_files)
+        inputs.refuse_taken_names(ctx, desired.children)
     except Refused as refusal:
         return _refused_plan(company, observed, refusal, now)
     plan = Plan(
@@ -130,16 +132,14 @@ def _refused_plan(
 
 
 def _changed(desired: list[Apply], observed: Observed) -> list[Apply]:
-    """Only the children whose apply would change what exists."""
-    return [
-        child
-        for child in desired
-        if apply_would_change(
-            child.object,
-            observed.children.get((child.resource.kind, object_name(child.object))),
-            DEFAULT_FIELD_MANAGER,
-        )
-    ]
+    """Only the children whose apply would change what exists, each with the object it lands
+    on (None: it creates the child)."""
+    changed = []
+    for child in desired:
+        existing = observed.children.get((child.resource.kind, object_name(child.object)))
+        if apply_would_change(child.object, existing, DEFAULT_FIELD_MANAGER):
+            changed.append(Apply(child.resource, child.object, existing))
+    return changed
 
 
 def _unwanted(ctx: Inputs, desired: Desired) -> list[Delete]:

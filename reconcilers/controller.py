@@ -20,11 +20,14 @@ from typing import Any
 import structlog
 
 from crewlet_operator import (
+    HTTP_ROUTE,
+    INGRESS,
     LOW_PRIORITY,
     NAMESPACE,
     PERSISTENT_VOLUME_CLAIM,
     SECRET,
     STATEFUL_SET,
+    Cache,
     EventRecorder,
     ForbiddenError,
     GenerationChanged,
@@ -40,8 +43,10 @@ from crewlet_operator import (
     Resource,
     Result,
     UnauthorizedError,
+    find_condition,
     generation,
     is_being_deleted,
+    is_controlled_by,
     keep_owned_fields_of,
     labels,
     name,
@@ -57,7 +62,7 @@ from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from reconcilers.checkpoint import MAX_UNSETTLED, Checkpoint, code_version
 from reconcilers.company import reconcile, refusal_plan
 from reconcilers.engineclass import class_status
-from reconcilers.inputs import INVALID_CLASS
+from reconcilers.inputs import HOSTNAME_TAKEN, INVALID_CLASS, NAME_TAKEN
 from reconcilers.plan import (
     CHILD_RESOURCES,
     Apply,
@@ -74,6 +79,10 @@ log = structlog.get_logger("crewlet_operator.company")
 
 CLASS_INDEX = "class"
 COMPANY_INDEX = "company"
+HOSTNAME_INDEX = "hostname"
+NAMESAKES_SYNC_TIMEOUT = 60.0
+"""Seconds a reconcile waits for the first list of the objects that may hold its children's
+names (they are listed beside the caches, at start)."""
 COMPACT_PAGE = 100
 LISTED_CHILDREN_PAGE = 500
 """Children listed at once, each as its JSON until read (a lazy list): a page of StatefulSets
@@ -136,6 +145,43 @@ def _class_of(company: Object) -> list[str]:
     return [class_name] if class_name else []
 
 
+def _hostname(company: Object) -> str:
+    """The webhook hostname a Company asks for, as stored ("" when it asks for none)."""
+    return str((company.get("spec") or {}).get("webhookHostname") or "")
+
+
+def _hostname_of(company: Object) -> list[str]:
+    hostname = _hostname(company)
+    return [hostname] if hostname else []
+
+
+def _hostname_changed(old: Object, new: Object) -> bool:
+    return _hostname(old) != _hostname(new)
+
+
+def _route_hosts(route: Object) -> list[str]:
+    """The hosts an HTTPRoute or Ingress routes."""
+    spec = route.get("spec") or {}
+    return list(spec.get("hostnames") or []) + [
+        str(rule.get("host")) for rule in spec.get("rules") or [] if rule.get("host")
+    ]
+
+
+def _identity(obj: Object) -> Object:
+    """What a namesake is kept as: who it is and who controls it."""
+    meta = obj.get("metadata") or {}
+    return {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": {k: meta[k] for k in _NAMESAKE_METADATA if k in meta},
+    }
+
+
+_NAMESAKE_METADATA = ("name", "namespace", "uid", "resourceVersion", "ownerReferences")
+_CONTESTED = frozenset({NAME_TAKEN, HOSTNAME_TAKEN})
+"""Refusals that hang on other objects than the company's own (a restart judges them again)."""
+
+
 class CrewletControllers:
     """The Company and EngineClass controllers of one manager."""
 
@@ -172,7 +218,9 @@ class CrewletControllers:
         # and listed in small pages (a page of whole StatefulSets is ~4 MiB of dicts at 100, the
         # transient peak of a relist; memory freed after it is not all given back).
         company_options = InformerOptions(
-            indexers={CLASS_INDEX: _class_of}, compact=True, page_size=COMPACT_PAGE
+            indexers={CLASS_INDEX: _class_of, HOSTNAME_INDEX: _hostname_of},
+            compact=True,
+            page_size=COMPACT_PAGE,
         )
         labelled = InformerOptions(
             label_selector=naming.MANAGED_BY_SELECTOR, compact=True, page_size=COMPACT_PAGE
@@ -197,6 +245,22 @@ class CrewletControllers:
             metadata_first=True,
         )
 
+        # Every other object of the children's kinds, by its metadata alone: a name a child
+        # would take may be held by a tenant's own object, which the label-scoped caches never
+        # see. The company then waits (reconcilers.inputs.refuse_taken_names), and hears when
+        # the name is free.
+        self.namesakes = Cache(manager.client)
+        unlabelled = InformerOptions(
+            label_selector=naming.NOT_MANAGED_SELECTOR,
+            metadata_only=True,
+            transform=_identity,
+            page_size=LISTED_CHILDREN_PAGE,
+        )
+        for resource in self.children:
+            self.namesakes.informer(resource, unlabelled)
+        manager.add(self.namesakes)
+        self._keep_owned = keep_owned_fields_of(manager.client.field_manager)
+
         self.status_echoes = OwnStatusWrites()
         # The children's echoes of the operator's own applies would reconcile each company once
         # more to find what it just wrote (2.3 reconciles a company in a burst of 1,000 without
@@ -207,15 +271,28 @@ class CrewletControllers:
         )
         for resource in self.children:
             builder.owns(resource, predicates=[self.child_echoes], options=owned)
+            # A child of one company that holds another's name (labels copied by hand).
+            builder.watches(resource, self._companies_named_by, options=owned)
         # A class's status (its companies count) changes with every company: only its spec
         # concerns them, else one new company would reconcile every other of its class.
         builder.watches(ENGINE_CLASS, self._companies_of_class, predicates=[GenerationChanged()])
         builder.watches(NAMESPACE, self._companies_in_namespace, predicates=[LabelChanged()])
         builder.watches(PERSISTENT_VOLUME_CLAIM, self._company_of_labels, options=labelled)
+        # A hostname freed (its holder deleted, or given another) goes to the next in line.
+        builder.watches(
+            COMPANY,
+            self._hostname_peers,
+            predicates=[new_predicate_funcs(create=lambda _: False, update=_hostname_changed)],
+            options=company_options,
+        )
         self.company_controller = builder.with_options(reserved_workers=VERDICT_WORKERS).complete(
             self.reconcile_company
         )
         self.secrets.add_handler(self.company_controller.enqueue_handler(self._companies_of_secret))
+        for resource in self.children:
+            self.namesakes.informer(resource).add_handler(
+                self.company_controller.enqueue_handler(self._companies_named_by)
+            )
         self.class_controller = (
             manager.controller("engineclass")
             .for_(ENGINE_CLASS)
@@ -243,6 +320,27 @@ class CrewletControllers:
     def _company_of_labels(self, obj: Object) -> list[Request]:
         company = labels(obj).get(naming.COMPANY_LABEL)
         return [Request(namespace(obj), company)] if company else []
+
+    def _companies_named_by(self, obj: Object) -> list[Request]:
+        """The companies one of whose children would take ``obj``'s name, but its own."""
+        ns, own = namespace(obj), labels(obj).get(naming.COMPANY_LABEL)
+        store = self.cache.informers[COMPANY].store
+        return [
+            Request(ns, company)
+            for company in naming.companies_named_by(str(obj.get("kind")), name(obj))
+            if company != own and namespaced_key(ns, company) in store
+        ]
+
+    def _hostname_peers(self, company: Object) -> list[Request]:
+        """The other companies that ask for ``company``'s webhook hostname."""
+        hostname, key = _hostname(company), namespaced_key(namespace(company), name(company))
+        if not hostname:
+            return []
+        return [
+            Request(*peer.split("/", 1))
+            for peer in self.cache.keys(COMPANY, (HOSTNAME_INDEX, hostname))
+            if peer != key
+        ]
 
     def _companies_of_secret(self, secret: Object) -> list[Request]:
         key = (namespace(secret) or "", name(secret))
@@ -279,14 +377,86 @@ class CrewletControllers:
             for child in self.child_echoes.newest(resource.kind, cached, ns):
                 if _company_of_child(child) == [key]:
                     children[(resource.kind, name(child))] = child
+        namesakes = await self._namesakes(company, children)
         secrets: dict[tuple[str, str], Object | None] = {}
         unreadable: dict[tuple[str, str], str] = {}
         if engine_class is not None:
             secrets, unreadable = await self.read_references(engine_class)
         claim = self.cache.get(PERSISTENT_VOLUME_CLAIM, naming.data_claim(company_name), ns)
         return Observed(
-            children=children, secrets=secrets, unreadable_secrets=unreadable, data_claim=claim
+            children=children,
+            namesakes=namesakes,
+            secrets=secrets,
+            unreadable_secrets=unreadable,
+            data_claim=claim,
+            hostname_holder=await self._hostname_holder(company),
         )
+
+    async def _namesakes(
+        self, company: Object, children: dict[tuple[str, str], Object]
+    ) -> dict[tuple[str, str], Object]:
+        """The objects that hold the names of ``company``'s children without being labelled as
+        its children: another's (by their metadata), or its own whose labels were taken off,
+        which go to ``children`` whole (read now: they are few) so that an apply puts the
+        labels back."""
+        ns, company_name = namespace(company) or "", name(company)
+        await self.namesakes.wait_for_sync(NAMESAKES_SYNC_TIMEOUT)
+        found: dict[tuple[str, str], Object] = {}
+        for resource in self.children:
+            labelled = self.cache.informers[resource].store
+            unlabelled = self.namesakes.informers[resource].store
+            for child_name in naming.child_names(company_name, resource.kind):
+                key, stored = (resource.kind, child_name), namespaced_key(ns, child_name)
+                if key in children:
+                    continue
+                if stored in labelled:
+                    holder = labelled.known(stored)
+                elif (held := unlabelled.get(stored)) is not None:
+                    holder = held
+                else:
+                    continue
+                if not is_controlled_by(holder, company):
+                    found[key] = holder
+                    continue
+                whole = await self.client.get_or_none(resource, child_name, ns)
+                if whole is not None and is_controlled_by(whole, company):
+                    children[key] = self._keep_owned(whole)
+        return found
+
+    async def _hostname_holder(self, company: Object) -> str | None:
+        """The Company that holds ``company``'s webhook hostname, when another one does.
+
+        A hostname routes to one company. Whoever has a route for it keeps it (the first to
+        claim it); among those that have none, the oldest Company (then by namespace and
+        name): one order every reconcile agrees on, so exactly one company holds each
+        hostname, and a company that claims a taken one never takes it over."""
+        hostname = _hostname(company)
+        if not hostname:
+            return None
+        claimants = [
+            c
+            for c in self.cache.list(COMPANY, index=(HOSTNAME_INDEX, hostname))
+            if not is_being_deleted(c)
+        ]
+        if len(claimants) < 2:
+            return None
+        route = HTTP_ROUTE if self.facts.gateway_api else INGRESS
+        ranks = []
+        for claimant in claimants:
+            ns, claimant_name = namespace(claimant) or "", name(claimant)
+            await self._whole_children(route, f"{ns}/{claimant_name}")
+            held = self.cache.get(route, naming.webhook_route(claimant_name), ns)
+            routed = (
+                held is not None
+                and is_controlled_by(held, claimant)
+                and hostname in _route_hosts(held)
+            )
+            created = str((claimant.get("metadata") or {}).get("creationTimestamp") or "")
+            ranks.append(((not routed, created, ns, claimant_name), claimant))
+        holder = min(ranks, key=lambda rank: rank[0])[1]
+        if uid(holder) == uid(company):
+            return None
+        return namespaced_key(namespace(holder), name(holder))
 
     async def _whole_children(self, resource: Resource, company: str) -> None:
         """Wait, if need be, until the cache holds ``company``'s children of ``resource`` whole:
@@ -430,6 +600,8 @@ class CrewletControllers:
         for resource, obj in ((COMPANY, company), (ENGINE_CLASS, engine_class), (NAMESPACE, ns)):
             if not checkpoint.unchanged(resource.group_kind, [resource_version(obj)]):
                 return resource.kind
+        if self._contested(company):
+            return "contested"
         informers = self.cache.informers
         claims = informers[PERSISTENT_VOLUME_CLAIM].store
         claim = namespaced_key(request.namespace, naming.data_claim(request.name))
@@ -449,6 +621,23 @@ class CrewletControllers:
         ):
             return SECRET.kind
         return None
+
+    def _contested(self, company: Object) -> bool:
+        """Whether what the company may do hangs on objects not its own, which a checkpoint
+        does not cover: it was refused for one, another company asks for its hostname, or an
+        object not labelled as its child holds one of its children's names."""
+        accepted = find_condition((company.get("status") or {}).get("conditions"), "Accepted")
+        if accepted is not None and accepted.get("reason") in _CONTESTED:
+            return True
+        hostname = _hostname(company)
+        if hostname and len(self.cache.keys(COMPANY, (HOSTNAME_INDEX, hostname))) > 1:
+            return True
+        ns, company_name = namespace(company) or "", name(company)
+        return any(
+            namespaced_key(ns, child_name) in self.namesakes.informers[resource].store
+            for resource in self.children
+            for child_name in naming.child_names(company_name, resource.kind)
+        )
 
     async def execute(
         self,
@@ -632,9 +821,11 @@ class CrewletControllers:
         while verdicts wait). Status writes and the admission's dry runs take none: they are on
         the verdict's path, which never queues behind a backlog's children."""
         if dry_run:
-            return await self.client.apply(apply.resource, apply.object, dry_run=True)
+            return await self.client.apply_owned(
+                apply.resource, apply.object, apply.existing, dry_run=True
+            )
         async with self._apply_slots:
-            return await self.client.apply(apply.resource, apply.object)
+            return await self.client.apply_owned(apply.resource, apply.object, apply.existing)
 
     async def _write_status(self, resource: Resource, meta: Object, status: Object) -> None:
         """Apply an object's status (the client falls back to a merge patch where apply cannot

@@ -2,10 +2,11 @@
 
 Everything that can refuse a company is here, with the reasons ``Accepted=False`` carries and
 messages that say what to do. Refusals come in the order a person would fix them: the company
-itself (``InvalidSpec``, ``InvalidName``), then its class (``ClassNotFound``, ``InvalidClass``,
-``ClassNotAllowed``), the engine version (``DowngradeRefused``), what the class asks for
-(``InvalidClass`` again, for what the CRD's schema cannot judge) and last the Secrets it
-references (``SecretUnreadable``, ``SecretNotFound``).
+itself (``InvalidSpec``, ``InvalidName``, ``HostnameTaken``), then its class (``ClassNotFound``,
+``InvalidClass``, ``ClassNotAllowed``), the engine version (``DowngradeRefused``), what the
+class asks for (``InvalidClass`` again, for what the CRD's schema cannot judge), the Secrets it
+references (``SecretUnreadable``, ``SecretNotFound``) and last the names of its objects, when
+someone else's objects hold them (``NameTaken``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ from dataclasses import dataclass
 import semver
 from pydantic import ValidationError
 
-from crewlet_operator import Resource, label_selector_matches, parse_quantity
+from crewlet_operator import (
+    Resource,
+    get_controller_of,
+    is_controlled_by,
+    label_selector_matches,
+    parse_quantity,
+)
+from crewlet_operator import name as object_name
 from reconcilers import engine, naming, versions
 from reconcilers.api.v1alpha1 import (
     MIN_STORAGE,
@@ -27,7 +35,7 @@ from reconcilers.api.v1alpha1 import (
     SecretKeyRef,
 )
 from reconcilers.naming import DATA, SEATS
-from reconcilers.plan import ClusterFacts, Object, Observed
+from reconcilers.plan import Apply, ClusterFacts, Object, Observed
 
 INVALID_SPEC = "InvalidSpec"
 """The Company does not fit its model (stored before the CRD tightened)."""
@@ -47,6 +55,10 @@ SECRET_NOT_FOUND = "SecretNotFound"
 """The class references a Secret, or a key of one, that does not exist."""
 ENGINE_CONFIG_INVALID = "EngineConfigInvalid"
 """A rendered crewlet.yaml the engine's schema refuses: a bug of the operator."""
+HOSTNAME_TAKEN = "HostnameTaken"
+"""Another Company holds the webhook hostname this one asks for."""
+NAME_TAKEN = "NameTaken"
+"""An object the operator did not make holds the name of one of the company's objects."""
 
 TokenFactory = Callable[[], str]
 """Makes the operator's API token for a company that has none yet."""
@@ -143,6 +155,13 @@ def read_inputs(
     problem = naming.name_problem(str(raw["metadata"]["name"]))
     if problem:
         raise Refused(INVALID_NAME, problem)
+    if observed.hostname_holder is not None:
+        raise Refused(
+            HOSTNAME_TAKEN,
+            f"Company {observed.hostname_holder} holds the webhook hostname "
+            f"{parsed_company.spec.webhook_hostname}, and a hostname routes to one company: "
+            f"set another spec.webhookHostname, or remove it from that company first",
+        )
     class_name = parsed_company.spec.class_name
     if engine_class is None:
         raise Refused(
@@ -411,3 +430,52 @@ def copied_values(ctx: Inputs, copies: list[SecretCopy]) -> dict[str, str]:
             f"Ask the platform's administrators to create it or fix the class",
         )
     return values
+
+
+# -- the names of its objects ------------------------------------------------------------------
+
+
+def refuse_taken_names(ctx: Inputs, wanted: list[Apply]) -> None:
+    """No object the company wants is held under its name by an object it does not control.
+
+    The operator never writes, labels or takes over an object it did not make: its writes would
+    land on a tenant's own object (and deleting the Company would then delete it), so the
+    company waits until every name is free.
+
+    Raises:
+        Refused: ``NameTaken``, naming every object that holds a name and who controls it.
+    """
+    taken: list[str] = []
+    for child in wanted:
+        key = (child.resource.kind, object_name(child.object))
+        holder = ctx.observed.children.get(key) or ctx.observed.namesakes.get(key)
+        if holder is not None and not is_controlled_by(holder, ctx.raw):
+            taken.append(f"{key[0]} {key[1]} ({_held_by(holder, ctx.name)})")
+    if not taken:
+        return
+    held = (
+        "the name of one of the company's objects is held by an object"
+        if len(taken) == 1
+        else f"the names of {len(taken)} of the company's objects are held by objects"
+    )
+    raise Refused(
+        NAME_TAKEN,
+        f"{held} the operator did not make: {'; '.join(taken)}. The operator never writes, "
+        f"labels or takes over an object it did not make: rename or delete "
+        f"{'it' if len(taken) == 1 else 'them'}, or recreate the Company under another name; "
+        f"the company proceeds once every name is free",
+    )
+
+
+def _held_by(obj: Object, company: str) -> str:
+    """Who controls an object that holds one of ``company``'s names, as a message says it."""
+    controller = get_controller_of(obj)
+    if controller is None:
+        return "controlled by no one"
+    kind, name = controller.get("kind"), controller.get("name")
+    if kind == "Company" and name == company:
+        return (
+            f"left by an earlier Company {company} (uid {controller.get('uid')}), which the "
+            f"garbage collector deletes with it"
+        )
+    return f"controlled by {kind} {name}"

@@ -20,6 +20,8 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "crewlet-operator"
 MANAGED_BY_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 """The label selector of everything the operator writes for companies (what it watches)."""
+NOT_MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}!={MANAGED_BY}"
+"""Everything else: what may hold a name a child would take."""
 NAME_LABEL = "app.kubernetes.io/name"
 NAME = "crewlet"
 COMPONENT_LABEL = "app.kubernetes.io/component"
@@ -92,24 +94,37 @@ def company_pods(company: str) -> dict[str, str]:
     return {NAME_LABEL: NAME, COMPANY_LABEL: company}
 
 
+ENGINE_SUFFIX = "engine"
+API_TOKEN_SUFFIX = "api-token"
+ENV_SUFFIX = "env"
+CONFIG_SUFFIX = "config"
+API_SUFFIX = "api"
+WEBHOOKS_SUFFIX = "webhooks"
+
+
+def child(company: str, suffix: str) -> str:
+    """Every child is named ``<company>-<suffix>``."""
+    return f"{company}-{suffix}"
+
+
 def service_account(company: str) -> str:
     """The engine's ServiceAccount (the chart's policy requires the ``-engine`` suffix)."""
-    return f"{company}-engine"
+    return child(company, ENGINE_SUFFIX)
 
 
 def config_secret(company: str) -> str:
     """The Secret holding both components' crewlet.yaml."""
-    return f"{company}-config"
+    return child(company, CONFIG_SUFFIX)
 
 
 def env_secret(company: str) -> str:
     """The Secret holding the copies of every Secret key the class references."""
-    return f"{company}-env"
+    return child(company, ENV_SUFFIX)
 
 
 def api_token_secret(company: str) -> str:
     """The Secret holding the operator's API token for this company's engine."""
-    return f"{company}-api-token"
+    return child(company, API_TOKEN_SUFFIX)
 
 
 API_TOKEN_KEY = "token"
@@ -118,7 +133,7 @@ API_TOKEN_KEY = "token"
 
 def statefulset(company: str, component: Component) -> str:
     """``<company>-data`` or ``<company>-seats``."""
-    return f"{company}-{component}"
+    return child(company, component)
 
 
 def headless_service(company: str, component: Component) -> str:
@@ -128,7 +143,7 @@ def headless_service(company: str, component: Component) -> str:
 
 def api_service(company: str) -> str:
     """The ClusterIP Service in front of the data pods' API (and webhooks)."""
-    return f"{company}-api"
+    return child(company, API_SUFFIX)
 
 
 def disruption_budget(company: str, component: Component) -> str:
@@ -143,7 +158,36 @@ def network_policy(company: str, component: Component) -> str:
 
 def webhook_route(company: str) -> str:
     """The HTTPRoute or Ingress that exposes ``/webhooks``."""
-    return f"{company}-webhooks"
+    return child(company, WEBHOOKS_SUFFIX)
+
+
+CHILD_SUFFIXES: dict[str, tuple[str, ...]] = {
+    "ServiceAccount": (ENGINE_SUFFIX,),
+    "Secret": (API_TOKEN_SUFFIX, ENV_SUFFIX, CONFIG_SUFFIX),
+    "StatefulSet": (DATA, SEATS),
+    "Service": (DATA, SEATS, API_SUFFIX),
+    "PodDisruptionBudget": (DATA, SEATS),
+    "NetworkPolicy": (DATA, SEATS),
+    "Ingress": (WEBHOOKS_SUFFIX,),
+    "HTTPRoute": (WEBHOOKS_SUFFIX,),
+}
+"""By kind, the suffix of every name a company's child of that kind may have (the functions
+above): what a name taken by someone else is looked up by, both ways."""
+
+
+def child_names(company: str, kind: str) -> list[str]:
+    """Every name a child of ``kind`` of ``company`` may have."""
+    return [child(company, suffix) for suffix in CHILD_SUFFIXES.get(kind, ())]
+
+
+def companies_named_by(kind: str, name: str) -> list[str]:
+    """The companies whose child of ``kind`` would be named ``name`` (``acme-data`` names
+    company ``acme``'s StatefulSet, and ``acme-data``'s nothing)."""
+    return [
+        name[: -len(suffix) - 1]
+        for suffix in CHILD_SUFFIXES.get(kind, ())
+        if name.endswith(f"-{suffix}") and len(name) > len(suffix) + 1
+    ]
 
 
 def data_claim(company: str, ordinal: int = 0) -> str:

@@ -68,25 +68,35 @@ def child_resources(facts: ClusterFacts) -> list[Resource]:
 class Observed:
     """The current state, read from the caches.
 
-    ``children`` maps ``(kind, name)`` to the existing object in the company's namespace (only
-    objects labelled as the company's). ``secrets`` maps ``(namespace, name)`` of every Secret the
-    class references to the Secret, or None when it does not exist; ``unreadable_secrets``
-    maps those the operator may not read to why (the API server's answer). ``data_claim`` is
-    the data StatefulSet's volume claim (``data-<company>-data-0``) when it exists.
+    ``children`` maps ``(kind, name)`` to the existing object in the company's namespace:
+    objects labelled as the company's, and any the company controls whose labels were taken
+    off. ``namesakes`` maps ``(kind, name)`` to an object that holds the name of one of the
+    company's children without being labelled as the company's (its metadata alone): a
+    tenant's own object, or another company's. ``secrets`` maps ``(namespace, name)`` of every
+    Secret the class references to the Secret, or None when it does not exist;
+    ``unreadable_secrets`` maps those the operator may not read to why (the API server's
+    answer). ``data_claim`` is the data StatefulSet's volume claim (``data-<company>-data-0``)
+    when it exists. ``hostname_holder`` is the Company (``namespace/name``) that holds the
+    webhook hostname this company asks for, when another one does.
     """
 
     children: dict[tuple[str, str], Object] = field(default_factory=dict)
+    namesakes: dict[tuple[str, str], Object] = field(default_factory=dict)
     secrets: dict[tuple[str, str], Object | None] = field(default_factory=dict)
     unreadable_secrets: dict[tuple[str, str], str] = field(default_factory=dict)
     data_claim: Object | None = None
+    hostname_holder: str | None = None
 
 
 @dataclass(frozen=True)
 class Apply:
-    """Server-side apply ``object`` (a complete desired object of ``resource``)."""
+    """Server-side apply ``object`` (a complete desired object of ``resource``) onto
+    ``existing``, the company's child as observed, and onto nothing else: with ``existing``
+    None the apply only creates (:meth:`~crewlet_operator.kube.client.Client.apply_owned`)."""
 
     resource: Resource
     object: Object
+    existing: Object | None = None
 
 
 @dataclass(frozen=True)

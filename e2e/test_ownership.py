@@ -1,0 +1,332 @@
+"""Nothing that is not the company's (issue 35), on the real control plane with the garbage
+collector running, the operator as the chart's manager under its RBAC and policy.
+
+"A Company never takes a user's object": "the operator reports a taken name with a reason of
+its own (not InvalidClass) that names each taken object and says what to do; the verdict is
+stable (no flip, one Event per change); the user's objects are never written, labelled or
+owned; the company proceeds once the name is free. Test every one of the 13 child kinds, and
+that deleting the Company leaves the user's object." And: "A hostname belongs to one company:
+the second Company claiming a taken webhookHostname gets Accepted=False with a reason naming the
+holder; the first keeps it."
+
+The module runs its own control plane: without the Gateway API, so the webhook route is an
+Ingress (the HTTPRoute's name is decided by the same code, and unit-tested).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from operator_helpers import (
+    PLATFORM,
+    Daemon,
+    admin_client,
+    company,
+    engine_class,
+    manager_kubeconfig,
+    own_control_plane,
+    wait_condition,
+    wait_converged,
+)
+
+from crewlet_operator import (
+    CONFIG_MAP,
+    DEFAULT_FIELD_MANAGER,
+    EVENT,
+    INGRESS,
+    NAMESPACE,
+    NETWORK_POLICY,
+    POD_DISRUPTION_BUDGET,
+    SECRET,
+    SERVICE,
+    SERVICE_ACCOUNT,
+    STATEFUL_SET,
+    Client,
+    Resource,
+    controller_reference,
+    find_condition,
+    is_controlled_by,
+)
+from crewlet_operator.envtest import ControlPlane
+from crewlet_operator.envtest.wait import eventually
+from reconcilers import naming
+from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from reconcilers.inputs import HOSTNAME_TAKEN, NAME_TAKEN
+
+Object = dict[str, Any]
+CLASS = "owned"
+KINDS: dict[str, Resource] = {
+    r.kind: r
+    for r in (
+        SERVICE_ACCOUNT,
+        SECRET,
+        STATEFUL_SET,
+        SERVICE,
+        POD_DISRUPTION_BUDGET,
+        NETWORK_POLICY,
+        INGRESS,
+    )
+}
+WEB = {"app": "web"}
+
+
+# -- a tenant's own objects, under a child's name ----------------------------------------------
+
+
+def _meta(ns: str, name: str) -> Object:
+    return {"name": name, "namespace": ns, "labels": {"team": "tenant"}}
+
+
+def _users_object(kind: str, ns: str, name: str) -> Object:
+    """What a tenant might already have under the name: nothing the operator would write."""
+    meta = _meta(ns, name)
+    pod = {"metadata": {"labels": WEB}, "spec": {"containers": [{"name": "web", "image": "web"}]}}
+    specs: dict[str, Object] = {
+        "ServiceAccount": {},
+        "Secret": {"type": "Opaque", "data": {"mine": base64.b64encode(b"precious").decode()}},
+        "StatefulSet": {
+            "spec": {
+                "replicas": 0,
+                "serviceName": name,
+                "selector": {"matchLabels": WEB},
+                "template": pod,
+            }
+        },
+        "Service": {"spec": {"selector": WEB, "ports": [{"port": 80}]}},
+        "PodDisruptionBudget": {"spec": {"minAvailable": 1, "selector": {"matchLabels": WEB}}},
+        "NetworkPolicy": {"spec": {"podSelector": {"matchLabels": WEB}}},
+        "Ingress": {
+            "spec": {
+                "rules": [
+                    {
+                        "host": "web.example",
+                        "http": {
+                            "paths": [
+                                {
+                                    "path": "/",
+                                    "pathType": "Prefix",
+                                    "backend": {"service": {"name": "web", "port": {"number": 80}}},
+                                }
+                            ]
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    return {"metadata": meta, **specs[kind]}
+
+
+CHILDREN = [
+    (kind, suffix)
+    for kind, suffixes in naming.CHILD_SUFFIXES.items()
+    if kind in KINDS
+    for suffix in suffixes
+]
+"""Every child of a company with a webhook hostname and no Gateway API: 13 and the route."""
+
+
+# -- the module's control plane and daemon -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    with own_control_plane(tmp_path_factory.mktemp("ownership")) as plane:
+        yield plane
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def client(plane: ControlPlane) -> AsyncIterator[Client]:
+    async with admin_client(plane, PLATFORM) as admin:
+        await admin.create(ENGINE_CLASS, engine_class(CLASS))
+        yield admin
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def daemon(
+    plane: ControlPlane, client: Client, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Daemon]:
+    tmp = tmp_path_factory.mktemp("daemon")
+    holder = Daemon(await manager_kubeconfig(client, plane, tmp, leader_election=True), tmp)
+    await holder.start()
+    yield holder
+    holder.stop()
+
+
+async def new_namespace(client: Client, name: str) -> str:
+    await client.create(NAMESPACE, {"metadata": {"name": name}})
+    return name
+
+
+def tenant_company(ns: str, name: str = "acme", **spec: Any) -> Object:
+    return company(ns, name, CLASS, webhookHostname=f"{name}.{ns}.example", **spec)
+
+
+async def accepted(client: Client, ns: str, name: str) -> Object:
+    got = await client.get(COMPANY, name, ns)
+    found = find_condition((got.get("status") or {}).get("conditions"), "Accepted")
+    assert found is not None, got.get("status")
+    return found
+
+
+async def operators_objects(client: Client, ns: str) -> list[str]:
+    """Everything in ``ns`` labelled as the operator's."""
+    found = []
+    for resource in KINDS.values():
+        listed = await client.list(resource, ns, label_selector=naming.MANAGED_BY_SELECTOR)
+        found += [f"{resource.kind} {o['metadata']['name']}" for o in listed.items]
+    return found
+
+
+async def collected_with(client: Client, owner: Object) -> Callable[[], Any]:
+    """A ConfigMap the garbage collector deletes with ``owner``: once it is gone, the collector
+    has dealt with ``owner``'s deletion (a probe that needs no clock)."""
+    sentinel = {
+        "metadata": {
+            "name": f"sentinel-{owner['metadata']['name']}",
+            "namespace": owner["metadata"]["namespace"],
+            "ownerReferences": [{**controller_reference(owner), "blockOwnerDeletion": False}],
+        }
+    }
+    await client.create(CONFIG_MAP, sentinel)
+
+    async def gone() -> bool:
+        meta = sentinel["metadata"]
+        return await client.get_or_none(CONFIG_MAP, meta["name"], meta["namespace"]) is None
+
+    return gone
+
+
+def untouched(now: Object, made: Object) -> bool:
+    """The tenant's object as the tenant made it: never written by the operator's field manager
+    (its status may have been, by its own controller), its labels, owners and content kept."""
+    managers = {entry["manager"] for entry in now["metadata"].get("managedFields") or []}
+    return (
+        DEFAULT_FIELD_MANAGER not in managers
+        and now["metadata"].get("labels") == made["metadata"].get("labels")
+        and now["metadata"].get("ownerReferences") == made["metadata"].get("ownerReferences")
+        and all(now.get(k) == made.get(k) for k in ("spec", "data", "type"))
+    )
+
+
+# -- a name held by the tenant's own object ----------------------------------------------------
+
+
+@pytest.mark.parametrize(("kind", "suffix"), CHILDREN, ids=[f"{k}-{s}" for k, s in CHILDREN])
+async def test_a_tenants_object_under_a_childs_name_is_never_taken(
+    daemon: Daemon, client: Client, kind: str, suffix: str
+) -> None:
+    """Refused with NameTaken, the object untouched and nothing else written; deleting the
+    Company leaves it; once it is gone, the company proceeds and makes its own."""
+    ns = await new_namespace(client, f"own-{kind.lower()}-{suffix}")
+    name = naming.child("acme", suffix)
+    resource = KINDS[kind]
+    theirs = await client.create(resource, _users_object(kind, ns, name))
+    await client.create(COMPANY, tenant_company(ns))
+    refused = await wait_condition(client, ns, "acme", "Accepted", "False", reason=NAME_TAKEN)
+    assert f"{kind} {name} (controlled by no one)" in refused["message"]
+    assert "rename or delete it" in refused["message"]
+    assert await operators_objects(client, ns) == []
+
+    first = await client.get(COMPANY, "acme", ns)
+    gone = await collected_with(client, first)
+    await client.delete(COMPANY, "acme", ns)
+    await eventually(gone, timeout=90, message="the garbage collector dealt with the Company")
+    after = await client.get(resource, name, ns)
+    assert untouched(after, theirs)
+
+    await client.create(COMPANY, tenant_company(ns))
+    await wait_condition(client, ns, "acme", "Accepted", "False", reason=NAME_TAKEN)
+    await client.delete(resource, name, ns)
+    await wait_converged(client, [(ns, "acme")], timeout=90, namespace=ns)
+    second = await client.get(COMPANY, "acme", ns)
+    made = await client.get(resource, name, ns)
+    assert made["metadata"]["uid"] != theirs["metadata"]["uid"]
+    assert is_controlled_by(made, second)
+
+
+async def test_the_verdict_on_a_taken_name_holds_across_reconciles_and_restarts(
+    daemon: Daemon, client: Client
+) -> None:
+    """One verdict and one Event: a change to the Company reconciles it again, a restart
+    reconciles everything again, and neither tells it anything new."""
+    ns = await new_namespace(client, "own-stable")
+    await client.create(SECRET, _users_object("Secret", ns, naming.env_secret("acme")))
+    await client.create(COMPANY, tenant_company(ns))
+    refused = await wait_condition(client, ns, "acme", "Accepted", "False", reason=NAME_TAKEN)
+
+    async def events() -> list[Object]:
+        listed = await client.list(EVENT, ns)
+        return [e for e in listed.items if (e.get("regarding") or {}).get("name") == "acme"]
+
+    await eventually(events, timeout=30, message="the refusal's Event")
+    operator = daemon.current
+    assert operator is not None
+    reconciles = 'controller_runtime_reconcile_total{controller="company",result="success"}'
+    before = operator.metric(reconciles)
+    await client.patch(COMPANY, "acme", {"metadata": {"labels": {"touched": "1"}}}, ns)
+    await eventually(lambda: operator.metric(reconciles) > before, timeout=30, message="again")
+    daemon.stop()
+    restarted = await daemon.start()
+    first_pass = 'crewlet_operator_first_pass_seconds{controller="company"}'
+    await eventually(
+        lambda: restarted.metric(first_pass) > 0, timeout=60, message="the restart's first pass"
+    )
+    assert await accepted(client, ns, "acme") == refused
+    told = await events()
+    assert [(e["type"], e["reason"]) for e in told] == [("Warning", NAME_TAKEN)], told
+    assert told[0].get("series") is None, "the refusal was told more than once"
+
+
+async def test_the_companys_own_network_policy_deleted_is_put_back(
+    daemon: Daemon, client: Client
+) -> None:
+    """The broker port stays closed: a deleted NetworkPolicy is the company's to make again."""
+    ns = await new_namespace(client, "own-netpol")
+    await client.create(COMPANY, tenant_company(ns))
+    await wait_converged(client, [(ns, "acme")], timeout=90, namespace=ns)
+    policy = await client.get(NETWORK_POLICY, "acme-data", ns)
+    await client.delete(NETWORK_POLICY, "acme-data", ns)
+
+    async def again() -> Object | None:
+        found = await client.get_or_none(NETWORK_POLICY, "acme-data", ns)
+        return found if found and found["metadata"]["uid"] != policy["metadata"]["uid"] else None
+
+    remade = await eventually(again, timeout=60, message="the NetworkPolicy made again")
+    assert remade["spec"] == policy["spec"]
+
+
+# -- a hostname held by another company --------------------------------------------------------
+
+
+async def test_a_hostname_belongs_to_the_company_that_took_it_first(
+    daemon: Daemon, client: Client
+) -> None:
+    """The first to route a hostname keeps it, even against an older company that asks for it
+    later; once it lets go, the next in line (the oldest) gets it."""
+    a, b, c = [await new_namespace(client, f"host-{n}") for n in ("a", "b", "c")]
+    shared = "webhooks.shared.example"
+    await client.create(COMPANY, company(c, "elder", CLASS, webhookHostname="elder.example"))
+    await wait_converged(client, [(c, "elder")], timeout=90, namespace=c)
+    await client.create(COMPANY, company(a, "first", CLASS, webhookHostname=shared))
+    await wait_converged(client, [(a, "first")], timeout=90, namespace=a)
+    await client.create(COMPANY, company(b, "second", CLASS, webhookHostname=shared))
+    refused = await wait_condition(client, b, "second", "Accepted", "False", reason=HOSTNAME_TAKEN)
+    assert f"Company {a}/first holds the webhook hostname {shared}" in refused["message"]
+    assert await client.get_or_none(INGRESS, "second-webhooks", b) is None
+
+    await client.patch(COMPANY, "elder", {"spec": {"webhookHostname": shared}}, c)
+    older = await wait_condition(client, c, "elder", "Accepted", "False", reason=HOSTNAME_TAKEN)
+    assert f"Company {a}/first" in older["message"]
+    assert (await accepted(client, a, "first"))["status"] == "True"
+    route = await client.get(INGRESS, "first-webhooks", a)
+    assert route["spec"]["rules"][0]["host"] == shared
+
+    await client.delete(COMPANY, "first", a)
+    await wait_condition(client, c, "elder", "Accepted", "True")
+    after = await wait_condition(client, b, "second", "Accepted", "False", reason=HOSTNAME_TAKEN)
+    assert f"Company {c}/elder holds" in after["message"]
