@@ -20,6 +20,7 @@
     ├── NotServedError                the API server does not serve a group/version/kind
     ├── TerminalError                 raised by a reconciler: do not retry
     ├── LeadershipLostError           the lease was not renewed in time: exit
+    ├── HealthCheckFailed             raised by a health check: it fails, saying why
     ├── QueueShutDown                 a shut-down work queue has nothing left to hand out
     ├── AlreadyOwnedError             another object already controls this one (ValueError)
     ├── NotOwnedError                 an object of the wanted name exists and is not ours
@@ -47,6 +48,9 @@ What to catch for what:
 - :class:`TerminalError`: raise it from a reconciler for a failure no retry can fix.
 - :class:`LeadershipLostError`: from :meth:`~crewlet_operator.manager.Manager.run`; let the
   process exit so it restarts clean.
+- :class:`HealthCheckFailed`: raise it from a ``/healthz`` or ``/readyz`` check to fail with a
+  reason the endpoint shows (any other failure's reason is withheld: the endpoints are
+  unauthenticated).
 - :class:`QueueShutDown`: a worker's signal to return, from
   :meth:`~crewlet_operator.workqueue.RateLimitingQueue.get`.
 - :class:`AlreadyOwnedError` and :class:`NotOwnedError`: a child's name is taken by an object
@@ -160,6 +164,17 @@ class TerminalError(CrewletError):
 
 class LeadershipLostError(CrewletError):
     """The lease could not be renewed: the process should exit."""
+
+
+class HealthCheckFailed(CrewletError):
+    """Raised by a health or readiness check to fail with a reason that the endpoint shows.
+
+    The endpoints are unauthenticated, so a failing check's reason is withheld from the answer
+    unless the check raises this: its message is then shown as written, so it must say only
+    what anyone who can reach the port may read (a state, never a secret)::
+
+        [-]one-leader-per-cluster failed: another install of this controller leads ...
+    """
 
 
 class QueueShutDown(CrewletError):  # named like asyncio.QueueShutDown (3.13)

@@ -11,18 +11,24 @@
   renewal was seen, plus the latency of one request.
 - On graceful shutdown the leader releases the lease (holder cleared, duration 1 s) and a
   follower, which watches the Lease, takes over at once instead of after the full duration.
+- With ``exclusive_labels`` the Lease is one of a kind across the cluster: every install of a
+  controller elects on a Lease of its own namespace, so two installs would each elect a leader
+  and act on the same objects. Each puts the labels on its Lease and does not lead while
+  another Lease with them is held and live, by the same monotonic rule (:class:`RivalLeases`).
+  When two acquire at once, the older Lease takes precedence (:func:`precedence`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import math
 import random
 import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +43,7 @@ from crewlet_operator.errors import (
 )
 from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.resources import LEASE
+from crewlet_operator.label_selector import validate_label_selector
 from crewlet_operator.objects import micro_time
 
 log = structlog.get_logger("crewlet_operator.leader")
@@ -48,6 +55,118 @@ JITTER = 1.2
 def default_identity() -> str:
     """``<hostname>_<uuid>``: unique even when two replicas share a hostname."""
     return f"{socket.gethostname()}_{uuid.uuid4()}"
+
+
+def _record(spec: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a change of a Lease is judged by (client-go compares the whole leader record)."""
+    return (
+        spec.get("holderIdentity"),
+        spec.get("renewTime"),
+        spec.get("acquireTime"),
+        spec.get("leaseDurationSeconds"),
+        spec.get("leaseTransitions"),
+    )
+
+
+Precedence = tuple[datetime.datetime, str, str]
+
+
+def precedence(created: str, namespace: str, name: str) -> Precedence:
+    """Where a Lease with exclusive labels stands among the others: the lower comes first.
+
+    The older Lease (``metadata.creationTimestamp``, set by the API server) comes first; ties
+    (the timestamp counts whole seconds) go by namespace, then name, so every replica of every
+    install orders them alike. The order settles only who gives way when two installs acquired
+    at once: a replica never takes its lease while another install's is live, whatever their
+    order, and a leader never yields to a Lease that comes after its own.
+    """
+    try:
+        moment = datetime.datetime.fromisoformat(created)
+    except ValueError:  # no timestamp: a Lease the API server has not stored
+        moment = datetime.datetime.max.replace(tzinfo=datetime.UTC)
+    return (moment, namespace, name)
+
+
+@dataclass(frozen=True)
+class RivalLease:
+    """Another Lease with the same exclusive labels (another install's), as last listed."""
+
+    namespace: str
+    name: str
+    holder: str
+    """Its ``holderIdentity``: the replica of the other install that holds it."""
+    created: str
+    """Its ``metadata.creationTimestamp``."""
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def precedence(self) -> Precedence:
+        """Its place in the order of :func:`precedence`."""
+        return precedence(self.created, self.namespace, self.name)
+
+
+@dataclass
+class _Sighting:
+    lease: RivalLease
+    record: tuple[Any, ...]
+    changed_at: float
+    duration: float
+
+    def expires_in(self, now: float) -> float:
+        """Seconds until it expires unless it changes (not above zero: not live)."""
+        return self.changed_at + self.duration - now if self.lease.holder else 0.0
+
+
+class RivalLeases:
+    """The other Leases with the exclusive labels, and when this replica saw each change.
+
+    A rival is *live* while it has a holder and was seen to change within its
+    ``leaseDurationSeconds``, by this process's monotonic clock: client-go's rule for a
+    follower, so clock skew between nodes does not matter (``renewTime`` is never compared
+    with the local clock). A rival seen for the first time counts as just renewed: it is live
+    until it has stayed unchanged for its duration.
+    """
+
+    def __init__(self, namespace: str, name: str) -> None:
+        self._own = (namespace, name)
+        self._seen: dict[tuple[str, str], _Sighting] = {}
+
+    def observe(self, leases: Iterable[Mapping[str, Any]], now: float) -> None:
+        """Take a list of the Leases with the labels, read at ``now`` (monotonic seconds). This
+        replica's own Lease is left out; a rival no longer listed is forgotten."""
+        seen: dict[tuple[str, str], _Sighting] = {}
+        for lease in leases:
+            meta = lease.get("metadata") or {}
+            key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+            if key == self._own:
+                continue
+            spec = lease.get("spec") or {}
+            record = _record(spec)
+            before = self._seen.get(key)
+            seen[key] = _Sighting(
+                RivalLease(
+                    namespace=key[0],
+                    name=key[1],
+                    holder=str(spec.get("holderIdentity") or ""),
+                    created=str(meta.get("creationTimestamp") or ""),
+                ),
+                record,
+                before.changed_at if before is not None and before.record == record else now,
+                float(spec.get("leaseDurationSeconds") or 0),
+            )
+        self._seen = seen
+
+    def live(self, now: float) -> list[RivalLease]:
+        """The live rivals, the first in precedence first."""
+        live = [s.lease for s in self._seen.values() if s.expires_in(now) > 0]
+        return sorted(live, key=lambda lease: lease.precedence)
+
+    def expires_in(self, now: float) -> float | None:
+        """Seconds until the first live rival expires, unless it changes; None if none is live."""
+        left = [s.expires_in(now) for s in self._seen.values()]
+        return min((seconds for seconds in left if seconds > 0), default=None)
 
 
 @dataclass
@@ -65,6 +184,16 @@ class LeaderElectionConfig:
     """Called before each write of the Lease by this replica (its acquisition, each renewal
     and its release): what it returns is merged into the Lease's annotations, in the same
     request. Empty leaves them as they are. For a leader to leave word for the next one."""
+    exclusive_labels: Mapping[str, str] | None = None
+    """Labels that make this Lease one of a kind in the cluster, for a controller of which one
+    install may act at a time. They are put on the Lease with each write of it, and this
+    replica does not take its lease while another Lease carrying them (in any namespace, or
+    under another name) is held and live: another install leads. It writes nothing meanwhile,
+    and says why (:attr:`LeaderElector.blocked_by`, a warning). When two installs acquire at
+    once, the one whose Lease comes later in :func:`precedence` gives its lease up again; a
+    leader that finds a live Lease ahead of its own steps down (its :meth:`~LeaderElector.hold`
+    returns, as when a renewal fails). Needs ``get``, ``list`` and ``watch`` on Leases in every
+    namespace. None (the default): only this Lease counts."""
 
     def __post_init__(self) -> None:
         if not self.lease_duration > self.renew_deadline > JITTER * self.retry_period > 0:
@@ -72,6 +201,11 @@ class LeaderElectionConfig:
                 "need lease_duration > renew_deadline > 1.2 * retry_period > 0 (got "
                 f"{self.lease_duration}, {self.renew_deadline}, {self.retry_period})"
             )
+        if self.exclusive_labels is not None:
+            if not self.exclusive_labels:
+                # An empty selector selects every Lease: kube-controller-manager's included.
+                raise ValueError("exclusive_labels needs at least one label")
+            validate_label_selector({"matchLabels": dict(self.exclusive_labels)})
 
 
 class LeaderElector:
@@ -89,7 +223,7 @@ class LeaderElector:
         self._observed_duration = config.lease_duration
         self._resource_version: str | None = None
         self._changed = asyncio.Event()
-        self._watch_denied = False
+        self._denied_watches: set[str] = set()
         # False leaves only client-go's retry ticks (the e2e test's control for the wake-up).
         self._wake_at_expiry = True
         self.is_leader = False
@@ -103,6 +237,18 @@ class LeaderElector:
         self.annotations_when_acquired: dict[str, str] = {}
         """The Lease's annotations as this replica found them when it acquired it: what the
         previous holder last wrote there (see :attr:`LeaderElectionConfig.annotations`)."""
+        labels = config.exclusive_labels
+        self._rivals = None if labels is None else RivalLeases(config.namespace, config.name)
+        self._rival_selector = ",".join(f"{k}={v}" for k, v in (labels or {}).items())
+        self._holds = False
+        self._created = ""
+        self.blocked_by: RivalLease | None = None
+        """With exclusive labels: the other install's Lease that keeps this replica from
+        leading (held and live), while it does; None otherwise."""
+        self.rivals_denied = False
+        """With exclusive labels: True while this replica may not list the Leases of every
+        namespace, so cannot tell whether another install leads (it does not take its lease
+        meanwhile)."""
         self._gauge = metrics.LEADER_ELECTION_MASTER_STATUS.labels(name=config.name)
         self._gauge.set(0)
         self._log = log.bind(lease=f"{config.namespace}/{config.name}", identity=config.identity)
@@ -110,9 +256,33 @@ class LeaderElector:
     async def acquire(self, on_follow: Callable[[], object] | None = None) -> None:
         """Wait until this replica holds the lease; ``on_follow`` is called once if the first
         attempt finds another holder's live lease (this replica is a standby, for now)."""
-        watcher = asyncio.create_task(self._watch_lease(), name="lease watch")
+        selector = f"metadata.name={self.config.name}"
+        watchers = [
+            asyncio.create_task(
+                self._watch(
+                    self.config.namespace,
+                    field_selector=selector,
+                    denied="may not watch the lease: falling back to polling it every retry "
+                    "period; grant list and watch on leases",
+                ),
+                name="lease watch",
+            )
+        ]
+        if self._rivals is not None:
+            watchers.append(
+                asyncio.create_task(
+                    self._watch(
+                        None,
+                        label_selector=self._rival_selector,
+                        denied="may not watch the leases of every namespace: another "
+                        "install's release is noticed a retry period late; grant list and "
+                        "watch on leases cluster-wide",
+                    ),
+                    name="rival leases watch",
+                )
+            )
         try:
-            while not await self._try():
+            while not await self._campaign():
                 if on_follow is not None:
                     on_follow()
                     on_follow = None
@@ -120,26 +290,68 @@ class LeaderElector:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), self._next_try_in())
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            for watcher in watchers:
+                watcher.cancel()
+            for watcher in watchers:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
         self._lead(True)
         self._log.info("acquired the lease; leading")
 
+    async def _campaign(self) -> bool:
+        """One attempt to lead: True once this replica holds its lease and, with exclusive
+        labels, no other install's Lease is live."""
+        if self._rivals is None:
+            return await self._try()
+        # Read before writing: a replica kept out by another install writes nothing.
+        if not self._holds:
+            if not await self._scan(self._rivals):
+                return False
+            live = self._rivals.live(time.monotonic())
+            self._block(live[0] if live else None)
+            if live:
+                return False
+        if not await self._try():
+            return False
+        # Read after writing: another install may have acquired at the same moment. Of two
+        # that did, at least one reads the other's Lease; the one that comes later gives way.
+        if not await self._scan(self._rivals):
+            return False  # it keeps its lease and checks again at the next attempt
+        live = self._rivals.live(time.monotonic())
+        self._block(live[0] if live else None)
+        if not live:
+            return True
+        if live[0].precedence < self._precedence:
+            await self._give_up()
+        # Otherwise the rival comes later, and gives way once it reads this Lease; until then
+        # (or until its lease expires) this replica keeps its lease without leading: the rival
+        # may not have read it, and lead meanwhile.
+        return False
+
+    @property
+    def _precedence(self) -> Precedence:
+        return precedence(self._created, self.config.namespace, self.config.name)
+
     def _next_try_in(self) -> float:
         """Seconds until the next attempt: the jittered retry period, or less when the observed
-        lease expires sooner. The watch wakes the loop earlier still when the Lease changes."""
+        lease (or another install's) expires sooner. The watches wake the loop earlier still
+        when a Lease changes."""
         delay = self.config.retry_period * random.uniform(1.0, JITTER)
-        until_expiry = self._observed_at + self._observed_duration - time.monotonic()
+        now = time.monotonic()
+        expiries = [self._observed_at + self._observed_duration - now]
+        if self._rivals is not None and (rival := self._rivals.expires_in(now)) is not None:
+            expiries.append(rival)
         # Not past expiry: a lease seen expired and still not taken (a failed write, an
         # unreachable API server) is retried at the retry period, not in a tight loop.
-        if self._wake_at_expiry and 0 < until_expiry < delay:
-            return until_expiry
+        sooner = [e for e in expiries if 0 < e < delay]
+        if self._wake_at_expiry and sooner:
+            return min(sooner)
         return delay
 
     async def hold(self) -> None:
         """Renew every ``retry_period``; return when no renewal succeeded within
-        ``renew_deadline`` (the caller must stop acting immediately)."""
+        ``renew_deadline``, or when another install's live Lease comes before this one (the
+        caller must stop acting immediately)."""
         last_renewed = time.monotonic()
         while True:
             await asyncio.sleep(self.config.retry_period)
@@ -151,17 +363,48 @@ class LeaderElector:
                     renewed = await asyncio.wait_for(self._try(), remaining)
             if renewed:
                 last_renewed = time.monotonic()
+                rival = await self._ahead()
+                if rival is not None:
+                    self._lead(False)
+                    self._holds = False
+                    self._log.error(
+                        "another install of this controller leads in the cluster on a Lease "
+                        "that comes first; stepping down",
+                        rival_lease=str(rival),
+                        rival_holder=rival.holder,
+                    )
+                    self._block(rival)
+                    return
             elif time.monotonic() >= deadline:
                 self._lead(False)
+                self._holds = False
                 self._log.error("could not renew the lease within the deadline; stepping down")
                 return
 
+    async def _ahead(self) -> RivalLease | None:
+        """A live rival whose Lease comes before this leader's, or None. A list that fails or
+        takes longer than a retry period answers None: a leader does not step down for what
+        it cannot see (the other install, reading this Lease, gives way)."""
+        if self._rivals is None:
+            return None
+        with contextlib.suppress(TimeoutError):
+            if await asyncio.wait_for(self._scan(self._rivals), self.config.retry_period):
+                live = self._rivals.live(time.monotonic())
+                if live and live[0].precedence < self._precedence:
+                    return live[0]
+        return None
+
     async def release(self) -> None:
         """Give the lease up so a follower takes over now (only if we still hold it)."""
-        if not self.is_leader or not self.config.release_on_cancel:
-            self._lead(False)
-            return
+        held = self.is_leader or self._holds
         self._lead(False)
+        if held and self.config.release_on_cancel:
+            await self._give_up()
+
+    async def _give_up(self) -> None:
+        """Clear the holder of the Lease if it is still this replica, so that another replica,
+        or another install, takes over at once."""
+        self._holds = False
         try:
             lease = await self.client.get(LEASE, self.config.name, self.config.namespace)
             spec = lease.get("spec", {})
@@ -188,9 +431,51 @@ class LeaderElector:
             meta = lease.setdefault("metadata", {})
             meta["annotations"] = {**(meta.get("annotations") or {}), **extra}
 
+    def _label(self, lease: dict[str, Any]) -> None:
+        """Put the exclusive labels on ``lease`` before it is written (a Lease written before
+        they were configured gains them with this replica's next write)."""
+        if self.config.exclusive_labels:
+            meta = lease.setdefault("metadata", {})
+            meta["labels"] = {**(meta.get("labels") or {}), **self.config.exclusive_labels}
+
     def _lead(self, leading: bool) -> None:
         self.is_leader = leading
         self._gauge.set(1 if leading else 0)
+
+    def _block(self, rival: RivalLease | None) -> None:
+        """Record which rival keeps this replica from leading; say so once per change."""
+        before, self.blocked_by = self.blocked_by, rival
+        if rival is not None and rival != before:
+            self._log.warning(
+                "another install of this controller leads in the cluster; this one does not "
+                "lead while it does",
+                rival_lease=str(rival),
+                rival_holder=rival.holder,
+            )
+        elif rival is None and before is not None:
+            self._log.info("the other install's lease is no longer live", rival_lease=str(before))
+
+    async def _scan(self, rivals: RivalLeases) -> bool:
+        """List the Leases with the exclusive labels in every namespace into ``rivals``;
+        False when the list failed (then no one can tell whether another install leads)."""
+        try:
+            listed = await self.client.list(LEASE, label_selector=self._rival_selector)
+        except (ForbiddenError, UnauthorizedError) as denied:
+            if not self.rivals_denied:
+                self._log.warning(
+                    "may not list the leases of every namespace: cannot tell whether another "
+                    "install of this controller leads, so this one does not take its lease; "
+                    "grant get, list and watch on leases cluster-wide",
+                    error=denied.message or denied.reason,
+                )
+            self.rivals_denied = True
+            return False
+        except CrewletError as exc:
+            self._log.debug("listing the rival leases failed", error=str(exc))
+            return False
+        self.rivals_denied = False
+        rivals.observe(listed.items, time.monotonic())
+        return True
 
     async def _try(self) -> bool:
         """One attempt to acquire or renew; False when another holder's lease is still live."""
@@ -199,17 +484,17 @@ class LeaderElector:
         try:
             lease = await self.client.get(LEASE, cfg.name, cfg.namespace)
         except NotFoundError:
+            fresh: dict[str, Any] = {
+                "metadata": {"name": cfg.name, "namespace": cfg.namespace},
+                "spec": self._spec(now, now, 0),
+            }
+            self._label(fresh)
             try:
-                await self.client.create(
-                    LEASE,
-                    {
-                        "metadata": {"name": cfg.name, "namespace": cfg.namespace},
-                        "spec": self._spec(now, now, 0),
-                    },
-                )
+                created = await self.client.create(LEASE, fresh)
             except CrewletError as exc:  # AlreadyExists: another replica created it first
                 self._log.debug("lease create failed", error=str(exc))
                 return False
+            self._took(created)
             return True
         except CrewletError as exc:
             self._log.debug("lease read failed", error=str(exc))
@@ -219,6 +504,7 @@ class LeaderElector:
         self._observe(lease)
         held_by_other = holder and holder != cfg.identity
         if held_by_other and time.monotonic() < self._observed_at + self._observed_duration:
+            self._holds = False
             return False
         transitions = int(spec.get("leaseTransitions") or 0)
         if holder == cfg.identity:
@@ -228,6 +514,7 @@ class LeaderElector:
         found = dict((lease.get("metadata") or {}).get("annotations") or {})
         lease["spec"] = new_spec
         self._annotate(lease)
+        self._label(lease)
         try:
             updated = await self.client.replace(LEASE, lease)
         except CrewletError as exc:  # a conflict means someone else wrote first
@@ -237,7 +524,13 @@ class LeaderElector:
             self.previous_holder_seen_at = self._other_renewed_at
             self.annotations_when_acquired = found
         self._observe(updated)
+        self._took(updated)
         return True
+
+    def _took(self, lease: dict[str, Any]) -> None:
+        """This replica's write made it the holder of ``lease``."""
+        self._holds = True
+        self._created = str((lease.get("metadata") or {}).get("creationTimestamp") or "")
 
     def _spec(self, acquired: str, renewed: str, transitions: int) -> dict[str, Any]:
         return {
@@ -250,13 +543,7 @@ class LeaderElector:
 
     def _observe(self, lease: dict[str, Any]) -> None:
         spec = lease.get("spec") or {}
-        record = (
-            spec.get("holderIdentity"),
-            spec.get("renewTime"),
-            spec.get("acquireTime"),
-            spec.get("leaseDurationSeconds"),
-            spec.get("leaseTransitions"),
-        )
+        record = _record(spec)
         if record != self._observed:
             self._observed = record
             self._observed_at = time.monotonic()
@@ -264,35 +551,39 @@ class LeaderElector:
             if spec.get("holderIdentity") not in (None, "", self.config.identity):
                 self._other_renewed_at = self._observed_at
 
-    async def _watch_lease(self) -> None:
-        """Wake the acquire loop whenever the Lease changes (a release is taken at once)."""
-        selector = f"metadata.name={self.config.name}"
+    async def _watch(
+        self,
+        namespace: str | None,
+        *,
+        denied: str,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+    ) -> None:
+        """Wake the acquire loop whenever a watched Lease changes (a release is taken at
+        once); ``denied`` is the warning, said once, when the watch is refused."""
         while True:
             try:
                 listed = await self.client.list(
-                    LEASE, self.config.namespace, field_selector=selector
+                    LEASE, namespace, field_selector=field_selector, label_selector=label_selector
                 )
                 async for _event in self.client.watch(
                     LEASE,
-                    self.config.namespace,
-                    field_selector=selector,
+                    namespace,
+                    field_selector=field_selector,
+                    label_selector=label_selector,
                     resource_version=listed.resource_version,
                     timeout_seconds=60,
                     inactivity_timeout=90,
                 ):
                     self._changed.set()
-            except (ForbiddenError, UnauthorizedError) as denied:
-                # Acquiring still works (it reads the Lease each retry period and when the lease
-                # it saw expires), but a release is then noticed up to a retry period late. Say
-                # so once: the RBAC a leader needs is get, create and update on the Lease; the
-                # watch needs list and watch as well.
-                if not self._watch_denied:
-                    self._watch_denied = True
-                    self._log.warning(
-                        "may not watch the lease: falling back to polling it every retry "
-                        "period; grant list and watch on leases",
-                        error=denied.message or denied.reason,
-                    )
+            except (ForbiddenError, UnauthorizedError) as exc:
+                # Acquiring still works (it reads the Leases each retry period and when a lease
+                # it saw expires), but a release is then noticed up to a retry period late.
+                # Say so once: the RBAC a leader needs is get, create and update on its Lease;
+                # the watch needs list and watch as well.
+                if denied not in self._denied_watches:
+                    self._denied_watches.add(denied)
+                    self._log.warning(denied, error=exc.message or exc.reason)
                 await asyncio.sleep(self.config.retry_period)
             except CrewletError:
                 await asyncio.sleep(self.config.retry_period)

@@ -32,6 +32,7 @@ import structlog
 
 from crewlet_operator.cache import Cache, InformerOptions
 from crewlet_operator.controller import Builder, Controller
+from crewlet_operator.errors import HealthCheckFailed
 from crewlet_operator.errors import LeadershipLostError as LeadershipLostError  # noqa: PLC0414
 from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.mapper import RESTMapper
@@ -102,6 +103,18 @@ class ManagerOptions:
     the next one (what it had finished, say) without a write of its own. The next leader
     finds it in :attr:`Manager.lease_annotations_found`. Empty leaves them as they are. Read
     at each write, so it may be set after the manager is made (by what it runs)."""
+    exclusive_lease_labels: Mapping[str, str] | None = None
+    """With leader election, labels that make the Lease one of a kind in the cluster: for a
+    controller of which one install may act at a time, when each install elects on a Lease of
+    its own namespace (two Helm releases, say). The labels are put on this manager's Lease, and
+    it does not lead while another Lease carrying them, in any namespace or under another name,
+    is held and live: it waits as a standby (a warm one keeps its caches), writes nothing, and
+    says why in a warning and in ``/readyz`` (its ``one-leader-per-cluster`` check fails,
+    naming that Lease). Of two installs that acquire at once, the one whose Lease is older
+    (by creation, ties by namespace and name) leads, the other gives its lease up again. The
+    manager's identity needs ``get``, ``list`` and ``watch`` on Leases in every namespace.
+    None (the default): only its own Lease counts. Without leader election there is no Lease,
+    and this has no effect."""
     freeze_gc_after_sync: bool = True
     """Once the caches have synced, collect garbage once and move every object then alive out
     of the cyclic garbage collector's sight (:func:`gc.freeze`): the caches and indexes live as
@@ -145,6 +158,7 @@ class Manager:
                     renew_deadline=self.options.renew_deadline,
                     retry_period=self.options.retry_period,
                     annotations=self._lease_annotations,
+                    exclusive_labels=self.options.exclusive_lease_labels,
                 ),
             )
         self._stop = asyncio.Event()
@@ -154,6 +168,8 @@ class Manager:
         self._holding: asyncio.Task[None] | None = None
         self._froze_gc = False
         self.health.add_readyz_check("informers-synced", self.ready_to_lead)
+        if self.elector is not None and self.options.exclusive_lease_labels is not None:
+            self.health.add_readyz_check("one-leader-per-cluster", self.no_other_install_leads)
         self.health.add_healthz_check("informers-watching", lambda: not self.cache.stale())
 
     def controller(self, name: str) -> Builder:
@@ -201,6 +217,33 @@ class Manager:
         leads, when its caches have synced.
         """
         return self._cold_campaigning or self.cache.synced
+
+    def no_other_install_leads(self) -> bool:
+        """``/readyz``'s ``one-leader-per-cluster`` check (with ``exclusive_lease_labels``):
+        fails, saying why, while another install's Lease keeps this replica from leading.
+
+        Such a replica could not lead now, so it is not ready, whatever its caches: a rollout
+        of the second install stalls where everyone sees it, instead of passing for a standby.
+        The answer names the other install's Lease, which anyone who can list Leases may read
+        anyway, not its holder (the log names that).
+
+        :raises HealthCheckFailed: with the reason, when it fails.
+        """
+        elector = self.elector
+        if elector is None:
+            return True
+        rival = elector.blocked_by
+        if rival is not None:
+            raise HealthCheckFailed(
+                f"another install of this controller leads in the cluster, on the Lease {rival}; "
+                "this one does not lead while it does"
+            )
+        if elector.rivals_denied and not elector.is_leader:
+            raise HealthCheckFailed(
+                "may not list the Leases of every namespace, so cannot tell whether another "
+                "install of this controller leads; this one does not lead until it can"
+            )
+        return True
 
     async def run(self, *, handle_signals: bool = False) -> None:
         """Run until :meth:`stop` (or SIGTERM/SIGINT with ``handle_signals``).

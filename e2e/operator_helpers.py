@@ -14,6 +14,7 @@ import contextlib
 import datetime
 import json
 import signal
+import subprocess
 import sys
 import urllib.request
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
@@ -44,7 +45,7 @@ from crewlet_operator import (
     Resource,
     find_condition,
 )
-from crewlet_operator.envtest import ControlPlane
+from crewlet_operator.envtest import ControlPlane, binaries
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.process import ManagedProcess
@@ -245,15 +246,43 @@ def installer_documents() -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all((ROOT / "dist/install.yaml").read_text()) if d]
 
 
+def chart_documents(release: str, namespace: str, *values: str) -> list[dict[str, Any]]:
+    """The chart rendered by ``helm template`` as another release would install it (in
+    ``namespace``, with ``--set`` ``values``): a second install beside dist/install.yaml."""
+    rendered = subprocess.run(
+        [
+            str(binaries.find("helm")),
+            "template",
+            release,
+            str(ROOT / "charts" / "crewlet-operator"),
+            "--namespace",
+            namespace,
+            "--kube-version",
+            binaries.KUBERNETES_VERSION,
+            *(arg for value in values for arg in ("--set", value)),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return [d for d in yaml.safe_load_all(rendered) if d]
+
+
 async def manager_kubeconfig(
-    kube_client: Client, control_plane: ControlPlane, tmp: Path, *, leader_election: bool = False
+    kube_client: Client,
+    control_plane: ControlPlane,
+    tmp: Path,
+    *,
+    leader_election: bool = False,
+    documents: list[dict[str, Any]] | None = None,
 ) -> Path:
     """A kubeconfig with a real token of the chart's manager ServiceAccount, holding only the
-    RBAC and under the admission policy of dist/install.yaml (the chart's default render).
+    RBAC and under the admission policy of dist/install.yaml (the chart's default render), or
+    of ``documents`` (another render: :func:`chart_documents`).
 
     With ``leader_election`` the chart's Role for the Lease in its namespace is installed too,
     so the daemon can run as the chart runs it (``--leader-election-namespace`` the chart's)."""
-    installer = installer_documents()
+    installer = installer_documents() if documents is None else documents
     kinds = {
         "Namespace": NAMESPACE,
         "ServiceAccount": SERVICE_ACCOUNT,
@@ -269,11 +298,14 @@ async def manager_kubeconfig(
             await kube_client.apply(kinds[doc["kind"]], doc)
     account = next(d for d in installer if d["kind"] == "ServiceAccount")["metadata"]
     token = control_plane.request_token(account["namespace"], account["name"])
-    return control_plane.token_config(token).write_kubeconfig(tmp / "manager.kubeconfig")
+    kubeconfig = tmp / f"{account['namespace']}.{account['name']}.kubeconfig"
+    return control_plane.token_config(token).write_kubeconfig(kubeconfig)
 
 
-def manager_user() -> str:
-    account = next(d for d in installer_documents() if d["kind"] == "ServiceAccount")["metadata"]
+def manager_user(documents: list[dict[str, Any]] | None = None) -> str:
+    """The user name of the manager's ServiceAccount (dist/install.yaml's, or ``documents``')."""
+    installer = installer_documents() if documents is None else documents
+    account = next(d for d in installer if d["kind"] == "ServiceAccount")["metadata"]
     return f"system:serviceaccount:{account['namespace']}:{account['name']}"
 
 

@@ -418,6 +418,7 @@ async def test_the_manager_may_do_what_the_operator_does_and_nothing_more(
         await manager.list(COMPANY)
         await manager.list(ENGINE_CLASS)
         await manager.list(r.NAMESPACE)
+        await manager.list(r.LEASE)  # every install's Lease: one operator per cluster
         await manager.create(
             r.LEASE,
             {"metadata": {"name": "probe", "namespace": RELEASE_NS}, "spec": {}},

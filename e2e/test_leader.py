@@ -1,13 +1,18 @@
 """Leader election on the real API server: a follower takes a crashed leader's lease when the lease
-it saw expires, not at its next retry tick."""
+it saw expires, not at its next retry tick; and with exclusive labels, one leader among the
+installs of a controller, each electing in a namespace of its own."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
+import time
+from collections.abc import AsyncIterator
 
-from crewlet_operator import LEASE, Client
-from crewlet_operator.leader import LeaderElectionConfig, LeaderElector
+from crewlet_operator import LEASE, NAMESPACE, Client, NotFoundError
+from crewlet_operator.envtest.wait import eventually
+from crewlet_operator.leader import LeaderElectionConfig, LeaderElector, precedence
 from crewlet_operator.objects import micro_time
 
 LEASE_SECONDS = 4
@@ -125,3 +130,167 @@ async def test_a_leader_leaves_word_in_the_lease_for_the_next_one(
     await asyncio.wait_for(second.acquire(), 30)
     assert second.annotations_when_acquired.get("example.com/done") == "released"
     assert (await annotations()).get("example.com/done") == "released", "nothing said, kept"
+
+
+# -- one leader per cluster: exclusive labels, two installs in two namespaces ----------------------
+
+
+@contextlib.asynccontextmanager
+async def other_namespace(client: Client, namespace: str) -> AsyncIterator[str]:
+    """A second namespace beside the test's, for a second install; deleted after it."""
+    name = f"{namespace}-b"
+    await client.create(NAMESPACE, {"metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(NotFoundError):
+            await client.delete(NAMESPACE, name)
+
+
+def install(client: Client, namespace: str, identity: str, labels: dict[str, str]) -> LeaderElector:
+    """A replica of an install whose Lease (``leader`` in ``namespace``) is exclusive."""
+    return LeaderElector(
+        client,
+        LeaderElectionConfig(
+            "leader",
+            namespace,
+            identity=identity,
+            lease_duration=LEASE_SECONDS,
+            renew_deadline=3,
+            retry_period=1,
+            exclusive_labels=labels,
+        ),
+    )
+
+
+def unique_labels(namespace: str) -> dict[str, str]:
+    """Labels of this test's own (the session's other Leases never count)."""
+    return {"e2e.example.com/exclusive": namespace}
+
+
+async def test_a_second_install_does_not_lead_writes_nothing_and_leads_once_the_first_releases(
+    kube_client: Client, namespace: str
+) -> None:
+    labels = unique_labels(namespace)
+    async with other_namespace(kube_client, namespace) as second_ns:
+        first = install(kube_client, namespace, "first", labels)
+        await asyncio.wait_for(first.acquire(), 30)
+        holding = asyncio.create_task(first.hold())
+        second = install(kube_client, second_ns, "second", labels)
+        campaign = asyncio.create_task(second.acquire())
+        try:
+            await eventually(lambda: second.blocked_by is not None, message="blocked")
+            assert second.blocked_by is not None
+            assert (second.blocked_by.namespace, second.blocked_by.holder) == (namespace, "first")
+            await asyncio.sleep(LEASE_SECONDS + 1)  # the first renews: still live
+            assert not campaign.done() and not second.is_leader
+            assert await kube_client.get_or_none(LEASE, "leader", second_ns) is None, "no write"
+            lease = await kube_client.get(LEASE, "leader", namespace)
+            assert lease["metadata"]["labels"] == labels
+
+            holding.cancel()
+            await first.release()
+            released = time.monotonic()
+            await asyncio.wait_for(campaign, 30)
+            # Its watch of the labelled Leases wakes it: sooner than its retry period.
+            assert time.monotonic() - released < 1.0
+            assert second.blocked_by is None
+            taken = await kube_client.get(LEASE, "leader", second_ns)
+            assert taken["spec"]["holderIdentity"] == "second"
+            assert taken["metadata"]["labels"] == labels
+        finally:
+            for task in (holding, campaign):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+
+async def test_a_second_install_takes_over_when_the_first_crashed_lease_expires(
+    kube_client: Client, namespace: str
+) -> None:
+    """The first never renews (a crash): the second leads once it has seen the first's Lease
+    unchanged for its duration, by its own clock, and not before."""
+    labels = unique_labels(namespace)
+    async with other_namespace(kube_client, namespace) as second_ns:
+        crashed = install(kube_client, namespace, "crashed", labels)
+        await asyncio.wait_for(crashed.acquire(), 30)
+        first_seen = time.monotonic()
+        second = install(kube_client, second_ns, "second", labels)
+        await asyncio.wait_for(second.acquire(), 30)
+        took = time.monotonic() - first_seen
+        assert LEASE_SECONDS <= took <= LEASE_SECONDS + LATENCY, took
+
+
+async def test_of_two_installs_that_start_at_once_the_earlier_lease_leads_and_never_both(
+    kube_client: Client, namespace: str
+) -> None:
+    """Started together, one may read the other's Lease before it writes its own (and waits), or
+    both acquire: then the one whose Lease comes later gives way (at once if it reads the
+    other's, at its next renewal if it led meanwhile), and the other leads only once it has."""
+    labels = unique_labels(namespace)
+    async with other_namespace(kube_client, namespace) as second_ns:
+        replicas = [
+            install(kube_client, namespace, "a", labels),
+            install(kube_client, second_ns, "b", labels),
+        ]
+        both: list[float] = []
+
+        async def run(elector: LeaderElector) -> None:
+            while True:
+                await elector.acquire()
+                await elector.hold()
+
+        async def watch() -> None:
+            while True:
+                if all(r.is_leader for r in replicas):
+                    both.append(time.monotonic())
+                await asyncio.sleep(0.005)
+
+        tasks = [asyncio.create_task(run(r)) for r in replicas] + [asyncio.create_task(watch())]
+        try:
+            await eventually(
+                lambda: sum(r.is_leader for r in replicas) == 1, timeout=30, message="a leader"
+            )
+            await asyncio.sleep(LEASE_SECONDS + 2)  # one that led too soon has stepped down
+            leaders = [r for r in replicas if r.is_leader]
+            assert len(leaders) == 1 and both == []
+            leader = leaders[0]
+            other = next(r for r in replicas if r is not leader)
+            # A replica that read the other's Lease before writing never wrote its own.
+            created = {}
+            for r in replicas:
+                lease = await kube_client.get_or_none(LEASE, "leader", r.config.namespace)
+                if lease is not None:
+                    created[r.config.namespace] = lease["metadata"]["creationTimestamp"]
+            order = sorted(created, key=lambda ns: precedence(created[ns], ns, "leader"))
+            assert leader.config.namespace == order[0], created
+            assert other.blocked_by is not None
+            assert str(other.blocked_by) == f"{leader.config.namespace}/leader"
+        finally:
+            for task in tasks:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+
+async def test_a_standby_of_the_same_install_is_not_blocked(
+    kube_client: Client, namespace: str
+) -> None:
+    labels = unique_labels(namespace)
+    leader = install(kube_client, namespace, "leader", labels)
+    await asyncio.wait_for(leader.acquire(), 30)
+    holding = asyncio.create_task(leader.hold())
+    standby = install(kube_client, namespace, "standby", labels)
+    campaign = asyncio.create_task(standby.acquire())
+    try:
+        await asyncio.sleep(2)
+        assert not campaign.done()
+        assert standby.blocked_by is None
+        holding.cancel()
+        await leader.release()
+        await asyncio.wait_for(campaign, 30)
+    finally:
+        for task in (holding, campaign):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

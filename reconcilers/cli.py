@@ -58,6 +58,17 @@ def unsupported_kubernetes(version: Mapping[str, Any]) -> str | None:
     )
 
 
+LEASE_LABELS = {
+    "app.kubernetes.io/name": "crewlet-operator",
+    "app.kubernetes.io/component": "leader-election",
+}
+"""The labels of the operator's Lease, which make it one of a kind in the cluster
+(``ManagerOptions.exclusive_lease_labels``): every install elects on a Lease of its own
+namespace, so a second install (a second Helm release, ``dist/install.yaml`` beside the chart)
+would otherwise lead too, and reconcile the same companies. With them, it waits while another
+install's Lease is held and live, and writes nothing. With ``--leader-elect=false`` there is no
+Lease, and no such check: the chart's default elects a leader."""
+
 log = structlog.get_logger("reconcilers.cli")
 
 
@@ -121,6 +132,7 @@ def manager_options(args: argparse.Namespace) -> ManagerOptions:
         leader_election=args.leader_elect,
         leader_election_id=args.leader_election_id,
         leader_election_namespace=args.leader_election_namespace,
+        exclusive_lease_labels=LEASE_LABELS,
         metrics_bind_address=args.metrics_bind_address,
         metrics_secure=args.metrics_secure,
         metrics_cert_dir=Path(args.metrics_cert_dir) if args.metrics_cert_dir else None,

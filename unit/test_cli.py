@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from reconcilers.cli import manager_options, parse_args, unsupported_kubernetes
+from crewlet_operator import LeaderElectionConfig
+from reconcilers.cli import LEASE_LABELS, manager_options, parse_args, unsupported_kubernetes
 
 
 def test_defaults_are_controller_runtimes() -> None:
@@ -50,6 +51,16 @@ def test_flags_reach_the_manager() -> None:
     assert options.health_probe_bind_address == ":9081"
     assert options.max_concurrent_reconciles == 8
     assert (args.log_level, args.log_format) == ("debug", "console")
+
+
+def test_every_install_labels_its_lease_so_that_one_leads_in_the_cluster() -> None:
+    """A second install (another namespace, another Lease) finds the first's by these labels."""
+    for argv in ([], ["--leader-election-namespace", "ops", "--leader-election-id", "other"]):
+        assert manager_options(parse_args(argv)).exclusive_lease_labels == {
+            "app.kubernetes.io/name": "crewlet-operator",
+            "app.kubernetes.io/component": "leader-election",
+        }
+    LeaderElectionConfig("leader", "ops", exclusive_labels=LEASE_LABELS)  # valid labels
 
 
 def test_bare_boolean_flags_mean_true() -> None:

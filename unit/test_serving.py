@@ -26,6 +26,7 @@ from crewlet_operator.errors import ServerError
 from crewlet_operator.kube.resources import Resource
 from crewlet_operator.serving import (
     DelegatingAuth,
+    HealthCheckFailed,
     HealthServer,
     MetricsServer,
     TTLCache,
@@ -157,6 +158,17 @@ async def test_a_raising_check_fails_and_its_reason_stays_out_of_the_body(
     assert status == 500
     assert "[-]db failed: reason withheld" in text
     assert "hunter2" not in text
+
+
+async def test_a_check_that_says_why_has_its_reason_in_the_body(health: HealthServer) -> None:
+    def alone() -> bool:
+        raise HealthCheckFailed("another install leads,\non the Lease ops/leader")
+
+    health.add_readyz_check("alone", alone)
+    status, text = await probe(health, "/readyz")
+    assert status == 500
+    assert "[-]alone failed: another install leads, on the Lease ops/leader\n" in text
+    assert await probe(health, "/healthz") == (200, "ok")
 
 
 async def test_async_checks(health: HealthServer) -> None:

@@ -1,7 +1,8 @@
 """The manager's HTTP endpoints: health probes and metrics, as controller-runtime serves them.
 
 :class:`HealthServer` (:mod:`.health`)
-    ``/healthz`` and ``/readyz`` for the kubelet's liveness and readiness probes (plain HTTP).
+    ``/healthz`` and ``/readyz`` for the kubelet's liveness and readiness probes (plain HTTP); a
+    check that raises :class:`HealthCheckFailed` says why it failed.
 :class:`MetricsServer` (:mod:`.metrics`)
     ``/metrics`` for Prometheus. With ``secure=True`` (the default) it is HTTPS and every
     request is authenticated with a TokenReview and authorised with a SubjectAccessReview, like
@@ -23,7 +24,7 @@ Both servers are started with ``await server.start()`` and stopped with ``await 
 
 from crewlet_operator.serving.auth import DelegatingAuth, ReviewClient, TTLCache, UserInfo
 from crewlet_operator.serving.certificates import CERT_POLL_INTERVAL, self_signed_certificate
-from crewlet_operator.serving.health import HealthCheck, HealthServer
+from crewlet_operator.serving.health import HealthCheck, HealthCheckFailed, HealthServer
 from crewlet_operator.serving.metrics import MetricsServer
 from crewlet_operator.serving.server import SHUTDOWN_TIMEOUT, parse_bind_address
 
@@ -32,6 +33,7 @@ __all__ = [
     "SHUTDOWN_TIMEOUT",
     "DelegatingAuth",
     "HealthCheck",
+    "HealthCheckFailed",
     "HealthServer",
     "MetricsServer",
     "ReviewClient",

@@ -9,14 +9,19 @@ from collections.abc import Awaitable, Callable
 import structlog
 from aiohttp import web
 
+from crewlet_operator.errors import HealthCheckFailed
 from crewlet_operator.serving.server import Server
 
-__all__ = ["HealthCheck", "HealthServer"]
+__all__ = ["HealthCheck", "HealthCheckFailed", "HealthServer"]
 
 log = structlog.get_logger("crewlet_operator.serving")
 
 HealthCheck = Callable[[], bool | Awaitable[bool]]
-"""A health or readiness check: it passes by returning true, fails by returning false or raising."""
+"""A health or readiness check: it passes by returning true, fails by returning false or raising
+(:class:`HealthCheckFailed` to say why in the endpoint's answer)."""
+
+
+WITHHELD = "reason withheld"
 
 
 def _ping() -> bool:
@@ -33,7 +38,8 @@ class HealthServer(Server):
         [-]informers-synced failed: reason withheld
         readyz check failed
 
-    The reason is withheld because the endpoint is unauthenticated; it is logged instead. A
+    The reason is withheld because the endpoint is unauthenticated; it is logged instead, unless
+    the check raised :class:`HealthCheckFailed`, whose message is meant for the answer. A
     ``ping`` check, which always passes, is registered on both endpoints.
 
     :param bind_address: ``host:port`` (``":8081"`` = every interface), or ``"0"`` to disable.
@@ -78,14 +84,14 @@ class HealthServer(Server):
     def _handler(self, endpoint: str) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def handle(request: web.Request) -> web.Response:
             checks = list(self._checks[endpoint].items())
-            passed = await asyncio.gather(*(self._run(endpoint, n, c) for n, c in checks))
-            failed = [name for (name, _), ok in zip(checks, passed, strict=True) if not ok]
+            verdicts = await asyncio.gather(*(self._run(endpoint, n, c) for n, c in checks))
+            failed = [name for (name, _), v in zip(checks, verdicts, strict=True) if v is not None]
             if not failed and "verbose" not in request.query:
                 body = "ok"
             else:
                 lines = [
-                    f"[+]{name} ok" if ok else f"[-]{name} failed: reason withheld"
-                    for (name, _), ok in zip(checks, passed, strict=True)
+                    f"[+]{name} ok" if verdict is None else f"[-]{name} failed: {verdict}"
+                    for (name, _), verdict in zip(checks, verdicts, strict=True)
                 ]
                 lines.append(f"{endpoint} check {'failed' if failed else 'passed'}")
                 body = "\n".join(lines) + "\n"
@@ -99,13 +105,16 @@ class HealthServer(Server):
 
         return handle
 
-    async def _run(self, endpoint: str, name: str, check: HealthCheck) -> bool:
+    async def _run(self, endpoint: str, name: str, check: HealthCheck) -> str | None:
+        """None when the check passes, else what the answer says of it."""
         try:
             async with asyncio.timeout(self.check_timeout):
                 result = check()
                 if inspect.isawaitable(result):
                     result = await result
+        except HealthCheckFailed as failed:
+            return " ".join(str(failed).split())  # one line of the answer
         except Exception as exc:
             log.debug(f"{endpoint} check raised", check=name, error=repr(exc))
-            return False
-        return bool(result)
+            return WITHHELD
+        return None if result else WITHHELD
