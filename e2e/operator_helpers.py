@@ -214,6 +214,23 @@ class Daemon:
             self.current = None
 
 
+@contextlib.asynccontextmanager
+async def manager_daemon(plane: ControlPlane, client: Client, tmp: Path) -> AsyncIterator[Daemon]:
+    """A module's daemon, as the chart's manager (its token, RBAC and policy), leading."""
+    holder = Daemon(await manager_kubeconfig(client, plane, tmp, leader_election=True), tmp)
+    await holder.start()
+    try:
+        yield holder
+    finally:
+        holder.stop()
+
+
+async def fresh_namespace(client: Client, name: str) -> str:
+    """Create the namespace ``name`` and return it."""
+    await client.create(NAMESPACE, {"metadata": {"name": name}})
+    return name
+
+
 @contextlib.contextmanager
 def own_control_plane(directory: Path) -> Iterator[ControlPlane]:
     """A control plane of the module's own (workloads and audit on), stopped in dependency

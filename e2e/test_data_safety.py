@@ -26,7 +26,8 @@ from operator_helpers import (
     audited_writes,
     company,
     engine_class,
-    manager_kubeconfig,
+    fresh_namespace,
+    manager_daemon,
     manager_user,
     own_control_plane,
     remove_crds,
@@ -36,7 +37,6 @@ from operator_helpers import (
 )
 
 from crewlet_operator import (
-    NAMESPACE,
     PERSISTENT_VOLUME_CLAIM,
     STATEFUL_SET,
     Client,
@@ -79,17 +79,8 @@ async def client(plane: ControlPlane) -> AsyncIterator[Client]:
 async def daemon(
     plane: ControlPlane, client: Client, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Daemon]:
-    tmp = tmp_path_factory.mktemp("daemon")
-    kubeconfig = await manager_kubeconfig(client, plane, tmp, leader_election=True)
-    holder = Daemon(kubeconfig, tmp)
-    await holder.start()
-    yield holder
-    holder.stop()
-
-
-async def fresh_namespace(client: Client, name: str) -> str:
-    await client.create(NAMESPACE, {"metadata": {"name": name}})
-    return name
+    async with manager_daemon(plane, client, tmp_path_factory.mktemp("daemon")) as holder:
+        yield holder
 
 
 async def running_company(client: Client, ns: str, name: str, class_name: str) -> Object:

@@ -22,12 +22,14 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from operator_helpers import (
+    CHILD_KINDS,
     PLATFORM,
     Daemon,
     admin_client,
     company,
     engine_class,
-    manager_kubeconfig,
+    fresh_namespace,
+    manager_daemon,
     own_control_plane,
     wait_condition,
     wait_converged,
@@ -38,13 +40,8 @@ from crewlet_operator import (
     DEFAULT_FIELD_MANAGER,
     EVENT,
     INGRESS,
-    NAMESPACE,
     NETWORK_POLICY,
-    POD_DISRUPTION_BUDGET,
     SECRET,
-    SERVICE,
-    SERVICE_ACCOUNT,
-    STATEFUL_SET,
     Client,
     Resource,
     controller_reference,
@@ -59,18 +56,7 @@ from reconcilers.inputs import HOSTNAME_TAKEN, NAME_TAKEN
 
 Object = dict[str, Any]
 CLASS = "owned"
-KINDS: dict[str, Resource] = {
-    r.kind: r
-    for r in (
-        SERVICE_ACCOUNT,
-        SECRET,
-        STATEFUL_SET,
-        SERVICE,
-        POD_DISRUPTION_BUDGET,
-        NETWORK_POLICY,
-        INGRESS,
-    )
-}
+KINDS: dict[str, Resource] = {r.kind: r for r in (*CHILD_KINDS, INGRESS)}
 WEB = {"app": "web"}
 
 
@@ -150,16 +136,8 @@ async def client(plane: ControlPlane) -> AsyncIterator[Client]:
 async def daemon(
     plane: ControlPlane, client: Client, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Daemon]:
-    tmp = tmp_path_factory.mktemp("daemon")
-    holder = Daemon(await manager_kubeconfig(client, plane, tmp, leader_election=True), tmp)
-    await holder.start()
-    yield holder
-    holder.stop()
-
-
-async def new_namespace(client: Client, name: str) -> str:
-    await client.create(NAMESPACE, {"metadata": {"name": name}})
-    return name
+    async with manager_daemon(plane, client, tmp_path_factory.mktemp("daemon")) as holder:
+        yield holder
 
 
 def tenant_company(ns: str, name: str = "acme", **spec: Any) -> Object:
@@ -222,7 +200,7 @@ async def test_a_tenants_object_under_a_childs_name_is_never_taken(
 ) -> None:
     """Refused with NameTaken, the object untouched and nothing else written; deleting the
     Company leaves it; once it is gone, the company proceeds and makes its own."""
-    ns = await new_namespace(client, f"own-{kind.lower()}-{suffix}")
+    ns = await fresh_namespace(client, f"own-{kind.lower()}-{suffix}")
     name = naming.child("acme", suffix)
     resource = KINDS[kind]
     theirs = await client.create(resource, _users_object(kind, ns, name))
@@ -254,7 +232,7 @@ async def test_the_verdict_on_a_taken_name_holds_across_reconciles_and_restarts(
 ) -> None:
     """One verdict and one Event: a change to the Company reconciles it again, a restart
     reconciles everything again, and neither tells it anything new."""
-    ns = await new_namespace(client, "own-stable")
+    ns = await fresh_namespace(client, "own-stable")
     await client.create(SECRET, _users_object("Secret", ns, naming.env_secret("acme")))
     await client.create(COMPANY, tenant_company(ns))
     refused = await wait_condition(client, ns, "acme", "Accepted", "False", reason=NAME_TAKEN)
@@ -286,7 +264,7 @@ async def test_the_companys_own_network_policy_deleted_is_put_back(
     daemon: Daemon, client: Client
 ) -> None:
     """The broker port stays closed: a deleted NetworkPolicy is the company's to make again."""
-    ns = await new_namespace(client, "own-netpol")
+    ns = await fresh_namespace(client, "own-netpol")
     await client.create(COMPANY, tenant_company(ns))
     await wait_converged(client, [(ns, "acme")], timeout=90, namespace=ns)
     policy = await client.get(NETWORK_POLICY, "acme-data", ns)
@@ -308,7 +286,7 @@ async def test_a_hostname_belongs_to_the_company_that_took_it_first(
 ) -> None:
     """The first to route a hostname keeps it, even against an older company that asks for it
     later; once it lets go, the next in line (the oldest) gets it."""
-    a, b, c = [await new_namespace(client, f"host-{n}") for n in ("a", "b", "c")]
+    a, b, c = [await fresh_namespace(client, f"host-{n}") for n in ("a", "b", "c")]
     shared = "webhooks.shared.example"
     await client.create(COMPANY, company(c, "elder", CLASS, webhookHostname="elder.example"))
     await wait_converged(client, [(c, "elder")], timeout=90, namespace=c)
