@@ -13,6 +13,7 @@ import base64
 import contextlib
 import datetime
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -260,12 +261,19 @@ async def admin_client(plane: ControlPlane, *namespaces: str) -> AsyncIterator[C
 
 
 def installer_documents() -> list[dict[str, Any]]:
+    """The documents of dist/install.yaml (the chart's default render)."""
     return [d for d in yaml.safe_load_all((ROOT / "dist/install.yaml").read_text()) if d]
 
 
-def chart_documents(release: str, namespace: str, *values: str) -> list[dict[str, Any]]:
-    """The chart rendered by ``helm template`` as another release would install it (in
-    ``namespace``, with ``--set`` ``values``): a second install beside dist/install.yaml."""
+def chart_documents(
+    values: dict[str, Any] | None = None,
+    *,
+    release: str = "crewlet-operator",
+    namespace: str = MANAGER_NAMESPACE,
+) -> list[dict[str, Any]]:
+    """The chart rendered by the real helm (``helm template``) as ``release`` would install it
+    in ``namespace`` with ``values``, behind its Namespace as dist/install.yaml is: other values
+    than the defaults, or a second install beside dist/install.yaml."""
     rendered = subprocess.run(
         [
             str(binaries.find("helm")),
@@ -276,13 +284,17 @@ def chart_documents(release: str, namespace: str, *values: str) -> list[dict[str
             namespace,
             "--kube-version",
             binaries.KUBERNETES_VERSION,
-            *(arg for value in values for arg in ("--set", value)),
+            "--values",
+            "-",
         ],
-        check=True,
+        input=json.dumps(values or {}),
         capture_output=True,
         text=True,
+        check=True,
+        env={"PATH": os.environ.get("PATH", ""), "HOME": "/nonexistent"},
     ).stdout
-    return [d for d in yaml.safe_load_all(rendered) if d]
+    namespace_doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    return [namespace_doc, *(d for d in yaml.safe_load_all(rendered) if d)]
 
 
 async def manager_kubeconfig(

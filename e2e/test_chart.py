@@ -36,6 +36,7 @@ from crewlet_operator.kube import resources as r
 from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.serving import DelegatingAuth, UserInfo
+from reconcilers import ClusterFacts, Observed, desired_children
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -390,16 +391,28 @@ async def test_the_scraper_token_may_get_metrics(installed: Client) -> None:
     assert await auth.authenticate(scraper_token[:-4] + "AAAA") is None
 
 
-def labelled_secret(namespace: str, name: str) -> Doc:
-    return {
+def operator_secret(namespace: str) -> Doc:
+    """A company's API token Secret as the operator renders it: the only shape the chart's
+    policy admits from the manager (a dry run: the Company it names as owner need not exist)."""
+    company = {
+        "apiVersion": COMPANY.api_version,
+        "kind": COMPANY.kind,
         "metadata": {
-            "name": name,
+            "name": "acme",
             "namespace": namespace,
-            "labels": {"app.kubernetes.io/managed-by": "crewlet-operator"},
+            "uid": "6f1d2c3b-0000-4000-8000-000000000001",
         },
-        "type": "Opaque",
-        "data": {"k": "dg=="},
+        "spec": {"className": "standard"},
     }
+    engine_class = {
+        "apiVersion": ENGINE_CLASS.api_version,
+        "kind": ENGINE_CLASS.kind,
+        "metadata": {"name": "standard"},
+        "spec": {"engine": {"image": "ghcr.io/crewlet/crewlet-operator/engine:v0.2.0"}},
+    }
+    facts = ClusterFacts(gateway_api=False, operator_namespace=RELEASE_NS)
+    children = desired_children(company, engine_class, Observed(), facts)
+    return next(a.object for a in children if a.object["metadata"]["name"] == "acme-api-token")
 
 
 async def test_the_manager_may_do_what_the_operator_does_and_nothing_more(
@@ -414,7 +427,7 @@ async def test_the_manager_may_do_what_the_operator_does_and_nothing_more(
         # Read every Secret; write the kinds it runs a company with, in any namespace.
         await manager.list(r.SECRET)
         for ns in (namespace, f"{namespace}-x"):
-            await manager.create(r.SECRET, labelled_secret(ns, "s"), dry_run=True)
+            await manager.create(r.SECRET, operator_secret(ns), dry_run=True)
         await manager.list(COMPANY)
         await manager.list(ENGINE_CLASS)
         await manager.list(r.NAMESPACE)

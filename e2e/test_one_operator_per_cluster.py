@@ -131,7 +131,9 @@ async def installs(
 ) -> AsyncIterator[tuple[Install, Install]]:
     """The first (dist/install.yaml) and the second (release ``second``), neither running."""
     tmp = tmp_path_factory.mktemp("installs")
-    second = chart_documents("second", SECOND_NAMESPACE, "crd.enabled=false")
+    second = chart_documents(
+        {"crd": {"enabled": False}}, release="second", namespace=SECOND_NAMESPACE
+    )
     pair = (
         Install(
             "first",

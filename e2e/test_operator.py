@@ -24,6 +24,7 @@ from operator_helpers import (
     TEST_FIELD_MANAGER,
     Operator,
     _none,
+    chart_documents,
     company,
     engine_class,
     manager_kubeconfig,
@@ -59,6 +60,11 @@ from reconcilers.controller import WRITTEN_RESOURCES
 from reconcilers.naming import CONFIG_HASH_ANNOTATION as CONFIG_HASH
 from reconcilers.naming import MANAGED_BY_SELECTOR
 from reconcilers.versions import CLAIM_ANNOTATION
+
+MANAGER_VALUES = {"managerWrites": {"gateways": [{"namespace": PLATFORM, "name": "public"}]}}
+"""The chart's values the manager runs under: the webhook route test's class attaches its
+HTTPRoute to the Gateway public in the platform's namespace, which the manager's admission policy
+admits only when managerWrites.gateways lists it."""
 
 
 def claims_settled(client: Client, namespace: str) -> Callable[[], Awaitable[bool]]:
@@ -139,7 +145,12 @@ async def daemon_kubeconfig(
     chart's RBAC and policy (nothing the operator writes may be denied)."""
     if request.param == "admin":
         return control_plane.kubeconfig
-    return await manager_kubeconfig(kube_client, control_plane, tmp_path_factory.mktemp("sa"))
+    return await manager_kubeconfig(
+        kube_client,
+        control_plane,
+        tmp_path_factory.mktemp("sa"),
+        documents=chart_documents(MANAGER_VALUES),
+    )
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -516,7 +527,11 @@ async def test_a_restart_renders_again_only_what_changed_since_the_leaders_check
     is skipped; a child deleted while none ran is made again (every company in full: a deleted
     child leaves nothing newer behind)."""
     kubeconfig = await manager_kubeconfig(
-        kube_client, control_plane, tmp_path / "sa", leader_election=True
+        kube_client,
+        control_plane,
+        tmp_path / "sa",
+        leader_election=True,
+        documents=chart_documents(MANAGER_VALUES),
     )
     lease = f"restart-{namespace}"
     # Earlier tests' namespaces being torn down delete children of their own: children created

@@ -1,14 +1,11 @@
-"""The chart's ValidatingAdmissionPolicies on the real API server (issue: Helm chart, RBAC,
-admission policies).
+"""The chart's ValidatingAdmissionPolicies on the real API server (issues: Helm chart, RBAC,
+admission policies; 35, the manager's policy as an allowlist).
 
 The policies are rendered from the chart with the real helm and applied as they are. The
 identities under test are bound to cluster-admin, so RBAC allows every write and only the policy
 decides. Writes are dry runs where they can be: policies are enforced on dry runs.
 
-The install page is the contract (and issue 13 the list of what a stolen manager token must not
-do to a company's data or traffic: delete or disown a claim, have the StatefulSet controller delete
-claims, mount another company's claim, or take traffic with a LoadBalancer, NodePort or
-externalIPs Service):
+The install page is the contract:
 
     "every object it writes, changes or deletes carries app.kubernetes.io/managed-by:
     crewlet-operator (a Secret it adopts may gain the label, with its data unchanged), every
@@ -22,30 +19,42 @@ externalIPs Service):
     crewlet-operator-controller-manager; a nameOverride or fullnameOverride that changes it
     leaves the manager unchecked."
 
-and, for the tenant provisioner, "a ValidatingAdmissionPolicy that holds the subjects, and no
-one else, to this: ..." (quoted at each test below).
+and issue 35 asks for more: "The manager's policy as an allowlist of the shapes the operator
+writes, not a list of bad things". So the manager's policy is tested on a table of cases
+(:data:`CASES`): each writes one of the objects the operator renders for a company
+(``reconcilers.company.desired_children``, never a hand-written imitation), as it is (admitted)
+or changed into what a stolen manager token would write (denied, with the message that says what
+is allowed). Each runs as the manager twice, impersonated and with its ServiceAccount's own token,
+and every denied write is admitted for another ServiceAccount: the policy leaves others alone.
+
+For the tenant provisioner, "a ValidatingAdmissionPolicy that holds the subjects, and no one
+else, to this: ..." (quoted at each test below).
 
 Every rule has at least one admitted and one denied write; the last test checks that and prints
-the count.
+the counts, by category.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import copy
 import json
 import os
 import signal
 import sys
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import pytest
 import pytest_asyncio
 import yaml
 
+from crewlet_operator import DEFAULT_FIELD_MANAGER
 from crewlet_operator.envtest import ControlPlane, binaries
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
@@ -55,6 +64,7 @@ from crewlet_operator.kube import resources as r
 from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import Resource
+from reconcilers import ClusterFacts, Observed, desired_children
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from reconcilers.versions import CLAIM_ANNOTATION
 
@@ -70,11 +80,6 @@ PLATFORM_NS = "crewlet-policies-platform"
 TENANT = "crewlet.ai/tenant"
 ENFORCE = "pod-security.kubernetes.io/enforce"
 MANAGED = {"app.kubernetes.io/managed-by": "crewlet-operator"}
-ENGINE = {
-    "app.kubernetes.io/name": "crewlet",
-    "app.kubernetes.io/component": "data",
-    "crewlet.ai/company": "acme",
-}
 
 # Release names other than the chart's: one that Helm's usual name helper kept as it is (it holds
 # the chart's name, which unhooked the policy), one that ends with it, and the longest Helm takes.
@@ -86,26 +91,58 @@ T = TypeVar("T")
 
 # -- the tally: every rule, admitted and denied ---------------------------------------------------
 
-MANAGER_RULES = {
-    "label-on-write": "every object it writes carries app.kubernetes.io/managed-by",
-    "label-to-change-or-delete": "it changes or deletes only objects that carry the label",
-    "secret-adoption": "a Secret it adopts may gain the label, with its data unchanged",
-    "secret-opaque": "every Secret it writes is Opaque",
-    "sts-engine-service-account": "StatefulSet pods run as a ServiceAccount named *-engine",
-    "sts-host-namespaces": "no hostNetwork, hostPID or hostIPC",
-    "sts-host-path": "no hostPath volumes",
-    "sts-privileged": "no privileged containers (containers, initContainers)",
-    "pdb-selector": "a PodDisruptionBudget selects one company's engine pods",
-    "netpol-selector": "a NetworkPolicy selects one company's engine pods",
-    "claim-never-deleted": "no PersistentVolumeClaim is ever deleted",
-    "claim-owners-kept": "no claim is given (or loses) an owner the garbage collector follows",
-    "sts-claims-retained": "every StatefulSet keeps its claims on delete and on scale-down",
-    "sts-no-claim-volumes": "no pod template mounts a persistentVolumeClaim volume",
-    "sts-claim-templates-data": "claim templates are named data (never another's claim)",
-    "service-cluster-ip": "every Service is ClusterIP or headless, without externalIPs",
-    "manager-only": "the same writes by another ServiceAccount are unaffected",
-    "release-prefix": "every release name keeps the manager checked (the chart name kept last)",
-    "fullname-override": "a fullnameOverride that renames the ServiceAccount leaves it unchecked",
+MANAGER_RULES: dict[str, tuple[str, str]] = {
+    "label-on-write": ("identity", "every object it writes carries app.kubernetes.io/managed-by"),
+    "label-to-change-or-delete": ("identity", "it changes or deletes only labelled objects"),
+    "labels-allowlist": ("identity", "the operator's labels only (or as they were)"),
+    "name-bound": ("identity", "named <company>-<what its kind may be>, with its component"),
+    "annotations-allowlist": ("identity", "the operator's annotations only (any on an SA)"),
+    "owner-on-create": ("identity", "created controlled by the Company its label names"),
+    "owners-unchanged": ("identity", "no change ever changes an object's owners"),
+    "secret-opaque": ("secrets", "every Secret it writes is Opaque"),
+    "secret-adoption": (
+        "secrets",
+        "a Secret it adopts may gain the label, with its data unchanged",
+    ),
+    "secret-data-controlled": ("secrets", "data changed or deleted only while a Company controls"),
+    "sts-engine-service-account": ("pod security", "pods run as the company's <company>-engine"),
+    "sts-host-namespaces": ("pod security", "no hostNetwork, hostPID or hostIPC"),
+    "sts-privileged": ("pod security", "no privileged containers (containers, initContainers)"),
+    "pod-spec-fields": ("pod security", "the operator's pod-spec fields only (no nodeName, ...)"),
+    "pod-privilege-escalation": ("pod security", "no privilege escalation, drop ALL, add none"),
+    "pod-non-root": ("pod security", "runAsNonRoot, never runAsUser 0"),
+    "pod-profiles": ("pod security", "seccomp, AppArmor, SELinux, sysctls: restricted"),
+    "pod-containers": ("pod security", "the one container engine, the operator's fields only"),
+    "pod-host-ports": ("pod security", "no hostPort or hostIP"),
+    "pod-priority": ("pod security", "no system-* PriorityClass"),
+    "engine-image": ("pod security", "images under managerWrites.engineImagePrefixes, if set"),
+    "sts-host-path": ("volumes", "no hostPath volumes"),
+    "sts-no-claim-volumes": ("volumes", "no pod template mounts a persistentVolumeClaim volume"),
+    "pod-volume-types": ("volumes", "emptyDir and the company's config Secret only"),
+    "sts-claim-templates-data": ("volumes", "claim templates are named data (never another's)"),
+    "claim-template-shape": ("volumes", "the one claim template: no owners, sources, selectors"),
+    "sts-claims-retained": ("volumes", "every StatefulSet keeps its claims (Retain, Retain)"),
+    "pod-template-metadata": ("workload", "the operator's labels and annotations on pods"),
+    "sts-shape": ("workload", "selector, serviceName, spec fields and update strategy"),
+    "service-cluster-ip": ("services", "every Service is ClusterIP or headless, no externalIPs"),
+    "service-selector": ("services", "a Service selects exactly its company's engine pods"),
+    "pdb-selector": ("disruption budgets", "a budget selects one company's engine pods"),
+    "pdb-max-unavailable": ("disruption budgets", "maxUnavailable: 1, AlwaysAllow"),
+    "netpol-selector": ("network policies", "a NetworkPolicy selects one company's engine pods"),
+    "netpol-ingress-only": ("network policies", "policyTypes [Ingress], no egress"),
+    "netpol-rules": ("network policies", "8080, and 7422 from the company's own pods only"),
+    "netpol-never-deleted": ("network policies", "no NetworkPolicy is ever deleted"),
+    "ingress-shape": ("routes", "an Ingress: one exact host, /webhooks to <company>-api:8080"),
+    "httproute-shape": ("routes", "an HTTPRoute: the same, no filters or extra matches"),
+    "httproute-gateways": ("routes", "parentRefs only to Gateways managerWrites.gateways lists"),
+    "claim-never-created": ("claims", "no PersistentVolumeClaim is ever created"),
+    "claim-never-deleted": ("claims", "no PersistentVolumeClaim is ever deleted"),
+    "claim-annotations-only": ("claims", "a claim changes only in its version annotation"),
+    "claim-version-kept": ("claims", "the claim's high-water version is never lowered"),
+    "status-version-kept": ("company status", "status.highestEngineVersion is never lowered"),
+    "manager-only": ("scope", "the same writes by another ServiceAccount are unaffected"),
+    "release-prefix": ("scope", "every release name keeps the manager checked"),
+    "fullname-override": ("scope", "a fullnameOverride that renames the SA leaves it unchecked"),
 }
 TENANT_RULES = {
     "ns-create-tenant-label": "a namespace is created with the tenant label",
@@ -129,10 +166,11 @@ def _record(rule: str, outcome: str) -> None:
     TALLY[rule][outcome].append(test)
 
 
-async def admitted(rule: str, write: Awaitable[T]) -> T:
-    """The write is admitted (recorded for ``rule``)."""
+async def admitted(rules: str | tuple[str, ...], write: Awaitable[T]) -> T:
+    """The write is admitted (recorded for each of ``rules``, which it was held to)."""
     result = await write
-    _record(rule, "admitted")
+    for rule in (rules,) if isinstance(rules, str) else rules:
+        _record(rule, "admitted")
     return result
 
 
@@ -242,188 +280,14 @@ async def ensure_namespace(client: Client, name: str) -> None:
 # -- objects --------------------------------------------------------------------------------------
 
 
-def meta(namespace: str, name: str, labelled: bool = True) -> Doc:
-    out: Doc = {"name": name, "namespace": namespace}
-    if labelled:
-        out["labels"] = dict(MANAGED)
-    return out
-
-
 def secret(namespace: str, name: str, labelled: bool = True, type_: str | None = "Opaque") -> Doc:
-    obj: Doc = {"metadata": meta(namespace, name, labelled), "data": {"k": "dg=="}}
+    meta: Doc = {"name": name, "namespace": namespace}
+    if labelled:
+        meta["labels"] = dict(MANAGED)
+    obj: Doc = {"metadata": meta, "data": {"k": "dg=="}}
     if type_:
         obj["type"] = type_
     return obj
-
-
-def service_account(namespace: str, name: str, labelled: bool = True) -> Doc:
-    return {"metadata": meta(namespace, name, labelled)}
-
-
-def service(namespace: str, name: str, labelled: bool = True, **spec: Any) -> Doc:
-    return {
-        "metadata": meta(namespace, name, labelled),
-        "spec": {"ports": [{"name": "api", "port": 8080}], "selector": ENGINE, **spec},
-    }
-
-
-def claim(namespace: str, name: str, labelled: bool = True) -> Doc:
-    return {
-        "metadata": meta(namespace, name, labelled),
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
-    }
-
-
-def statefulset(
-    namespace: str, name: str, labelled: bool = True, *, sts: Doc | None = None, **pod: Any
-) -> Doc:
-    """An engine-shaped StatefulSet; ``pod`` sets pod-spec fields, ``sts`` StatefulSet-spec ones."""
-    spec: Doc = {
-        "serviceAccountName": "acme-engine",
-        "containers": [{"name": "engine", "image": "ghcr.io/crewlet/crewlet:main"}],
-    }
-    spec.update(pod)
-    spec = {k: v for k, v in spec.items() if v is not None}
-    return {
-        "metadata": meta(namespace, name, labelled),
-        "spec": {
-            "serviceName": name,
-            "selector": {"matchLabels": ENGINE},
-            "template": {"metadata": {"labels": ENGINE}, "spec": spec},
-            **(sts or {}),
-        },
-    }
-
-
-def retention(when_deleted: str, when_scaled: str) -> Doc:
-    return {
-        "persistentVolumeClaimRetentionPolicy": {
-            "whenDeleted": when_deleted,
-            "whenScaled": when_scaled,
-        }
-    }
-
-
-def claim_templates(*names: str) -> Doc:
-    spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "12Gi"}}}
-    return {"volumeClaimTemplates": [{"metadata": {"name": n}, "spec": spec} for n in names]}
-
-
-def pdb(namespace: str, name: str, selector: Doc | None = None, labelled: bool = True) -> Doc:
-    selector = {"matchLabels": ENGINE} if selector is None else selector
-    return {
-        "metadata": meta(namespace, name, labelled),
-        "spec": {"maxUnavailable": 1, "selector": selector},
-    }
-
-
-def network_policy(
-    namespace: str, name: str, selector: Doc | None = None, labelled: bool = True
-) -> Doc:
-    selector = {"matchLabels": ENGINE} if selector is None else selector
-    return {
-        "metadata": meta(namespace, name, labelled),
-        "spec": {"podSelector": selector, "policyTypes": ["Ingress"]},
-    }
-
-
-def ingress(namespace: str, name: str, labelled: bool = True) -> Doc:
-    backend = {"service": {"name": "acme-api", "port": {"number": 8080}}}
-    path = {"path": "/webhooks", "pathType": "Prefix", "backend": backend}
-    return {
-        "metadata": meta(namespace, name, labelled),
-        "spec": {"rules": [{"host": "acme.example.com", "http": {"paths": [path]}}]},
-    }
-
-
-def http_route(namespace: str, name: str, labelled: bool = True) -> Doc:
-    return {
-        "metadata": meta(namespace, name, labelled),
-        "spec": {"parentRefs": [{"name": "public"}], "hostnames": ["acme.example.com"]},
-    }
-
-
-Builder = Callable[..., Doc]
-KINDS: list[tuple[Resource, Builder]] = [
-    (r.SECRET, secret),
-    (r.SERVICE_ACCOUNT, service_account),
-    (r.SERVICE, service),
-    (r.PERSISTENT_VOLUME_CLAIM, claim),
-    (r.STATEFUL_SET, statefulset),
-    (r.POD_DISRUPTION_BUDGET, pdb),
-    (r.NETWORK_POLICY, network_policy),
-    (r.INGRESS, ingress),
-    (r.HTTP_ROUTE, http_route),
-]
-
-
-def violations(ns: str) -> list[tuple[str, str, Resource, Doc]]:
-    """One write the policy refuses the manager for each rule: (rule, id, resource, object)."""
-    return [
-        ("label-on-write", "unlabelled-secret", r.SECRET, secret(ns, "v1", labelled=False)),
-        ("secret-opaque", "sa-token", r.SECRET, sa_token_secret(ns, "v2")),
-        (
-            "sts-engine-service-account",
-            "default-sa",
-            r.STATEFUL_SET,
-            statefulset(ns, "v3", serviceAccountName=None),
-        ),
-        (
-            "sts-host-namespaces",
-            "host-network",
-            r.STATEFUL_SET,
-            statefulset(ns, "v4", hostNetwork=True),
-        ),
-        (
-            "sts-host-path",
-            "host-path",
-            r.STATEFUL_SET,
-            statefulset(ns, "v5", volumes=[{"name": "root", "hostPath": {"path": "/"}}]),
-        ),
-        (
-            "sts-privileged",
-            "privileged",
-            r.STATEFUL_SET,
-            statefulset(
-                ns,
-                "v6",
-                containers=[{"name": "c", "image": "x", "securityContext": {"privileged": True}}],
-            ),
-        ),
-        (
-            "pdb-selector",
-            "dns-budget",
-            r.POD_DISRUPTION_BUDGET,
-            pdb(ns, "v7", {"matchLabels": {"k8s-app": "kube-dns"}}),
-        ),
-        ("netpol-selector", "every-pod", r.NETWORK_POLICY, network_policy(ns, "v8", {})),
-        (
-            "sts-claims-retained",
-            "claims-deleted",
-            r.STATEFUL_SET,
-            statefulset(ns, "v9", sts=retention("Delete", "Retain")),
-        ),
-        (
-            "sts-no-claim-volumes",
-            "claim-volume",
-            r.STATEFUL_SET,
-            statefulset(
-                ns, "v10", volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "x"}}]
-            ),
-        ),
-        (
-            "sts-claim-templates-data",
-            "anothers-claim",
-            r.STATEFUL_SET,
-            statefulset(ns, "data", sts=claim_templates("data-acme")),
-        ),
-        (
-            "service-cluster-ip",
-            "load-balancer",
-            r.SERVICE,
-            service(ns, "v11", type="LoadBalancer"),
-        ),
-    ]
 
 
 def sa_token_secret(namespace: str, name: str, labelled: bool = True) -> Doc:
@@ -445,6 +309,1821 @@ async def merge_patch(
         query={"dryRun": "All", "fieldManager": "policy-test"},
     )
     return answer
+
+
+# -- the operator's own shapes ---------------------------------------------------------------------
+
+ACME = "acme"
+HOST = "acme.example.com"
+GATEWAY = {"namespace": PLATFORM_NS, "name": "public"}
+IMAGE_PREFIX = "ghcr.io/crewlet/"
+ENGINE_IMAGE = "ghcr.io/crewlet/crewlet-operator/engine:v0.2.0"
+NEWER_IMAGE = "ghcr.io/crewlet/crewlet-operator/engine:v0.3.0"
+HIGH_WATER = "0.2.0"
+MANAGER_VALUES: Doc = {
+    "managerWrites": {"gateways": [GATEWAY], "engineImagePrefixes": [IMAGE_PREFIX]}
+}
+"""The chart's values for the manager's policy under test: the Gateway the class's routes
+attach to, and the engine images' registry."""
+SOURCE_SECRETS: dict[tuple[str, str], Doc | None] = {
+    (PLATFORM_NS, "keys"): {
+        "metadata": {"name": "keys", "namespace": PLATFORM_NS},
+        "data": {"anthropic": base64.b64encode(b"sk-test").decode()},
+    }
+}
+FULL_CLASS: Doc = {
+    "engine": {
+        "image": ENGINE_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "imagePullSecrets": [{"name": "registry"}],
+    },
+    "storage": {"size": "12Gi", "storageClassName": "fast"},
+    # S3 without static keys: workload identity, so the pods mount the ServiceAccount's token.
+    "files": {"s3": {"bucket": "crewlet-files", "region": "eu-west-1"}},
+    "modelKeys": [
+        {
+            "name": "ANTHROPIC_API_KEY",
+            "secretRef": {"namespace": PLATFORM_NS, "name": "keys", "key": "anthropic"},
+        }
+    ],
+    "env": [{"name": "LOG_COLOR", "value": "false"}],
+    "telemetry": {"endpoint": "http://otel.observability:4318", "protocol": "http/protobuf"},
+    "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/x"}},
+    "scheduling": {
+        "nodeSelector": {"pool": "engines"},
+        "tolerations": [
+            {"key": "dedicated", "operator": "Equal", "value": "engines", "effect": "NoSchedule"}
+        ],
+        "affinity": {
+            "podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "podAffinityTerm": {
+                            "topologyKey": "kubernetes.io/hostname",
+                            "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "crewlet"}},
+                        },
+                    }
+                ]
+            }
+        },
+        "priorityClassName": "engines",
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "ScheduleAnyway",
+            }
+        ],
+    },
+    "resources": {
+        "data": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
+        "seats": {"requests": {"cpu": "250m", "memory": "512Mi"}},
+    },
+    "networkPolicy": {
+        "apiPeers": [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gateways"}}}
+        ]
+    },
+    "exposure": {
+        "gateway": {"parentRefs": [{"name": GATEWAY["name"], "namespace": GATEWAY["namespace"]}]},
+        "ingress": {"className": "nginx", "tlsSecretName": "acme-tls"},
+    },
+}
+"""A class that uses every feature the operator renders."""
+PLAIN_CLASS: Doc = {"engine": {"image": ENGINE_IMAGE}}
+"""A class that uses none: files on the volume, no scheduling, no exposure."""
+
+Variant = Literal["ingress", "gateway", "plain"]
+"""Which render: the full class without the Gateway API (an Ingress), with it (an HTTPRoute),
+or the plain class for a company without a webhook hostname."""
+Key = tuple[str, str]
+Shapes = dict[Key, tuple[Resource, Doc]]
+
+SA = ("ServiceAccount", "acme-engine")
+API_TOKEN = ("Secret", "acme-api-token")
+ENV = ("Secret", "acme-env")
+CONFIG = ("Secret", "acme-config")
+DATA_NETPOL = ("NetworkPolicy", "acme-data")
+SEATS_NETPOL = ("NetworkPolicy", "acme-seats")
+DATA_SERVICE = ("Service", "acme-data")
+SEATS_SERVICE = ("Service", "acme-seats")
+API_SERVICE = ("Service", "acme-api")
+DATA_PDB = ("PodDisruptionBudget", "acme-data")
+SEATS_PDB = ("PodDisruptionBudget", "acme-seats")
+INGRESS = ("Ingress", "acme-webhooks")
+HTTP_ROUTE = ("HTTPRoute", "acme-webhooks")
+DATA_STS = ("StatefulSet", "acme-data")
+SEATS_STS = ("StatefulSet", "acme-seats")
+CLAIM = ("PersistentVolumeClaim", "data-acme-data-0")
+MODEL_KEY = ("Secret", "model-key")
+THEIRS = ("Service", "theirs")
+THE_COMPANY = ("Company", ACME)
+
+
+def company_doc(namespace: str) -> Doc:
+    return {
+        "metadata": {"name": ACME, "namespace": namespace},
+        "spec": {"className": "standard", "webhookHostname": HOST},
+    }
+
+
+def shapes(company: Doc, variant: Variant = "ingress") -> Shapes:
+    """What the operator renders for ``company`` (``desired_children``), and the objects around
+    it that the manager writes or could: the data claim as the StatefulSet controller makes it
+    from the claim template (with the version mark the operator keeps on it), a Secret and a
+    Service someone else made, and the Company (its status)."""
+    rendered = copy.deepcopy(company)
+    spec = PLAIN_CLASS if variant == "plain" else FULL_CLASS
+    if variant == "plain":
+        rendered["spec"].pop("webhookHostname", None)
+    engine_class = {
+        "apiVersion": ENGINE_CLASS.api_version,
+        "kind": ENGINE_CLASS.kind,
+        "metadata": {"name": "standard"},
+        "spec": copy.deepcopy(spec),
+    }
+    facts = ClusterFacts(gateway_api=variant == "gateway", operator_namespace=RELEASE_NS)
+    children = desired_children(
+        rendered,
+        engine_class,
+        Observed(secrets=SOURCE_SECRETS),
+        facts,
+        token_factory=lambda: "operator-token",
+    )
+    out: Shapes = {
+        (a.resource.kind, a.object["metadata"]["name"]): (a.resource, a.object) for a in children
+    }
+    namespace = company["metadata"]["namespace"]
+    template = out[DATA_STS][1]["spec"]["volumeClaimTemplates"][0]
+    out[CLAIM] = (
+        r.PERSISTENT_VOLUME_CLAIM,
+        {
+            "metadata": {
+                "name": CLAIM[1],
+                "namespace": namespace,
+                "labels": dict(template["metadata"]["labels"]),
+                "annotations": {CLAIM_ANNOTATION: HIGH_WATER},
+            },
+            "spec": copy.deepcopy(template["spec"]),
+        },
+    )
+    out[MODEL_KEY] = (
+        r.SECRET,
+        {
+            "metadata": {"name": MODEL_KEY[1], "namespace": namespace},
+            "type": "Opaque",
+            "data": {"k": "dg=="},
+        },
+    )
+    out[THEIRS] = (
+        r.SERVICE,
+        {
+            "metadata": {"name": THEIRS[1], "namespace": namespace},
+            "spec": {"selector": {"app": "theirs"}, "ports": [{"port": 80}]},
+        },
+    )
+    out[THE_COMPANY] = (
+        COMPANY,
+        {
+            "metadata": {"name": ACME, "namespace": namespace},
+            "status": {"highestEngineVersion": HIGH_WATER},
+        },
+    )
+    return out
+
+
+# -- changes to them -------------------------------------------------------------------------------
+
+Change = Callable[[Doc], None]
+FieldPath = tuple[str | int, ...]
+DROP: Any = object()
+"""The value that removes a field."""
+
+
+def at(path: FieldPath, value: Any) -> Change:
+    """Set the field at ``path`` (keys and list indexes, made as needed) to ``value``."""
+
+    def change(obj: Doc) -> None:
+        node: Any = obj
+        for key in path[:-1]:
+            node = node.setdefault(key, {}) if isinstance(key, str) else node[key]
+        if value is DROP:
+            node.pop(path[-1])
+        else:
+            node[path[-1]] = copy.deepcopy(value)
+
+    return change
+
+
+def add(path: FieldPath, item: Any) -> Change:
+    """Append ``item`` to the list at ``path`` (made as needed)."""
+
+    def change(obj: Doc) -> None:
+        node: Any = obj
+        for key in path[:-1]:
+            node = node.setdefault(key, {}) if isinstance(key, str) else node[key]
+        node.setdefault(path[-1], []).append(copy.deepcopy(item))
+
+    return change
+
+
+def both(*changes: Change) -> Change:
+    def change(obj: Doc) -> None:
+        for each in changes:
+            each(obj)
+
+    return change
+
+
+LABELS: FieldPath = ("metadata", "labels")
+ANNOTATIONS: FieldPath = ("metadata", "annotations")
+OWNERS: FieldPath = ("metadata", "ownerReferences")
+POD: FieldPath = ("spec", "template", "spec")
+POD_SECURITY: FieldPath = (*POD, "securityContext")
+ENGINE: FieldPath = (*POD, "containers", 0)
+SECURITY: FieldPath = (*ENGINE, "securityContext")
+VOLUMES: FieldPath = (*POD, "volumes")
+TEMPLATE: FieldPath = ("spec", "template", "metadata")
+CLAIM_TEMPLATE: FieldPath = ("spec", "volumeClaimTemplates", 0)
+RESTRICTED_CONTAINER: Doc = {
+    "name": "proxy",
+    "image": ENGINE_IMAGE,
+    "securityContext": {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+    },
+}
+CONFIG_MAP_OWNER: Doc = {
+    "apiVersion": "v1",
+    "kind": "ConfigMap",
+    "name": "doomed",
+    "uid": "5d8f1d8e-0000-4000-8000-00000000dead",
+}
+GLOBEX_PODS: Doc = {
+    "matchLabels": {
+        "app.kubernetes.io/name": "crewlet",
+        "app.kubernetes.io/component": "data",
+        "crewlet.ai/company": "globex",
+    }
+}
+KUBE_DNS = {"k8s-app": "kube-dns"}
+SOMEONE_ELSE = "someone-else"
+"""The field manager of another writer (kubectl, an admin, another controller)."""
+
+
+# -- the cases -------------------------------------------------------------------------------------
+
+Op = Literal["create", "update", "patch", "delete", "status"]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One write of the manager: one of the operator's objects (``target``), written as the
+    operator writes it or ``change``\\ d into what a stolen token would write.
+
+    ``create`` is a dry-run create; the others act on the object as it stands, which the admin
+    made first as the operator applied it (its field manager), then ``existing`` applied to it,
+    then ``someone_else``'s fields applied by another field manager. ``update`` is a dry-run
+    server-side apply of the changed object as the operator's field manager (how the operator
+    writes), ``patch`` a dry-run merge patch (how it marks the data claim), ``status`` a dry-run
+    apply of the Company's status, ``delete`` a dry-run delete.
+    """
+
+    id: str
+    rules: tuple[str, ...]
+    """Admitted: every rule the write is held to. Denied: the one rule that refuses it."""
+    target: Key
+    op: Op = "create"
+    change: Change | None = None
+    denied: str | None = None
+    """A part of the refusal's message (``{ns}``: the namespace); None: admitted."""
+    variant: Variant = "ingress"
+    patch: Doc | None = None
+    existing: Change | None = None
+    someone_else: Doc | None = None
+
+
+IDENTITY = ("label-on-write", "labels-allowlist", "name-bound", "annotations-allowlist")
+CREATED = (*IDENTITY, "owner-on-create")
+POD_RULES = (
+    "sts-engine-service-account",
+    "sts-host-namespaces",
+    "sts-privileged",
+    "pod-spec-fields",
+    "pod-privilege-escalation",
+    "pod-non-root",
+    "pod-profiles",
+    "pod-containers",
+    "pod-host-ports",
+    "pod-priority",
+    "engine-image",
+    "sts-host-path",
+    "sts-no-claim-volumes",
+    "pod-volume-types",
+    "sts-claim-templates-data",
+    "claim-template-shape",
+    "sts-claims-retained",
+    "pod-template-metadata",
+    "sts-shape",
+)
+KIND_RULES: dict[str, tuple[str, ...]] = {
+    "ServiceAccount": (),
+    "Secret": ("secret-opaque",),
+    "Service": ("service-cluster-ip", "service-selector"),
+    "PodDisruptionBudget": ("pdb-selector", "pdb-max-unavailable"),
+    "NetworkPolicy": ("netpol-selector", "netpol-ingress-only", "netpol-rules"),
+    "Ingress": ("ingress-shape",),
+    "HTTPRoute": ("httproute-shape", "httproute-gateways"),
+    "StatefulSet": POD_RULES,
+}
+OPERATOR_CHILDREN: dict[Variant, tuple[Key, ...]] = {
+    "ingress": (
+        SA,
+        API_TOKEN,
+        ENV,
+        CONFIG,
+        DATA_NETPOL,
+        SEATS_NETPOL,
+        DATA_SERVICE,
+        SEATS_SERVICE,
+        API_SERVICE,
+        DATA_PDB,
+        SEATS_PDB,
+        INGRESS,
+        DATA_STS,
+        SEATS_STS,
+    ),
+    "gateway": (HTTP_ROUTE,),
+    "plain": (SA, ENV, CONFIG, DATA_NETPOL, DATA_STS, SEATS_STS),
+}
+
+
+def creates() -> list[Case]:
+    """Every child the operator renders, created as it renders it: admitted."""
+    return [
+        Case(
+            f"create-{variant}-{kind}-{name}",
+            (*CREATED, *KIND_RULES[kind]),
+            (kind, name),
+            variant=variant,
+        )
+        for variant, keys in OPERATOR_CHILDREN.items()
+        for kind, name in keys
+    ]
+
+
+def deny(case_id: str, rule: str, target: Key, message: str, **kwargs: Any) -> Case:
+    """A write ``rule`` refuses, with ``message`` (a part of it) in the refusal."""
+    return Case(case_id, (rule,), target, denied=message, **kwargs)
+
+
+WRITES = "the operator's manager may write"
+
+CASES: list[Case] = [
+    *creates(),
+    # -- identity: labels, names, annotations, owners (every kind) ----------------------------
+    deny(
+        "sa-unlabelled",
+        "label-on-write",
+        SA,
+        f"{WRITES} ServiceAccount {{ns}}/acme-engine only with the label "
+        "app.kubernetes.io/managed-by: crewlet-operator",
+        change=at((*LABELS, "app.kubernetes.io/managed-by"), DROP),
+    ),
+    deny(
+        "service-labelled-helm",
+        "label-on-write",
+        API_SERVICE,
+        "only with the label app.kubernetes.io/managed-by: crewlet-operator",
+        change=at((*LABELS, "app.kubernetes.io/managed-by"), "Helm"),
+    ),
+    deny(
+        "service-label-dropped",
+        "label-on-write",
+        API_SERVICE,
+        "only with the label app.kubernetes.io/managed-by: crewlet-operator",
+        op="update",
+        change=at((*LABELS, "app.kubernetes.io/managed-by"), DROP),
+    ),
+    deny(
+        "delete-someone-elses-service",
+        "label-to-change-or-delete",
+        THEIRS,
+        "may change or delete Service {ns}/theirs only if it is labelled "
+        "app.kubernetes.io/managed-by: crewlet-operator",
+        op="delete",
+    ),
+    deny(
+        "label-someone-elses-service",
+        "label-to-change-or-delete",
+        THEIRS,
+        "only if it is labelled app.kubernetes.io/managed-by: crewlet-operator",
+        op="patch",
+        patch={"metadata": {"labels": MANAGED}},
+    ),
+    Case(
+        "delete-ingress-when-the-gateway-api-comes",
+        ("label-to-change-or-delete",),
+        INGRESS,
+        op="delete",
+    ),
+    Case(
+        "delete-httproute-when-the-gateway-api-goes",
+        ("label-to-change-or-delete",),
+        HTTP_ROUTE,
+        op="delete",
+        variant="gateway",
+    ),
+    deny(
+        "statefulset-labelled-kube-dns",
+        "labels-allowlist",
+        DATA_STS,
+        f"{WRITES} StatefulSet {{ns}}/acme-data only with the operator's labels "
+        "(app.kubernetes.io/managed-by: crewlet-operator, app.kubernetes.io/name: crewlet, "
+        "crewlet.ai/company: <company>, app.kubernetes.io/component: data or seats), not "
+        "k8s-app: kube-dns",
+        change=at((*LABELS, "k8s-app"), "kube-dns"),
+    ),
+    deny(
+        "secret-with-a-component",
+        "labels-allowlist",
+        ENV,
+        "only with the operator's labels (app.kubernetes.io/managed-by: crewlet-operator, "
+        "app.kubernetes.io/name: crewlet, crewlet.ai/company: <company>), not "
+        "app.kubernetes.io/component: data",
+        change=at((*LABELS, "app.kubernetes.io/component"), "data"),
+    ),
+    deny(
+        "label-added-on-update",
+        "labels-allowlist",
+        SA,
+        "not team: blue",
+        op="update",
+        change=at((*LABELS, "team"), "blue"),
+    ),
+    Case(
+        "someone-elses-label-kept",
+        ("labels-allowlist", "owners-unchanged", "engine-image"),
+        DATA_STS,
+        op="update",
+        someone_else={"metadata": {"labels": {"team": "blue"}}},
+        change=at((*ENGINE, "image"), NEWER_IMAGE),
+    ),
+    deny(
+        "service-account-for-anything",
+        "name-bound",
+        SA,
+        "only as one of a company's own: labelled app.kubernetes.io/name: crewlet and "
+        "crewlet.ai/company: <company>, and named <company>-engine, not acme-admin for company "
+        "acme",
+        change=at(("metadata", "name"), "acme-admin"),
+    ),
+    deny(
+        "secret-of-another-name",
+        "name-bound",
+        API_TOKEN,
+        "named <company>-api-token or <company>-env or <company>-config, not acme-kube-root-ca",
+        change=at(("metadata", "name"), "acme-kube-root-ca"),
+    ),
+    deny(
+        "secret-of-no-company",
+        "name-bound",
+        ENV,
+        "(it has no crewlet.ai/company label)",
+        change=at((*LABELS, "crewlet.ai/company"), DROP),
+    ),
+    deny(
+        "a-second-network-policy",
+        "name-bound",
+        DATA_NETPOL,
+        "named <company>-data or <company>-seats",
+        change=both(at(("metadata", "name"), "acme-broker"), at(("spec", "ingress"), [{}])),
+    ),
+    deny(
+        "service-named-kube-dns",
+        "name-bound",
+        API_SERVICE,
+        "not kube-dns for company acme",
+        change=at(("metadata", "name"), "kube-dns"),
+    ),
+    deny(
+        "statefulset-of-the-other-component",
+        "name-bound",
+        DATA_STS,
+        "not acme-data for company acme and component seats",
+        change=at((*LABELS, "app.kubernetes.io/component"), "seats"),
+    ),
+    deny(
+        "route-of-another-name",
+        "name-bound",
+        INGRESS,
+        "named <company>-webhooks, not acme-api",
+        change=at(("metadata", "name"), "acme-api"),
+    ),
+    deny(
+        "ingress-canary-weight",
+        "annotations-allowlist",
+        INGRESS,
+        f"{WRITES} Ingress {{ns}}/acme-webhooks only with the operator's annotations (none), not "
+        "nginx.ingress.kubernetes.io/canary",
+        change=at(
+            ANNOTATIONS,
+            {
+                "nginx.ingress.kubernetes.io/canary": "true",
+                "nginx.ingress.kubernetes.io/canary-weight": "100",
+            },
+        ),
+    ),
+    deny(
+        "ingress-cert-manager-issuer",
+        "annotations-allowlist",
+        INGRESS,
+        "not cert-manager.io/cluster-issuer",
+        change=at((*ANNOTATIONS, "cert-manager.io/cluster-issuer"), "letsencrypt"),
+    ),
+    deny(
+        "secret-annotated",
+        "annotations-allowlist",
+        ENV,
+        "only with the operator's annotations (none), not kubernetes.io/service-account.name",
+        change=at((*ANNOTATIONS, "kubernetes.io/service-account.name"), "default"),
+    ),
+    deny(
+        "config-secret-annotated",
+        "annotations-allowlist",
+        CONFIG,
+        "(crewlet.ai/config-hash, crewlet.ai/files-hash), not example.com/x",
+        change=at((*ANNOTATIONS, "example.com/x"), "y"),
+    ),
+    deny(
+        "statefulset-annotated-on-update",
+        "annotations-allowlist",
+        DATA_STS,
+        "not example.com/x",
+        op="update",
+        change=at((*ANNOTATIONS, "example.com/x"), "y"),
+    ),
+    Case(
+        "someone-elses-annotation-kept",
+        ("annotations-allowlist", "service-selector"),
+        API_SERVICE,
+        op="update",
+        someone_else={"metadata": {"annotations": {"example.com/note": "theirs"}}},
+    ),
+    Case(
+        "service-account-annotations-changed",
+        ("annotations-allowlist", "owners-unchanged"),
+        SA,
+        op="update",
+        change=at((*ANNOTATIONS, "eks.amazonaws.com/role-arn"), "arn:aws:iam::1:role/y"),
+    ),
+    deny(
+        "created-without-an-owner",
+        "owner-on-create",
+        SA,
+        "may create ServiceAccount {ns}/acme-engine only controlled by the Company its label "
+        "crewlet.ai/company names: one ownerReference, crewlet.ai Company acme with "
+        "controller: true",
+        change=at(OWNERS, DROP),
+    ),
+    deny(
+        "created-owned-by-a-config-map",
+        "owner-on-create",
+        DATA_NETPOL,
+        "only controlled by the Company its label crewlet.ai/company names",
+        change=at(OWNERS, [CONFIG_MAP_OWNER]),
+    ),
+    deny(
+        "created-owned-by-another-company",
+        "owner-on-create",
+        DATA_PDB,
+        "only controlled by the Company its label crewlet.ai/company names",
+        change=at((*OWNERS, 0, "name"), "globex"),
+    ),
+    deny(
+        "created-not-controlled",
+        "owner-on-create",
+        API_SERVICE,
+        "only controlled by the Company its label crewlet.ai/company names",
+        change=at((*OWNERS, 0, "controller"), False),
+    ),
+    deny(
+        "created-with-a-second-owner",
+        "owner-on-create",
+        SEATS_STS,
+        "only controlled by the Company its label crewlet.ai/company names",
+        change=add(OWNERS, CONFIG_MAP_OWNER),
+    ),
+    deny(
+        "owner-added",
+        "owners-unchanged",
+        DATA_STS,
+        "may not change the owners of StatefulSet {ns}/acme-data",
+        op="update",
+        change=add(OWNERS, CONFIG_MAP_OWNER),
+    ),
+    deny(
+        "owners-dropped",
+        "owners-unchanged",
+        DATA_SERVICE,
+        "may not change the owners of Service {ns}/acme-data",
+        op="update",
+        change=at(OWNERS, DROP),
+    ),
+    # -- Secrets ---------------------------------------------------------------------------------
+    deny(
+        "service-account-token-secret",
+        "secret-opaque",
+        ENV,
+        f"{WRITES} only Opaque Secrets, not Secret {{ns}}/acme-env of type "
+        "kubernetes.io/service-account-token",
+        change=both(
+            at(("type",), "kubernetes.io/service-account-token"),
+            at(("data",), DROP),
+            at((*ANNOTATIONS, "kubernetes.io/service-account.name"), "default"),
+        ),
+    ),
+    deny(
+        "docker-config-secret",
+        "secret-opaque",
+        ENV,
+        "of type kubernetes.io/dockerconfigjson",
+        change=both(
+            at(("type",), "kubernetes.io/dockerconfigjson"),
+            at(("data",), {".dockerconfigjson": "e30="}),
+        ),
+    ),
+    Case(
+        "adopt-a-secret",
+        ("secret-adoption", "labels-allowlist"),
+        MODEL_KEY,
+        op="patch",
+        patch={"metadata": {"labels": {**MANAGED, "crewlet.ai/company": ACME}}},
+    ),
+    deny(
+        "adopt-a-secret-and-rewrite-it",
+        "secret-adoption",
+        MODEL_KEY,
+        "(a Secret it adopts may gain the label, with its data and type unchanged)",
+        op="patch",
+        patch={"metadata": {"labels": MANAGED}, "data": {"k": "b3RoZXI="}},
+    ),
+    deny(
+        "adopt-a-secret-and-annotate-it",
+        "annotations-allowlist",
+        MODEL_KEY,
+        "not crewlet.ai/adopted",
+        op="patch",
+        patch={"metadata": {"labels": MANAGED, "annotations": {"crewlet.ai/adopted": "true"}}},
+    ),
+    Case(
+        "copied-key-rotated",
+        ("secret-data-controlled", "owners-unchanged"),
+        ENV,
+        op="update",
+        change=at(("data", "ANTHROPIC_API_KEY"), base64.b64encode(b"sk-rotated").decode()),
+    ),
+    Case(
+        "controlled-secret-deleted",
+        ("secret-data-controlled", "label-to-change-or-delete"),
+        API_TOKEN,
+        op="delete",
+    ),
+    deny(
+        "uncontrolled-secret-rewritten",
+        "secret-data-controlled",
+        ENV,
+        "may change the data of Secret {ns}/acme-env only while a Company controls it",
+        op="patch",
+        existing=at(OWNERS, DROP),
+        patch={"data": {"ANTHROPIC_API_KEY": "b3RoZXI="}},
+    ),
+    deny(
+        "uncontrolled-secret-deleted",
+        "secret-data-controlled",
+        ENV,
+        "may delete Secret {ns}/acme-env only while a Company controls it",
+        op="delete",
+        existing=at(OWNERS, DROP),
+    ),
+    # -- StatefulSets: the pods ------------------------------------------------------------------
+    deny(
+        "default-service-account",
+        "sts-engine-service-account",
+        DATA_STS,
+        f"{WRITES} StatefulSet {{ns}}/acme-data only with pods that run as a ServiceAccount named "
+        "*-engine, its company's acme-engine, not the namespace's default",
+        change=at((*POD, "serviceAccountName"), DROP),
+    ),
+    deny(
+        "another-companys-service-account",
+        "sts-engine-service-account",
+        DATA_STS,
+        "its company's acme-engine, not globex-engine",
+        change=at((*POD, "serviceAccountName"), "globex-engine"),
+    ),
+    *(
+        deny(
+            f"host-{field}",
+            "sts-host-namespaces",
+            DATA_STS,
+            "only with pods that do not use the node's network, PID or IPC namespaces",
+            change=at((*POD, field), True),
+        )
+        for field in ("hostNetwork", "hostPID", "hostIPC")
+    ),
+    deny(
+        "privileged-engine",
+        "sts-privileged",
+        DATA_STS,
+        "only without privileged containers",
+        change=both(
+            at((*SECURITY, "privileged"), True), at((*SECURITY, "allowPrivilegeEscalation"), DROP)
+        ),
+    ),
+    deny(
+        "privileged-init-container",
+        "sts-privileged",
+        DATA_STS,
+        "only without privileged containers",
+        change=at(
+            (*POD, "initContainers"),
+            [{"name": "init", "image": ENGINE_IMAGE, "securityContext": {"privileged": True}}],
+        ),
+    ),
+    *(
+        deny(
+            f"pod-{field}",
+            "pod-spec-fields",
+            DATA_STS,
+            f"{WRITES} StatefulSet {{ns}}/acme-data only with the pod-spec fields the operator "
+            "writes (serviceAccountName, serviceAccount, ",
+            change=at((*POD, field), value),
+        )
+        for field, value in (
+            ("nodeName", "kwok-node"),
+            ("runtimeClassName", "unconfined"),
+            ("initContainers", [RESTRICTED_CONTAINER]),
+            ("shareProcessNamespace", True),
+            ("hostUsers", True),
+            ("schedulerName", "their-scheduler"),
+        )
+    ),
+    deny(
+        "dns-config-added",
+        "pod-spec-fields",
+        DATA_STS,
+        "not dnsConfig",
+        op="update",
+        change=at((*POD, "dnsConfig"), {"nameservers": ["203.0.113.53"]}),
+    ),
+    Case(
+        "someone-elses-pod-field-kept",
+        ("pod-spec-fields", "engine-image"),
+        DATA_STS,
+        op="update",
+        someone_else={
+            "spec": {
+                "template": {"spec": {"dnsConfig": {"options": [{"name": "ndots", "value": "2"}]}}}
+            }
+        },
+        change=at((*ENGINE, "image"), NEWER_IMAGE),
+    ),
+    deny(
+        "capability-sys-admin",
+        "pod-privilege-escalation",
+        DATA_STS,
+        "only with containers that cannot gain privileges (allowPrivilegeEscalation: false, "
+        "capabilities drop ALL and add none), as the restricted Pod Security profile requires, "
+        "not engine",
+        change=at((*SECURITY, "capabilities", "add"), ["SYS_ADMIN"]),
+    ),
+    deny(
+        "privilege-escalation",
+        "pod-privilege-escalation",
+        DATA_STS,
+        "only with containers that cannot gain privileges",
+        change=at((*SECURITY, "allowPrivilegeEscalation"), True),
+    ),
+    deny(
+        "privilege-escalation-left-out",
+        "pod-privilege-escalation",
+        SEATS_STS,
+        "only with containers that cannot gain privileges",
+        op="update",
+        change=at((*SECURITY, "allowPrivilegeEscalation"), DROP),
+    ),
+    deny(
+        "capabilities-kept",
+        "pod-privilege-escalation",
+        DATA_STS,
+        "only with containers that cannot gain privileges",
+        change=at((*SECURITY, "capabilities"), DROP),
+    ),
+    deny(
+        "root-user",
+        "pod-non-root",
+        DATA_STS,
+        "only with pods that run as a non-root user",
+        change=both(at((*POD_SECURITY, "runAsUser"), 0), at((*POD_SECURITY, "runAsNonRoot"), DROP)),
+    ),
+    deny(
+        "run-as-non-root-left-out",
+        "pod-non-root",
+        DATA_STS,
+        "only with pods that run as a non-root user",
+        op="update",
+        change=at((*POD_SECURITY, "runAsNonRoot"), DROP),
+    ),
+    deny(
+        "container-may-run-as-root",
+        "pod-non-root",
+        DATA_STS,
+        "only with pods that run as a non-root user",
+        change=at((*SECURITY, "runAsNonRoot"), False),
+    ),
+    deny(
+        "container-root-user",
+        "pod-non-root",
+        SEATS_STS,
+        "only with pods that run as a non-root user",
+        change=at((*SECURITY, "runAsUser"), 0),
+    ),
+    *(
+        deny(
+            f"profile-{case}",
+            "pod-profiles",
+            DATA_STS,
+            "only within the restricted Pod Security profile",
+            change=change,
+        )
+        for case, change in (
+            ("seccomp-unconfined", at((*POD_SECURITY, "seccompProfile"), {"type": "Unconfined"})),
+            ("seccomp-left-out", at((*POD_SECURITY, "seccompProfile"), DROP)),
+            (
+                "container-seccomp-unconfined",
+                at((*SECURITY, "seccompProfile"), {"type": "Unconfined"}),
+            ),
+            ("apparmor-unconfined", at((*SECURITY, "appArmorProfile"), {"type": "Unconfined"})),
+            (
+                "pod-apparmor-unconfined",
+                at((*POD_SECURITY, "appArmorProfile"), {"type": "Unconfined"}),
+            ),
+            ("selinux-spc", at((*SECURITY, "seLinuxOptions"), {"type": "spc_t"})),
+            ("selinux-user", at((*POD_SECURITY, "seLinuxOptions"), {"user": "system_u"})),
+            (
+                "sysctls",
+                at((*POD_SECURITY, "sysctls"), [{"name": "kernel.shm_rmid_forced", "value": "1"}]),
+            ),
+        )
+    ),
+    deny(
+        "sidecar",
+        "pod-containers",
+        DATA_STS,
+        f"{WRITES} StatefulSet {{ns}}/acme-data only with its one container, engine, with the "
+        "fields the operator writes (name, image, ",
+        change=add((*POD, "containers"), RESTRICTED_CONTAINER),
+    ),
+    deny(
+        "engine-command",
+        "pod-containers",
+        DATA_STS,
+        "not container engine",
+        change=at((*ENGINE, "command"), ["/bin/sh", "-c", "cat /var/lib/crewlet/store/*"]),
+    ),
+    deny(
+        "probe-runs-a-command",
+        "pod-containers",
+        DATA_STS,
+        "probes by httpGet to the pod itself, lifecycle hooks that only sleep), not container "
+        "engine",
+        change=at((*ENGINE, "livenessProbe"), {"exec": {"command": ["/bin/sh", "-c", "id"]}}),
+    ),
+    deny(
+        "probe-sent-elsewhere",
+        "pod-containers",
+        SEATS_STS,
+        "not container engine",
+        op="update",
+        change=at((*ENGINE, "readinessProbe", "httpGet", "host"), "169.254.169.254"),
+    ),
+    deny(
+        "hook-runs-a-command",
+        "pod-containers",
+        DATA_STS,
+        "not container engine",
+        change=at((*ENGINE, "lifecycle", "postStart"), {"exec": {"command": ["/bin/sh"]}}),
+    ),
+    deny(
+        "working-dir-added",
+        "pod-containers",
+        DATA_STS,
+        "not container engine",
+        op="update",
+        change=at((*ENGINE, "workingDir"), "/tmp"),
+    ),
+    Case(
+        "someone-elses-container-field-kept",
+        ("pod-containers", "engine-image"),
+        DATA_STS,
+        op="update",
+        someone_else={
+            "spec": {
+                "template": {"spec": {"containers": [{"name": "engine", "workingDir": "/tmp"}]}}
+            }
+        },
+        change=at((*ENGINE, "image"), NEWER_IMAGE),
+    ),
+    deny(
+        "host-port",
+        "pod-host-ports",
+        DATA_STS,
+        "only without host ports (hostPort, hostIP) on its containers",
+        change=at((*ENGINE, "ports", 1, "hostPort"), 7422),
+    ),
+    deny(
+        "system-node-critical",
+        "pod-priority",
+        DATA_STS,
+        "only without a system-* PriorityClass (system-cluster-critical, system-node-critical "
+        "are the cluster's own), not system-node-critical",
+        change=at((*POD, "priorityClassName"), "system-node-critical"),
+    ),
+    deny(
+        "system-cluster-critical",
+        "pod-priority",
+        SEATS_STS,
+        "not system-cluster-critical",
+        op="update",
+        change=at((*POD, "priorityClassName"), "system-cluster-critical"),
+    ),
+    Case(
+        "priority-class-changed",
+        ("pod-priority", "owners-unchanged"),
+        SEATS_STS,
+        op="update",
+        change=at((*POD, "priorityClassName"), "engines-high"),
+    ),
+    deny(
+        "image-of-its-own",
+        "engine-image",
+        DATA_STS,
+        "only with images under the chart value managerWrites.engineImagePrefixes "
+        "(ghcr.io/crewlet/), not docker.io/attacker/engine:v0.2.0",
+        change=at((*ENGINE, "image"), "docker.io/attacker/engine:v0.2.0"),
+    ),
+    deny(
+        "image-of-a-lookalike-registry-path",
+        "engine-image",
+        SEATS_STS,
+        "not ghcr.io/crewlet-evil/engine:v0.3.0",
+        op="update",
+        change=at((*ENGINE, "image"), "ghcr.io/crewlet-evil/engine:v0.3.0"),
+    ),
+    Case(
+        "newer-engine",
+        ("engine-image", "pod-containers", "pod-template-metadata", "owners-unchanged"),
+        DATA_STS,
+        op="update",
+        change=at((*ENGINE, "image"), NEWER_IMAGE),
+    ),
+    Case(
+        "suspended",
+        ("sts-shape", "owners-unchanged"),
+        SEATS_STS,
+        op="update",
+        change=at(("spec", "replicas"), 0),
+    ),
+    Case(
+        "tolerations-changed",
+        ("pod-spec-fields", "owners-unchanged"),
+        DATA_STS,
+        op="update",
+        change=at((*POD, "tolerations"), [{"key": "dedicated", "operator": "Exists"}]),
+    ),
+    # -- StatefulSets: volumes and claims --------------------------------------------------------
+    deny(
+        "host-path",
+        "sts-host-path",
+        DATA_STS,
+        f"{WRITES} StatefulSet {{ns}}/acme-data only without hostPath volumes",
+        change=add(VOLUMES, {"name": "docker", "hostPath": {"path": "/var/run/docker.sock"}}),
+    ),
+    deny(
+        "claim-volume",
+        "sts-no-claim-volumes",
+        DATA_STS,
+        "only without persistentVolumeClaim volumes in its pod template",
+        change=add(
+            VOLUMES,
+            {"name": "theirs", "persistentVolumeClaim": {"claimName": "data-globex-data-0"}},
+        ),
+    ),
+    *(
+        deny(
+            f"volume-{name}",
+            "pod-volume-types",
+            DATA_STS,
+            "only with emptyDir volumes and the secret volume of its company's acme-config, not "
+            f"volume {name}",
+            change=add(VOLUMES, {"name": name, **source}),
+        )
+        for name, source in (
+            ("nfs", {"nfs": {"server": "203.0.113.2", "path": "/exports"}}),
+            (
+                "iscsi",
+                {
+                    "iscsi": {
+                        "targetPortal": "203.0.113.3:3260",
+                        "iqn": "iqn.2001-04.com.example:disk",
+                        "lun": 0,
+                    }
+                },
+            ),
+            (
+                "ephemeral",
+                {
+                    "ephemeral": {
+                        "volumeClaimTemplate": {
+                            "spec": {
+                                "accessModes": ["ReadWriteOnce"],
+                                "resources": {"requests": {"storage": "1Gi"}},
+                            }
+                        }
+                    }
+                },
+            ),
+            ("token", {"secret": {"secretName": "acme-api-token"}}),
+            (
+                "projected",
+                {
+                    "projected": {
+                        "sources": [{"serviceAccountToken": {"path": "token", "audience": "vault"}}]
+                    }
+                },
+            ),
+        )
+    ),
+    deny(
+        "config-map-volume-added",
+        "pod-volume-types",
+        SEATS_STS,
+        "not volume extra",
+        op="update",
+        change=add(VOLUMES, {"name": "extra", "configMap": {"name": "extra"}}),
+    ),
+    Case(
+        "someone-elses-volume-kept",
+        ("pod-volume-types", "engine-image"),
+        DATA_STS,
+        op="update",
+        someone_else={
+            "spec": {
+                "template": {
+                    "spec": {"volumes": [{"name": "extra", "configMap": {"name": "extra"}}]}
+                }
+            }
+        },
+        change=at((*ENGINE, "image"), NEWER_IMAGE),
+    ),
+    deny(
+        "claim-template-of-another-name",
+        "sts-claim-templates-data",
+        DATA_STS,
+        "only with claim templates named data (its claims are then data-acme-data-<n>, never "
+        "another's)",
+        change=add(
+            ("spec", "volumeClaimTemplates"),
+            {
+                "metadata": {"name": "cache"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            },
+        ),
+    ),
+    *(
+        deny(
+            f"claim-template-{case}",
+            "claim-template-shape",
+            target,
+            f"{WRITES} StatefulSet {{ns}}/{target[1]} only with the operator's claim template: "
+            "one, data, on <company>-data (none on <company>-seats)",
+            change=change,
+        )
+        for case, target, change in (
+            (
+                "owned",
+                DATA_STS,
+                at((*CLAIM_TEMPLATE, "metadata", "ownerReferences"), [CONFIG_MAP_OWNER]),
+            ),
+            (
+                "finalizer",
+                DATA_STS,
+                at((*CLAIM_TEMPLATE, "metadata", "finalizers"), ["example.com/hold"]),
+            ),
+            (
+                "annotated",
+                DATA_STS,
+                at((*CLAIM_TEMPLATE, "metadata", "annotations"), {"example.com/x": "y"}),
+            ),
+            (
+                "labelled",
+                DATA_STS,
+                at((*CLAIM_TEMPLATE, "metadata", "labels", "k8s-app"), "kube-dns"),
+            ),
+            (
+                "cloned",
+                DATA_STS,
+                at(
+                    (*CLAIM_TEMPLATE, "spec", "dataSource"),
+                    {"kind": "PersistentVolumeClaim", "name": "data-globex-data-0"},
+                ),
+            ),
+            (
+                "populated",
+                DATA_STS,
+                at(
+                    (*CLAIM_TEMPLATE, "spec", "dataSourceRef"),
+                    {"kind": "PersistentVolumeClaim", "name": "data-globex-data-0"},
+                ),
+            ),
+            ("bound", DATA_STS, at((*CLAIM_TEMPLATE, "spec", "volumeName"), "pv-globex")),
+            (
+                "selecting",
+                DATA_STS,
+                at(
+                    (*CLAIM_TEMPLATE, "spec", "selector"),
+                    {"matchLabels": {"crewlet.ai/company": "globex"}},
+                ),
+            ),
+            (
+                "on-seats",
+                SEATS_STS,
+                at(
+                    ("spec", "volumeClaimTemplates"),
+                    [
+                        {
+                            "metadata": {"name": "data"},
+                            "spec": {
+                                "accessModes": ["ReadWriteOnce"],
+                                "resources": {"requests": {"storage": "1Gi"}},
+                            },
+                        }
+                    ],
+                ),
+            ),
+        )
+    ),
+    *(
+        deny(
+            f"claims-{deleted}-{scaled}",
+            "sts-claims-retained",
+            DATA_STS,
+            f"{WRITES} StatefulSet {{ns}}/acme-data only if it keeps its claims: "
+            "persistentVolumeClaimRetentionPolicy whenDeleted Retain and whenScaled Retain, not "
+            f"whenDeleted {deleted} and whenScaled {scaled}",
+            op=op,
+            change=at(
+                ("spec", "persistentVolumeClaimRetentionPolicy"),
+                {"whenDeleted": deleted, "whenScaled": scaled},
+            ),
+        )
+        for deleted, scaled, op in (
+            ("Delete", "Retain", "create"),
+            ("Retain", "Delete", "update"),
+            ("Delete", "Delete", "update"),
+        )
+    ),
+    deny(
+        "claims-deleted-with-it",
+        "sts-claims-retained",
+        DATA_STS,
+        "may delete StatefulSet {ns}/acme-data only if it keeps its claims",
+        op="delete",
+        existing=at(("spec", "persistentVolumeClaimRetentionPolicy", "whenDeleted"), "Delete"),
+    ),
+    Case(
+        "deleted-keeping-its-claims",
+        ("sts-claims-retained", "label-to-change-or-delete"),
+        DATA_STS,
+        op="delete",
+    ),
+    # -- StatefulSets: the workload ----------------------------------------------------------------
+    deny(
+        "pods-labelled-kube-dns",
+        "pod-template-metadata",
+        DATA_STS,
+        f"{WRITES} StatefulSet {{ns}}/acme-data only with the operator's labels on its pod "
+        "template (app.kubernetes.io/managed-by: crewlet-operator, app.kubernetes.io/name: "
+        "crewlet, crewlet.ai/company: acme, app.kubernetes.io/component: data) and annotations "
+        "(crewlet.ai/config-hash, crewlet.ai/secrets-hash), not k8s-app",
+        change=at((*TEMPLATE, "labels", "k8s-app"), "kube-dns"),
+    ),
+    deny(
+        "pods-apparmor-annotation",
+        "pod-template-metadata",
+        DATA_STS,
+        "not container.apparmor.security.beta.kubernetes.io/engine",
+        change=at(
+            (*TEMPLATE, "annotations", "container.apparmor.security.beta.kubernetes.io/engine"),
+            "unconfined",
+        ),
+    ),
+    deny(
+        "restarted-by-the-manager",
+        "pod-template-metadata",
+        SEATS_STS,
+        "not kubectl.kubernetes.io/restartedAt",
+        op="update",
+        change=at(
+            (*TEMPLATE, "annotations", "kubectl.kubernetes.io/restartedAt"), "2026-01-01T00:00:00Z"
+        ),
+    ),
+    Case(
+        "restarted-by-kubectl-kept",
+        ("pod-template-metadata", "engine-image"),
+        DATA_STS,
+        op="update",
+        someone_else={
+            "spec": {
+                "template": {
+                    "metadata": {
+                        "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z"}
+                    }
+                }
+            }
+        },
+        change=at((*ENGINE, "image"), NEWER_IMAGE),
+    ),
+    deny(
+        "selector-of-every-component",
+        "sts-shape",
+        DATA_STS,
+        f"{WRITES} StatefulSet {{ns}}/acme-data only as the operator writes one: spec fields ",
+        change=at(("spec", "selector", "matchLabels", "app.kubernetes.io/component"), DROP),
+    ),
+    deny(
+        "governed-by-kube-dns",
+        "sts-shape",
+        DATA_STS,
+        "serviceName acme-data",
+        change=at(("spec", "serviceName"), "kube-dns"),
+    ),
+    deny(
+        "updates-held-back",
+        "sts-shape",
+        SEATS_STS,
+        "updateStrategy RollingUpdate without a partition",
+        op="update",
+        change=at(("spec", "updateStrategy", "rollingUpdate", "partition"), 5),
+    ),
+    deny(
+        "min-ready-seconds",
+        "sts-shape",
+        SEATS_STS,
+        "only as the operator writes one",
+        op="update",
+        change=at(("spec", "minReadySeconds"), 3600),
+    ),
+    # -- Services --------------------------------------------------------------------------------
+    *(
+        deny(
+            f"service-{case}",
+            "service-cluster-ip",
+            API_SERVICE,
+            f"{WRITES} Service {{ns}}/acme-api only of type ClusterIP (headless or not) and "
+            f"without externalIPs, not {shown}",
+            change=change,
+        )
+        for case, change, shown in (
+            ("load-balancer", at(("spec", "type"), "LoadBalancer"), "of type LoadBalancer"),
+            ("node-port", at(("spec", "type"), "NodePort"), "of type NodePort"),
+            (
+                "external-name",
+                both(
+                    at(("spec", "type"), "ExternalName"),
+                    at(("spec", "externalName"), "evil.example.com"),
+                ),
+                "of type ExternalName",
+            ),
+            (
+                "external-ips",
+                at(("spec", "externalIPs"), ["203.0.113.7"]),
+                "of type ClusterIP with externalIPs",
+            ),
+        )
+    ),
+    *(
+        deny(
+            f"service-selecting-{case}",
+            "service-selector",
+            target,
+            f"{WRITES} Service {{ns}}/{target[1]} only selecting exactly its company's engine "
+            f"pods: app.kubernetes.io/name: crewlet, app.kubernetes.io/component: {component}, "
+            "crewlet.ai/company: acme",
+            change=at(("spec", "selector"), selector),
+            op=op,
+        )
+        for case, target, component, selector, op in (
+            ("kube-dns", API_SERVICE, "data", KUBE_DNS, "create"),
+            (
+                "seats",
+                API_SERVICE,
+                "data",
+                {
+                    **GLOBEX_PODS["matchLabels"],
+                    "crewlet.ai/company": ACME,
+                    "app.kubernetes.io/component": "seats",
+                },
+                "create",
+            ),
+            ("another-company", DATA_SERVICE, "data", GLOBEX_PODS["matchLabels"], "update"),
+            ("nothing", SEATS_SERVICE, "seats", DROP, "create"),
+        )
+    ),
+    # -- PodDisruptionBudgets --------------------------------------------------------------------
+    *(
+        deny(
+            f"budget-over-{case}",
+            "pdb-selector",
+            DATA_PDB,
+            f"{WRITES} PodDisruptionBudget {{ns}}/acme-data only selecting one company's engine "
+            "pods: matchLabels exactly app.kubernetes.io/name: crewlet, "
+            "app.kubernetes.io/component: data or seats, and a non-empty crewlet.ai/company (its "
+            "own: app.kubernetes.io/component: data, crewlet.ai/company: acme), and no "
+            "matchExpressions",
+            change=at(("spec", "selector"), selector),
+        )
+        for case, selector in (
+            ("kube-dns", {"matchLabels": KUBE_DNS}),
+            ("another-company", GLOBEX_PODS),
+            ("everything", {}),
+            (
+                "expressions",
+                {
+                    **GLOBEX_PODS,
+                    "matchExpressions": [{"key": "crewlet.ai/company", "operator": "Exists"}],
+                },
+            ),
+        )
+    ),
+    *(
+        deny(
+            f"budget-{case}",
+            "pdb-max-unavailable",
+            target,
+            "only with maxUnavailable: 1, no minAvailable, and unhealthyPodEvictionPolicy: "
+            "AlwaysAllow (a budget that allows no disruption holds up every drain of the node)",
+            op=op,
+            change=change,
+        )
+        for case, target, op, change in (
+            ("no-disruption", DATA_PDB, "create", at(("spec", "maxUnavailable"), 0)),
+            (
+                "min-available",
+                DATA_PDB,
+                "create",
+                both(at(("spec", "maxUnavailable"), DROP), at(("spec", "minAvailable"), 1)),
+            ),
+            (
+                "if-healthy",
+                SEATS_PDB,
+                "update",
+                at(("spec", "unhealthyPodEvictionPolicy"), "IfHealthyBudget"),
+            ),
+        )
+    ),
+    Case(
+        "budget-applied-again", ("pdb-max-unavailable", "owners-unchanged"), SEATS_PDB, op="update"
+    ),
+    # -- NetworkPolicies -------------------------------------------------------------------------
+    *(
+        deny(
+            f"network-policy-over-{case}",
+            "netpol-selector",
+            DATA_NETPOL,
+            f"{WRITES} NetworkPolicy {{ns}}/acme-data only selecting one company's engine pods",
+            change=at(("spec", "podSelector"), selector),
+        )
+        for case, selector in (("everything", {}), ("another-company", GLOBEX_PODS))
+    ),
+    deny(
+        "network-policy-egress",
+        "netpol-ingress-only",
+        SEATS_NETPOL,
+        f"{WRITES} NetworkPolicy {{ns}}/acme-seats only for ingress: policyTypes exactly "
+        "[Ingress] and no egress rules",
+        change=both(
+            at(("spec", "policyTypes"), ["Ingress", "Egress"]), at(("spec", "egress"), [{}])
+        ),
+    ),
+    *(
+        deny(
+            f"ingress-{case}",
+            "netpol-rules",
+            target,
+            f"{WRITES} NetworkPolicy {{ns}}/{target[1]} only with the operator's ingress rules",
+            op=op,
+            change=change,
+        )
+        for case, target, op, change in (
+            ("from-everywhere-to-everything", DATA_NETPOL, "create", at(("spec", "ingress"), [{}])),
+            (
+                "leaf-port-from-every-namespace",
+                DATA_NETPOL,
+                "update",
+                at(("spec", "ingress", 0, "from"), [{"namespaceSelector": {}}]),
+            ),
+            (
+                "leaf-port-from-the-api-peers",
+                DATA_NETPOL,
+                "create",
+                add(("spec", "ingress", 1, "ports"), {"protocol": "TCP", "port": 7422}),
+            ),
+            (
+                "ssh",
+                DATA_NETPOL,
+                "create",
+                add(("spec", "ingress", 1, "ports"), {"protocol": "TCP", "port": 22}),
+            ),
+            ("every-port", DATA_NETPOL, "create", at(("spec", "ingress", 1, "ports"), DROP)),
+            (
+                "port-range",
+                DATA_NETPOL,
+                "create",
+                at(("spec", "ingress", 1, "ports", 0, "endPort"), 9000),
+            ),
+            (
+                "udp",
+                SEATS_NETPOL,
+                "create",
+                at(("spec", "ingress", 0, "ports", 0, "protocol"), "UDP"),
+            ),
+            (
+                "leaf-port-on-seats",
+                SEATS_NETPOL,
+                "update",
+                add(
+                    ("spec", "ingress"),
+                    {
+                        "from": [
+                            {
+                                "podSelector": {
+                                    "matchLabels": {
+                                        "app.kubernetes.io/name": "crewlet",
+                                        "crewlet.ai/company": ACME,
+                                    }
+                                }
+                            }
+                        ],
+                        "ports": [{"protocol": "TCP", "port": 7422}],
+                    },
+                ),
+            ),
+        )
+    ),
+    Case(
+        "api-peers-changed",
+        ("netpol-rules", "netpol-never-deleted", "owners-unchanged"),
+        DATA_NETPOL,
+        op="update",
+        change=add(("spec", "ingress", 1, "from"), {"ipBlock": {"cidr": "10.0.0.0/8"}}),
+    ),
+    deny(
+        "network-policy-deleted",
+        "netpol-never-deleted",
+        DATA_NETPOL,
+        "may never delete a NetworkPolicy: NetworkPolicy {ns}/acme-data keeps a company's "
+        "unauthenticated leaf port to its own pods",
+        op="delete",
+    ),
+    # -- routes ----------------------------------------------------------------------------------
+    *(
+        deny(
+            f"ingress-{case}",
+            "ingress-shape",
+            INGRESS,
+            f"{WRITES} Ingress {{ns}}/acme-webhooks only as its company's webhook route: one rule "
+            "with one exact host (no *), one path /webhooks (Prefix) to the Service acme-api port "
+            "8080, TLS for that host only, and no defaultBackend",
+            op=op,
+            change=change,
+        )
+        for case, op, change in (
+            ("every-path", "create", at(("spec", "rules", 0, "http", "paths", 0, "path"), "/")),
+            (
+                "wildcard-host",
+                "create",
+                both(
+                    at(("spec", "rules", 0, "host"), "*.example.com"),
+                    at(("spec", "tls", 0, "hosts"), ["*.example.com"]),
+                ),
+            ),
+            (
+                "default-backend",
+                "create",
+                at(
+                    ("spec", "defaultBackend"),
+                    {"service": {"name": "acme-api", "port": {"number": 8080}}},
+                ),
+            ),
+            (
+                "another-backend",
+                "update",
+                at(
+                    ("spec", "rules", 0, "http", "paths", 0, "backend", "service", "name"),
+                    "globex-api",
+                ),
+            ),
+            (
+                "leaf-port",
+                "create",
+                at(
+                    ("spec", "rules", 0, "http", "paths", 0, "backend", "service", "port"),
+                    {"number": 7422},
+                ),
+            ),
+            (
+                "second-host",
+                "create",
+                add(
+                    ("spec", "rules"),
+                    {
+                        "host": "globex.example.com",
+                        "http": {
+                            "paths": [
+                                {
+                                    "path": "/",
+                                    "pathType": "Prefix",
+                                    "backend": {
+                                        "service": {"name": "acme-api", "port": {"number": 8080}}
+                                    },
+                                }
+                            ]
+                        },
+                    },
+                ),
+            ),
+            (
+                "second-path",
+                "create",
+                add(
+                    ("spec", "rules", 0, "http", "paths"),
+                    {
+                        "path": "/admin",
+                        "pathType": "Prefix",
+                        "backend": {"service": {"name": "acme-api", "port": {"number": 8080}}},
+                    },
+                ),
+            ),
+            (
+                "tls-for-another-host",
+                "create",
+                at(("spec", "tls", 0, "hosts"), ["globex.example.com"]),
+            ),
+        )
+    ),
+    Case(
+        "webhook-hostname-changed",
+        ("ingress-shape", "owners-unchanged"),
+        INGRESS,
+        op="update",
+        change=both(
+            at(("spec", "rules", 0, "host"), "hooks.acme.example.com"),
+            at(("spec", "tls", 0, "hosts"), ["hooks.acme.example.com"]),
+        ),
+    ),
+    *(
+        deny(
+            f"httproute-{case}",
+            "httproute-shape",
+            HTTP_ROUTE,
+            f"{WRITES} HTTPRoute {{ns}}/acme-webhooks only as its company's webhook route: one "
+            "exact hostname (no *), one rule with the one match path PathPrefix /webhooks",
+            op=op,
+            change=change,
+            variant="gateway",
+        )
+        for case, op, change in (
+            ("wildcard-hostname", "create", at(("spec", "hostnames"), ["*.example.com"])),
+            ("second-hostname", "create", add(("spec", "hostnames"), "globex.example.com")),
+            ("every-path", "create", at(("spec", "rules", 0, "matches", 0, "path", "value"), "/")),
+            (
+                "header-match",
+                "create",
+                at(
+                    ("spec", "rules", 0, "matches", 0, "headers"),
+                    [{"name": "x-tenant", "value": "globex"}],
+                ),
+            ),
+            (
+                "query-match",
+                "update",
+                at(
+                    ("spec", "rules", 0, "matches", 0, "queryParams"),
+                    [{"name": "tenant", "value": "globex"}],
+                ),
+            ),
+            (
+                "second-match",
+                "create",
+                add(
+                    ("spec", "rules", 0, "matches"), {"path": {"type": "PathPrefix", "value": "/"}}
+                ),
+            ),
+            (
+                "mirror",
+                "create",
+                at(
+                    ("spec", "rules", 0, "filters"),
+                    [
+                        {
+                            "type": "RequestMirror",
+                            "requestMirror": {"backendRef": {"name": "collector", "port": 80}},
+                        }
+                    ],
+                ),
+            ),
+            (
+                "another-backend",
+                "create",
+                at(("spec", "rules", 0, "backendRefs", 0, "name"), "globex-api"),
+            ),
+            (
+                "backend-elsewhere",
+                "create",
+                at(("spec", "rules", 0, "backendRefs", 0, "namespace"), "kube-system"),
+            ),
+            ("timeouts", "create", at(("spec", "rules", 0, "timeouts"), {"request": "1h"})),
+            (
+                "second-rule",
+                "create",
+                add(("spec", "rules"), {"backendRefs": [{"name": "acme-api", "port": 8080}]}),
+            ),
+        )
+    ),
+    Case(
+        "httproute-hostname-changed",
+        ("httproute-shape", "httproute-gateways", "owners-unchanged"),
+        HTTP_ROUTE,
+        op="update",
+        variant="gateway",
+        change=at(("spec", "hostnames"), ["hooks.acme.example.com"]),
+    ),
+    *(
+        deny(
+            f"httproute-attached-to-{case}",
+            "httproute-gateways",
+            HTTP_ROUTE,
+            f"{WRITES} HTTPRoute {{ns}}/acme-webhooks only attached to the Gateways the chart "
+            f"value managerWrites.gateways lists ({PLATFORM_NS}/public), not {shown}",
+            op=op,
+            change=change,
+            variant="gateway",
+        )
+        for case, op, change, shown in (
+            (
+                "another-gateway",
+                "create",
+                at(("spec", "parentRefs", 0), {"name": "internal", "namespace": "kube-system"}),
+                "kube-system/internal",
+            ),
+            (
+                "its-own-namespace",
+                "create",
+                at(("spec", "parentRefs", 0, "namespace"), DROP),
+                "{ns}/public",
+            ),
+            (
+                "a-second-gateway",
+                "update",
+                add(("spec", "parentRefs"), {"name": "internal", "namespace": "kube-system"}),
+                "kube-system/internal",
+            ),
+        )
+    ),
+    # -- claims and the high-water engine version ----------------------------------------------
+    deny(
+        "claim-created",
+        "claim-never-created",
+        CLAIM,
+        "may never create a PersistentVolumeClaim (PersistentVolumeClaim {ns}/data-acme-data-0): "
+        "a company's claim is made by its data StatefulSet",
+    ),
+    deny(
+        "claim-deleted",
+        "claim-never-deleted",
+        CLAIM,
+        "may never delete a PersistentVolumeClaim: PersistentVolumeClaim {ns}/data-acme-data-0 "
+        "holds a company's data",
+        op="delete",
+    ),
+    deny(
+        "claim-given-an-owner",
+        "owners-unchanged",
+        CLAIM,
+        "may not change the owners of PersistentVolumeClaim {ns}/data-acme-data-0",
+        op="patch",
+        patch={"metadata": {"ownerReferences": [CONFIG_MAP_OWNER]}},
+    ),
+    *(
+        deny(
+            f"claim-{case}",
+            "claim-annotations-only",
+            CLAIM,
+            "may change PersistentVolumeClaim {ns}/data-acme-data-0 only in its annotation "
+            "crewlet.ai/highest-engine-version",
+            op="patch",
+            patch=patch,
+        )
+        for case, patch in (
+            ("relabelled", {"metadata": {"labels": {"app.kubernetes.io/component": "seats"}}}),
+            (
+                "annotated",
+                {"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "kwok-node"}}},
+            ),
+            ("held-by-a-finalizer", {"metadata": {"finalizers": ["example.com/hold"]}}),
+        )
+    ),
+    *(
+        Case(
+            f"claim-version-{case}",
+            # The operator's one write to a claim: it neither creates nor deletes one.
+            (
+                "claim-never-created",
+                "claim-never-deleted",
+                "claim-annotations-only",
+                "claim-version-kept",
+            ),
+            CLAIM,
+            op="patch",
+            existing=existing,
+            patch={"metadata": {"annotations": {CLAIM_ANNOTATION: version}}},
+        )
+        for case, existing, version in (
+            ("raised", None, "0.3.0"),
+            ("kept", None, HIGH_WATER),
+            ("first", at(ANNOTATIONS, DROP), HIGH_WATER),
+            ("over-junk", at((*ANNOTATIONS, CLAIM_ANNOTATION), "latest"), HIGH_WATER),
+            ("without-its-v", at((*ANNOTATIONS, CLAIM_ANNOTATION), "v0.2.0"), HIGH_WATER),
+        )
+    ),
+    *(
+        deny(
+            f"claim-version-{case}",
+            "claim-version-kept",
+            CLAIM,
+            "may never lower the highest engine version the data of PersistentVolumeClaim "
+            f"{{ns}}/data-acme-data-0 has run (annotation crewlet.ai/highest-engine-version "
+            f"{old}), nor replace it with a value that is not a higher semantic version or remove "
+            f"it: not {shown}",
+            op="patch",
+            existing=at((*ANNOTATIONS, CLAIM_ANNOTATION), old),
+            patch={"metadata": {"annotations": {CLAIM_ANNOTATION: new}}},
+        )
+        for case, old, new, shown in (
+            ("lowered", HIGH_WATER, "0.1.0", "0.1.0"),
+            ("lowered-below-its-v", "v0.3.0", HIGH_WATER, HIGH_WATER),
+            ("removed", HIGH_WATER, None, "removed"),
+            ("made-junk", HIGH_WATER, "latest", "latest"),
+        )
+    ),
+    *(
+        Case(
+            f"status-version-{case}",
+            ("status-version-kept",),
+            THE_COMPANY,
+            op="status",
+            existing=existing,
+            change=change,
+        )
+        for case, existing, change in (
+            ("raised", None, at(("status", "highestEngineVersion"), "0.3.0")),
+            ("first", at(("status",), {"versionProtection": "Unordered"}), None),
+        )
+    ),
+    *(
+        deny(
+            f"status-version-{case}",
+            "status-version-kept",
+            THE_COMPANY,
+            "may never lower the highest engine version the data of Company {ns}/acme has run "
+            f"(status.highestEngineVersion {HIGH_WATER}), nor replace it with a value that is not "
+            f"a higher semantic version or remove it: not {shown}",
+            op="status",
+            change=change,
+        )
+        for case, change, shown in (
+            ("lowered", at(("status", "highestEngineVersion"), "0.1.0"), "0.1.0"),
+            ("removed", at(("status",), {"versionProtection": "Unordered"}), "removed"),
+        )
+    ),
+]
 
 
 # -- fixtures -------------------------------------------------------------------------------------
@@ -484,9 +2163,9 @@ async def manager_policy(
     kube_client: Client, control_plane: ControlPlane, gateway_api: None
 ) -> AsyncIterator[list[Doc]]:
     """crewlet-operator-manager-writes as the chart renders it for a release named
-    crewlet-operator; the manager, another ServiceAccount and renamed managers bound to
-    cluster-admin."""
-    docs = await helm_template({})
+    crewlet-operator with :data:`MANAGER_VALUES`; the manager, another ServiceAccount and
+    renamed managers bound to cluster-admin."""
+    docs = await helm_template(MANAGER_VALUES)
     await ensure_namespace(kube_client, RELEASE_NS)
     accounts = [
         MANAGER,
@@ -528,326 +2207,6 @@ async def other(
     return client_for(control_plane.service_account_config(RELEASE_NS, "other"))
 
 
-def refused_by_manager_policy(
-    rule: str, write: Awaitable[Any], message: str = "the operator's manager may"
-) -> Awaitable[str]:
-    return denied(rule, write, MANAGER_POLICY, message)
-
-
-# -- the manager's policy -------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("resource", "build"), KINDS, ids=[k.plural for k, _ in KINDS])
-async def test_every_kind_is_written_only_with_the_managed_by_label(
-    manager: Client, namespace: str, resource: Resource, build: Builder
-) -> None:
-    created = await admitted(
-        "label-on-write", manager.create(resource, build(namespace, "acme"), dry_run=True)
-    )
-    assert created["metadata"]["labels"] == MANAGED
-    await refused_by_manager_policy(
-        "label-on-write",
-        manager.create(resource, build(namespace, "acme", labelled=False), dry_run=True),
-        f"may write {resource.kind} {namespace}/acme only with the label "
-        "app.kubernetes.io/managed-by: crewlet-operator",
-    )
-    wrong = build(namespace, "acme")
-    wrong["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "Helm"}
-    await refused_by_manager_policy(
-        "label-on-write", manager.create(resource, wrong, dry_run=True), "only with the label"
-    )
-
-
-@pytest.mark.parametrize(("resource", "build"), KINDS, ids=[k.plural for k, _ in KINDS])
-async def test_changes_and_deletes_only_objects_with_the_label(
-    kube_client: Client, manager: Client, namespace: str, resource: Resource, build: Builder
-) -> None:
-    """The objects exist (written by the admin); the manager's changes and deletes are dry runs."""
-    await kube_client.create(resource, build(namespace, "mine"))
-    await kube_client.create(resource, build(namespace, "theirs", labelled=False))
-    note = {"metadata": {"annotations": {"crewlet.ai/note": "x"}}}
-    await admitted(
-        "label-to-change-or-delete", merge_patch(manager, resource, "mine", namespace, note)
-    )
-    if resource == r.PERSISTENT_VOLUME_CLAIM:
-        await refused_by_manager_policy(
-            "claim-never-deleted",
-            manager.delete(resource, "mine", namespace, dry_run=True),
-            f"may never delete a PersistentVolumeClaim: PersistentVolumeClaim {namespace}/mine",
-        )
-    else:
-        await admitted(
-            "label-to-change-or-delete", manager.delete(resource, "mine", namespace, dry_run=True)
-        )
-    # Dropping the label is a write without it.
-    unlabel = {"metadata": {"labels": {"app.kubernetes.io/managed-by": None}}}
-    await refused_by_manager_policy(
-        "label-on-write",
-        merge_patch(manager, resource, "mine", namespace, unlabel),
-        "only with the label",
-    )
-    await refused_by_manager_policy(
-        "label-to-change-or-delete",
-        manager.delete(resource, "theirs", namespace, dry_run=True),
-        f"may change or delete {resource.kind} {namespace}/theirs only if it is labelled",
-    )
-    # Labelling someone else's object does not make it the manager's (a Secret is adopted,
-    # below, only with its data unchanged).
-    if resource != r.SECRET:
-        await refused_by_manager_policy(
-            "label-to-change-or-delete",
-            merge_patch(manager, resource, "theirs", namespace, {"metadata": {"labels": MANAGED}}),
-            "only if it is labelled",
-        )
-    await refused_by_manager_policy(
-        "label-on-write",
-        merge_patch(manager, resource, "theirs", namespace, note),
-        "only with the label",
-    )
-
-
-async def test_the_data_claims_version_annotation_is_written_on_a_labelled_claim(
-    kube_client: Client, manager: Client, namespace: str
-) -> None:
-    """The StatefulSet controller creates the claim with the template's labels; the manager
-    patches its annotations (the engine version's high-water mark)."""
-    await kube_client.create(r.PERSISTENT_VOLUME_CLAIM, claim(namespace, "data-acme-data-0"))
-    await kube_client.create(r.PERSISTENT_VOLUME_CLAIM, claim(namespace, "other-0", False))
-    mark = {"metadata": {"annotations": {"crewlet.ai/engine-version": "0.2.0"}}}
-    claims = r.PERSISTENT_VOLUME_CLAIM
-    patched = await admitted(
-        "label-to-change-or-delete",
-        merge_patch(manager, claims, "data-acme-data-0", namespace, mark),
-    )
-    assert patched["metadata"]["annotations"]["crewlet.ai/engine-version"] == "0.2.0"
-    await refused_by_manager_policy(
-        "label-to-change-or-delete",
-        merge_patch(
-            manager,
-            claims,
-            "other-0",
-            namespace,
-            {**mark, "metadata": {**mark["metadata"], "labels": MANAGED}},
-        ),
-        "only if it is labelled",
-    )
-
-
-async def test_an_adopted_secret_gains_the_label_with_its_data_unchanged(
-    kube_client: Client, manager: Client, namespace: str
-) -> None:
-    """ "a Secret it adopts may gain the label, with its data unchanged" """
-    await kube_client.create(r.SECRET, secret(namespace, "model-key", labelled=False))
-    adopt = {"metadata": {"labels": MANAGED, "annotations": {"crewlet.ai/adopted": "true"}}}
-    adopted = await admitted(
-        "secret-adoption", merge_patch(manager, r.SECRET, "model-key", namespace, adopt)
-    )
-    assert adopted["data"] == {"k": "dg=="}
-    for change in (
-        {"data": {"k": "b3RoZXI="}},
-        {"data": {"extra": "eA=="}},
-        {"stringData": {"k": "other"}},
-        {"data": {"k": None}},
-    ):
-        await refused_by_manager_policy(
-            "secret-adoption",
-            merge_patch(manager, r.SECRET, "model-key", namespace, {**adopt, **change}),
-            "(a Secret it adopts may gain the label, with its data and type unchanged)",
-        )
-    # Once labelled it is the manager's, and its data may change.
-    await kube_client.patch(r.SECRET, "model-key", {"metadata": {"labels": MANAGED}}, namespace)
-    await admitted(
-        "label-to-change-or-delete",
-        merge_patch(manager, r.SECRET, "model-key", namespace, {"data": {"k": "b3RoZXI="}}),
-    )
-
-
-async def test_every_secret_it_writes_is_opaque(
-    kube_client: Client, manager: Client, namespace: str
-) -> None:
-    """ "Whoever takes over the manager's token therefore cannot mint a token for another
-    ServiceAccount" """
-    await admitted("secret-opaque", manager.create(r.SECRET, secret(namespace, "a"), dry_run=True))
-    defaulted = await admitted(
-        "secret-opaque", manager.create(r.SECRET, secret(namespace, "b", type_=None), dry_run=True)
-    )
-    assert defaulted["type"] == "Opaque"
-    await refused_by_manager_policy(
-        "secret-opaque",
-        manager.create(r.SECRET, sa_token_secret(namespace, "token"), dry_run=True),
-        f"may write only Opaque Secrets, not Secret {namespace}/token of type "
-        "kubernetes.io/service-account-token",
-    )
-    docker = secret(namespace, "pull", type_="kubernetes.io/dockerconfigjson")
-    docker["data"] = {".dockerconfigjson": "e30="}
-    await refused_by_manager_policy(
-        "secret-opaque", manager.create(r.SECRET, docker, dry_run=True), "only Opaque Secrets"
-    )
-    # Adopting an existing token Secret (data and type unchanged) is still not Opaque.
-    await kube_client.create(r.SECRET, sa_token_secret(namespace, "existing", labelled=False))
-    await refused_by_manager_policy(
-        "secret-opaque",
-        merge_patch(manager, r.SECRET, "existing", namespace, {"metadata": {"labels": MANAGED}}),
-        "only Opaque Secrets",
-    )
-
-
-async def test_statefulset_pods_run_as_an_engine_service_account(
-    manager: Client, namespace: str
-) -> None:
-    await admitted(
-        "sts-engine-service-account",
-        manager.create(r.STATEFUL_SET, statefulset(namespace, "acme-data"), dry_run=True),
-    )
-    for account, shown in (
-        (None, "the namespace's default"),
-        ("default", "default"),
-        ("engine", "engine"),
-        ("acme-engine-admin", "acme-engine-admin"),
-    ):
-        await refused_by_manager_policy(
-            "sts-engine-service-account",
-            manager.create(
-                r.STATEFUL_SET,
-                statefulset(namespace, "acme-data", serviceAccountName=account),
-                dry_run=True,
-            ),
-            f"may write StatefulSet {namespace}/acme-data only with pods that run as a "
-            f"ServiceAccount named *-engine, not {shown}",
-        )
-
-
-@pytest.mark.parametrize("field", ["hostNetwork", "hostPID", "hostIPC"])
-async def test_statefulset_pods_stay_out_of_the_nodes_namespaces(
-    manager: Client, namespace: str, field: str
-) -> None:
-    def pod(on: bool) -> Doc:
-        return {field: on}
-
-    await admitted(
-        "sts-host-namespaces",
-        manager.create(
-            r.STATEFUL_SET, statefulset(namespace, "acme-data", **pod(False)), dry_run=True
-        ),
-    )
-    await refused_by_manager_policy(
-        "sts-host-namespaces",
-        manager.create(
-            r.STATEFUL_SET, statefulset(namespace, "acme-data", **pod(True)), dry_run=True
-        ),
-        "only with pods that do not use the node's network, PID or IPC namespaces",
-    )
-
-
-async def test_statefulset_pods_have_no_host_paths(manager: Client, namespace: str) -> None:
-    scratch = [{"name": "scratch", "emptyDir": {}}]
-    await admitted(
-        "sts-host-path",
-        manager.create(
-            r.STATEFUL_SET, statefulset(namespace, "acme-data", volumes=scratch), dry_run=True
-        ),
-    )
-    host = [*scratch, {"name": "docker", "hostPath": {"path": "/var/run/docker.sock"}}]
-    await refused_by_manager_policy(
-        "sts-host-path",
-        manager.create(
-            r.STATEFUL_SET, statefulset(namespace, "acme-data", volumes=host), dry_run=True
-        ),
-        f"may write StatefulSet {namespace}/acme-data only without hostPath volumes",
-    )
-
-
-@pytest.mark.parametrize("where", ["containers", "initContainers"])
-async def test_statefulset_pods_have_no_privileged_containers(
-    manager: Client, namespace: str, where: str
-) -> None:
-    def containers(privileged: bool) -> Doc:
-        engine = {"name": "engine", "image": "ghcr.io/crewlet/crewlet:main"}
-        other = {"name": "x", "image": "x", "securityContext": {"privileged": privileged}}
-        if where == "containers":
-            return {"containers": [engine, other]}
-        return {"containers": [engine], "initContainers": [other]}
-
-    await admitted(
-        "sts-privileged",
-        manager.create(
-            r.STATEFUL_SET, statefulset(namespace, "acme-data", **containers(False)), dry_run=True
-        ),
-    )
-    await refused_by_manager_policy(
-        "sts-privileged",
-        manager.create(
-            r.STATEFUL_SET, statefulset(namespace, "acme-data", **containers(True)), dry_run=True
-        ),
-        "only without privileged containers",
-    )
-
-
-async def test_ephemeral_containers_never_reach_the_policy(manager: Client, namespace: str) -> None:
-    """The policy checks ephemeralContainers too, but the API server already refuses them in a
-    pod template, before admission policies run."""
-    sts = statefulset(
-        namespace,
-        "acme-data",
-        ephemeralContainers=[{"name": "e", "image": "x", "securityContext": {"privileged": True}}],
-    )
-    with pytest.raises(InvalidError, match="ephemeral containers not allowed in pod template"):
-        await manager.create(r.STATEFUL_SET, sts, dry_run=True)
-
-
-SELECTORS_ADMITTED = {
-    "data": {"matchLabels": ENGINE},
-    "seats": {"matchLabels": {**ENGINE, "app.kubernetes.io/component": "seats"}},
-    "empty-expressions": {"matchLabels": ENGINE, "matchExpressions": []},
-}
-SELECTORS_DENIED = {
-    "everything": {},
-    "no-company": {"matchLabels": {k: v for k, v in ENGINE.items() if k != "crewlet.ai/company"}},
-    "empty-company": {"matchLabels": {**ENGINE, "crewlet.ai/company": ""}},
-    "other-component": {"matchLabels": {**ENGINE, "app.kubernetes.io/component": "web"}},
-    "other-name": {"matchLabels": {**ENGINE, "app.kubernetes.io/name": "coredns"}},
-    "extra-label": {"matchLabels": {**ENGINE, "tier": "db"}},
-    "kube-dns": {"matchLabels": {"k8s-app": "kube-dns"}},
-    "expressions": {
-        "matchLabels": ENGINE,
-        "matchExpressions": [{"key": "crewlet.ai/company", "operator": "Exists"}],
-    },
-    "only-expressions": {
-        "matchExpressions": [
-            {"key": "app.kubernetes.io/name", "operator": "In", "values": ["crewlet"]}
-        ]
-    },
-}
-
-
-@pytest.mark.parametrize(
-    ("rule", "resource", "build"),
-    [
-        ("pdb-selector", r.POD_DISRUPTION_BUDGET, pdb),
-        ("netpol-selector", r.NETWORK_POLICY, network_policy),
-    ],
-    ids=["poddisruptionbudget", "networkpolicy"],
-)
-async def test_budgets_and_network_policies_select_one_companys_engine_pods(
-    manager: Client, namespace: str, rule: str, resource: Resource, build: Builder
-) -> None:
-    """ "cannot ... hold up every node drain with a budget over the cluster's DNS, or cut off a
-    namespace with a policy that selects all of its pods" """
-    for name, selector in SELECTORS_ADMITTED.items():
-        await admitted(
-            rule, manager.create(resource, build(namespace, name, selector), dry_run=True)
-        )
-    for name, selector in SELECTORS_DENIED.items():
-        await refused_by_manager_policy(
-            rule,
-            manager.create(resource, build(namespace, name, selector), dry_run=True),
-            f"may write {resource.kind} {namespace}/{name} only selecting one company's engine "
-            "pods: matchLabels exactly app.kubernetes.io/name: crewlet, "
-            "app.kubernetes.io/component: data or seats, and a non-empty crewlet.ai/company, "
-            "and no matchExpressions",
-        )
-
-
 @pytest_asyncio.fixture(loop_scope="session", params=["impersonation", "token"])
 async def held(
     request: pytest.FixtureRequest,
@@ -866,215 +2225,140 @@ async def held(
     return client_for(control_plane.token_config(control_plane.request_token(RELEASE_NS, MANAGER)))
 
 
-async def test_a_claim_is_never_deleted_nor_given_an_owner(
-    kube_client: Client, held: Client, other: Client, namespace: str
+def refused_by_manager_policy(
+    rule: str, write: Awaitable[Any], message: str = "the operator's manager may"
+) -> Awaitable[str]:
+    return denied(rule, write, MANAGER_POLICY, message)
+
+
+# -- the manager's policy -------------------------------------------------------------------------
+
+
+def identity(obj: Doc) -> Doc:
+    return {"name": obj["metadata"]["name"], "namespace": obj["metadata"]["namespace"]}
+
+
+async def prepare(client: Client, case: Case, objects: Shapes) -> None:
+    """The object as it stands before the case's write: made by the admin as the operator
+    applies it (its field manager), with ``existing`` applied, then ``someone_else``'s fields
+    applied by another field manager (which the operator's apply leaves alone)."""
+    if case.op == "create":
+        return
+    resource, obj = objects[case.target]
+    standing = copy.deepcopy(obj)
+    if case.existing is not None:
+        case.existing(standing)
+    if resource is COMPANY:
+        status = {"metadata": identity(obj), "status": standing["status"]}
+        await client.apply_status(COMPANY, status, field_manager=DEFAULT_FIELD_MANAGER)
+    else:
+        await client.apply(resource, standing, field_manager=DEFAULT_FIELD_MANAGER)
+    if case.someone_else is not None:
+        theirs = copy.deepcopy(case.someone_else)
+        theirs["metadata"] = {**identity(obj), **theirs.get("metadata", {})}
+        await client.apply(resource, theirs, field_manager=SOMEONE_ELSE)
+
+
+def write(client: Client, case: Case, objects: Shapes) -> Awaitable[Any]:
+    """The case's write by ``client``, a dry run."""
+    resource, obj = objects[case.target]
+    body = copy.deepcopy(obj)
+    if case.change is not None:
+        case.change(body)
+    meta = identity(obj)
+    if case.op == "create":
+        return client.create(resource, body, dry_run=True)
+    if case.op == "update":
+        return client.apply(resource, body, dry_run=True)
+    if case.op == "patch":
+        assert case.patch is not None, case.id
+        return merge_patch(client, resource, meta["name"], meta["namespace"], case.patch)
+    if case.op == "status":
+        return client.apply_status(
+            COMPANY, {"metadata": meta, "status": body["status"]}, dry_run=True
+        )
+    return client.delete(resource, meta["name"], meta["namespace"], dry_run=True)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+async def test_the_manager_writes_only_the_operators_shapes(
+    kube_client: Client, held: Client, other: Client, namespace: str, case: Case
 ) -> None:
-    """A company's data outlives it: not even a labelled claim is deleted by the manager, and it
-    cannot hand a claim to an owner whose deletion would have the garbage collector delete it."""
-    claims = r.PERSISTENT_VOLUME_CLAIM
-    await kube_client.create(claims, claim(namespace, "data-acme-data-0"))
+    """Issue 35: "Each rule is tested both ways on the real API server: admitted in the
+    operator's own shape (rendered by the operator, not hand-written), denied in the
+    attacker's, as the manager's token and by impersonation, and left alone for other users."
+    The Company exists, so that the garbage collector keeps what it owns."""
+    company = await kube_client.create(COMPANY, company_doc(namespace))
+    objects = shapes(company, case.variant)
+    await prepare(kube_client, case, objects)
+    if case.denied is None:
+        await admitted(case.rules, write(held, case, objects))
+        return
+    [rule] = case.rules
     await refused_by_manager_policy(
-        "claim-never-deleted",
-        held.delete(claims, "data-acme-data-0", namespace, dry_run=True),
-        f"may never delete a PersistentVolumeClaim: PersistentVolumeClaim "
-        f"{namespace}/data-acme-data-0 holds a company's data",
+        rule, write(held, case, objects), case.denied.format(ns=namespace)
     )
-    # What the operator does write on it: the engine version's mark.
-    mark = {"metadata": {"annotations": {CLAIM_ANNOTATION: "0.2.0"}}}
-    await admitted(
-        "claim-owners-kept", merge_patch(held, claims, "data-acme-data-0", namespace, mark)
-    )
-    owner = await kube_client.create(
-        r.CONFIG_MAP, {"metadata": {"name": "doomed", "namespace": namespace}}
-    )
-    owned = {
-        "metadata": {
-            "ownerReferences": [
-                {
-                    "apiVersion": "v1",
-                    "kind": "ConfigMap",
-                    "name": "doomed",
-                    "uid": owner["metadata"]["uid"],
-                }
-            ]
-        }
-    }
-    await refused_by_manager_policy(
-        "claim-owners-kept",
-        merge_patch(held, claims, "data-acme-data-0", namespace, owned),
-        f"may not change the owners of PersistentVolumeClaim {namespace}/data-acme-data-0",
-    )
-    # Someone else's owners are not removed by it either.
-    await kube_client.patch(claims, "data-acme-data-0", owned, namespace)
-    await refused_by_manager_policy(
-        "claim-owners-kept",
-        merge_patch(
-            held, claims, "data-acme-data-0", namespace, {"metadata": {"ownerReferences": None}}
-        ),
-        "may not change the owners of",
-    )
-    # Other users are not held.
-    await admitted("claim-never-deleted", other.delete(claims, "data-acme-data-0", namespace))
+    await admitted("manager-only", write(other, case, objects))
 
 
-async def test_a_statefulset_keeps_its_claims_on_delete_and_scale_down(
-    kube_client: Client, held: Client, namespace: str
-) -> None:
-    """ "the StatefulSet controller deletes the claims" of a StatefulSet whose retention policy
-    says Delete: the manager writes Retain, Retain or nothing, and deletes only such a one."""
-    for name, sts in (("explicit", retention("Retain", "Retain")), ("defaulted", None)):
-        written = await admitted(
-            "sts-claims-retained",
-            held.create(r.STATEFUL_SET, statefulset(namespace, name, sts=sts), dry_run=True),
-        )
-        assert written["spec"]["persistentVolumeClaimRetentionPolicy"] == {
-            "whenDeleted": "Retain",
-            "whenScaled": "Retain",
-        }
-    for deleted, scaled in (("Delete", "Retain"), ("Retain", "Delete"), ("Delete", "Delete")):
-        await refused_by_manager_policy(
-            "sts-claims-retained",
-            held.create(
-                r.STATEFUL_SET,
-                statefulset(namespace, "acme-data", sts=retention(deleted, scaled)),
-                dry_run=True,
-            ),
-            f"may write StatefulSet {namespace}/acme-data only if it keeps its claims: "
-            "persistentVolumeClaimRetentionPolicy whenDeleted Retain and whenScaled Retain, not "
-            f"whenDeleted {deleted} and whenScaled {scaled}",
-        )
-    # Turning Retain into Delete on one it wrote, then deleting it, is the attack: both refused.
-    await kube_client.create(r.STATEFUL_SET, statefulset(namespace, "acme-data"))
-    await refused_by_manager_policy(
-        "sts-claims-retained",
-        merge_patch(
-            held, r.STATEFUL_SET, "acme-data", namespace, {"spec": retention("Delete", "Delete")}
-        ),
-        "only if it keeps its claims",
-    )
-    await kube_client.create(
-        r.STATEFUL_SET, statefulset(namespace, "set-by-hand", sts=retention("Delete", "Retain"))
-    )
-    await refused_by_manager_policy(
-        "sts-claims-retained",
-        held.delete(r.STATEFUL_SET, "set-by-hand", namespace, dry_run=True),
-        f"may delete StatefulSet {namespace}/set-by-hand only if it keeps its claims",
-    )
-    await admitted(
-        "sts-claims-retained", held.delete(r.STATEFUL_SET, "acme-data", namespace, dry_run=True)
-    )
-
-
-async def test_a_pod_template_mounts_no_claim(held: Client, namespace: str) -> None:
-    """ "mount another company's claim into an engine-shaped pod": not by a claim volume in the
-    pod template, and not by a claim template whose claims are named like another's (a
-    StatefulSet named data with a template data-acme would get data-acme-data-0)."""
-    await admitted(
-        "sts-no-claim-volumes",
-        held.create(
-            r.STATEFUL_SET,
-            statefulset(
-                namespace,
-                "acme-data",
-                sts=claim_templates("data"),
-                volumes=[{"name": "scratch", "emptyDir": {}}],
-            ),
-            dry_run=True,
-        ),
-    )
-    volume = {"name": "theirs", "persistentVolumeClaim": {"claimName": "data-other-data-0"}}
-    await refused_by_manager_policy(
-        "sts-no-claim-volumes",
-        held.create(
-            r.STATEFUL_SET, statefulset(namespace, "acme-data", volumes=[volume]), dry_run=True
-        ),
-        f"may write StatefulSet {namespace}/acme-data only without persistentVolumeClaim "
-        "volumes in its pod template",
-    )
-    await admitted(
-        "sts-claim-templates-data",
-        held.create(
-            r.STATEFUL_SET,
-            statefulset(namespace, "other-data", sts=claim_templates("data")),
-            dry_run=True,
-        ),
-    )
-    for templates in (("data-acme",), ("data", "extra")):
-        await refused_by_manager_policy(
-            "sts-claim-templates-data",
-            held.create(
-                r.STATEFUL_SET,
-                statefulset(namespace, "data", sts=claim_templates(*templates)),
-                dry_run=True,
-            ),
-            f"may write StatefulSet {namespace}/data only with claim templates named data "
-            "(its claims are then data-data-<n>, never another's)",
-        )
-
-
-@pytest.mark.parametrize(
-    ("spec", "shown"),
-    [
-        ({"type": "LoadBalancer"}, "of type LoadBalancer"),
-        ({"type": "NodePort"}, "of type NodePort"),
-        ({"type": "ExternalName", "externalName": "evil.example.com"}, "of type ExternalName"),
-        ({"externalIPs": ["203.0.113.7"]}, "of type ClusterIP with externalIPs"),
-    ],
-    ids=["load-balancer", "node-port", "external-name", "external-ips"],
-)
-async def test_every_service_is_cluster_ip_without_external_ips(
-    held: Client, other: Client, namespace: str, spec: Doc, shown: str
-) -> None:
-    """Nothing the manager writes takes traffic from outside the cluster or for an address it
-    does not own."""
-    cluster_ip: list[tuple[str, Doc]] = [
-        ("acme-api", {"type": "ClusterIP"}),
-        ("acme-data", {"clusterIP": "None"}),
-    ]
-    for name, admitted_spec in cluster_ip:
-        await admitted(
-            "service-cluster-ip",
-            held.create(r.SERVICE, service(namespace, name, **admitted_spec), dry_run=True),
-        )
-    await refused_by_manager_policy(
-        "service-cluster-ip",
-        held.create(r.SERVICE, service(namespace, "acme-api", **spec), dry_run=True),
-        f"may write Service {namespace}/acme-api only of type ClusterIP (headless or not) and "
-        f"without externalIPs, not {shown}",
-    )
-    await admitted(
-        "manager-only", other.create(r.SERVICE, service(namespace, "x", **spec), dry_run=True)
-    )
-
-
-async def test_another_service_account_is_unaffected(
+async def test_another_service_account_is_left_alone(
     manager: Client, other: Client, namespace: str
 ) -> None:
-    for rule, _, resource, obj in violations(namespace):
-        await refused_by_manager_policy(rule, manager.create(resource, obj, dry_run=True))
-        await admitted("manager-only", other.create(resource, obj, dry_run=True))
+    """The policy matches the manager's ServiceAccount by the end of its name, and no one else:
+    what it refuses the manager, it admits for another ServiceAccount (every denied case of the
+    table checks that too)."""
+    unlabelled = secret(namespace, "x", labelled=False)
     await refused_by_manager_policy(
-        "manager-only", manager.create(r.SECRET, secret(namespace, "x", False), dry_run=True)
+        "manager-only", manager.create(r.SECRET, unlabelled, dry_run=True), "only with the label"
     )
+    await admitted("manager-only", other.create(r.SECRET, unlabelled, dry_run=True))
 
 
-async def test_the_managers_real_token_is_held_too(
-    kube_client: Client,
-    control_plane: ControlPlane,
-    client_for: ClientFor,
-    manager: Client,
-    namespace: str,
-) -> None:
-    """Not only impersonation: the ServiceAccount's own token (TokenRequest API)."""
-    if await kube_client.get_or_none(r.SERVICE_ACCOUNT, MANAGER, RELEASE_NS) is None:
-        await kube_client.create(
-            r.SERVICE_ACCOUNT, {"metadata": {"name": MANAGER, "namespace": RELEASE_NS}}
-        )
-    real = client_for(control_plane.token_config(control_plane.request_token(RELEASE_NS, MANAGER)))
-    await admitted("label-on-write", real.create(r.SECRET, secret(namespace, "a"), dry_run=True))
-    await refused_by_manager_policy(
-        "label-on-write", real.create(r.SECRET, secret(namespace, "b", False), dry_run=True)
+def test_the_cases_cover_every_rule_both_ways() -> None:
+    """The table alone (the run's tally is the last test's): every rule of the manager's policy
+    has an admitted and a denied case, and every case names rules that exist."""
+    scope = {"manager-only", "release-prefix", "fullname-override"}
+    admits = {rule for case in CASES if case.denied is None for rule in case.rules}
+    denies = {case.rules[0] for case in CASES if case.denied is not None}
+    assert admits | denies <= set(MANAGER_RULES)
+    assert set(MANAGER_RULES) - scope <= admits & denies, (
+        set(MANAGER_RULES) - scope - (admits & denies)
     )
+    assert len({case.id for case in CASES}) == len(CASES)
+
+
+async def test_ephemeral_containers_never_reach_the_policy(manager: Client, namespace: str) -> None:
+    """The policy checks ephemeralContainers too, but the API server already refuses them in a
+    pod template, before admission policies run."""
+    _, sts = shapes(fake_company(namespace))[DATA_STS]
+    at(
+        (*POD, "ephemeralContainers"),
+        [{"name": "e", "image": "x", "securityContext": {"privileged": True}}],
+    )(sts)
+    with pytest.raises(InvalidError, match="ephemeral containers not allowed in pod template"):
+        await manager.create(r.STATEFUL_SET, sts, dry_run=True)
+
+
+def fake_company(namespace: str) -> Doc:
+    """A Company that need not exist: dry-run creates name it as their owner all the same."""
+    doc = company_doc(namespace)
+    doc.update(apiVersion=COMPANY.api_version, kind=COMPANY.kind)
+    doc["metadata"]["uid"] = "6f1d2c3b-0000-4000-8000-000000000001"
+    return doc
+
+
+def violations(namespace: str) -> list[tuple[str, Resource, Doc]]:
+    """Every create the case table refuses the manager: (rule, resource, object)."""
+    found = []
+    for case in CASES:
+        if case.op != "create" or case.denied is None:
+            continue
+        resource, obj = shapes(fake_company(namespace), case.variant)[case.target]
+        body = copy.deepcopy(obj)
+        if case.change is not None:
+            case.change(body)
+        found.append((case.rules[0], resource, body))
+    return found
 
 
 @pytest.mark.parametrize("release", RELEASES, ids=lambda n: n if len(n) < 30 else "53-chars")
@@ -1090,7 +2374,7 @@ async def test_every_release_name_keeps_the_manager_checked(
     its manager prod-crewlet-operator-controller-manager, and so does one whose name holds the
     chart's (crewlet-operator-prod-crewlet-operator-...), so the policy that release installs,
     alone, holds its manager by the end of its name."""
-    docs = await helm_template({}, release=release)
+    docs = await helm_template(MANAGER_VALUES, release=release)
     account = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
     assert account == f"{release[:46]}-{MANAGER}"
     policy = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")["metadata"]["name"]
@@ -1100,7 +2384,7 @@ async def test_every_release_name_keeps_the_manager_checked(
     await apply_policies(kube_client, docs, policy)
     try:
         await wait_manager_policy(held, policy, (MANAGER_POLICY,))
-        for rule, _, resource, obj in violations(namespace):
+        for rule, resource, obj in violations(namespace):
             await denied(rule, held.create(resource, obj, dry_run=True), policy, "manager may")
         await denied(
             "release-prefix",
@@ -1108,12 +2392,11 @@ async def test_every_release_name_keeps_the_manager_checked(
             policy,
             "only with the label",
         )
-        await admitted(
-            "release-prefix", held.create(r.SECRET, secret(namespace, "x"), dry_run=True)
-        )
+        _, token = shapes(fake_company(namespace))[API_TOKEN]
+        await admitted("release-prefix", held.create(r.SECRET, token, dry_run=True))
     finally:
         await delete_policies(kube_client, policy)
-        await apply_policies(kube_client, await helm_template({}), MANAGER_POLICY)
+        await apply_policies(kube_client, await helm_template(MANAGER_VALUES), MANAGER_POLICY)
         await wait_manager_policy(manager, MANAGER_POLICY, (policy,))
 
 
@@ -1125,7 +2408,7 @@ async def test_a_fullname_override_that_renames_the_manager_leaves_it_unchecked(
     namespace: str,
 ) -> None:
     """ "a nameOverride or fullnameOverride that changes it leaves the manager unchecked" """
-    docs = await helm_template({"fullnameOverride": "platform-ops"})
+    docs = await helm_template({**MANAGER_VALUES, "fullnameOverride": "platform-ops"})
     account = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
     assert account == "platform-ops-controller-manager"
     renamed = client_for(manager_identity(control_plane, account))
@@ -1142,12 +2425,49 @@ async def test_a_fullname_override_that_renames_the_manager_leaves_it_unchecked(
             "only with the label",
         )
         # ... but not the renamed manager: every write the policy exists to refuse is admitted.
-        for _, _, resource, obj in violations(namespace):
+        for _, resource, obj in violations(namespace):
             await admitted("fullname-override", renamed.create(resource, obj, dry_run=True))
     finally:
         await delete_policies(kube_client, "platform-ops-manager-writes")
-        await apply_policies(kube_client, await helm_template({}), MANAGER_POLICY)
+        await apply_policies(kube_client, await helm_template(MANAGER_VALUES), MANAGER_POLICY)
         await wait_manager_policy(manager, MANAGER_POLICY, ("platform-ops-manager-writes",))
+
+
+async def test_by_default_any_engine_image_runs_and_no_httproute_attaches(
+    kube_client: Client, manager: Client, namespace: str
+) -> None:
+    """The chart's defaults: managerWrites.engineImagePrefixes empty admits any image, and
+    managerWrites.gateways empty attaches no HTTPRoute anywhere, with a refusal that names the
+    value to set."""
+    objects = shapes(fake_company(namespace), "gateway")
+    _, sts = objects[DATA_STS]
+    at((*ENGINE, "image"), "docker.io/someone/engine:v0.2.0")(sts)
+    _, route = objects[HTTP_ROUTE]
+
+    async def image_admitted() -> bool:
+        try:
+            await manager.create(r.STATEFUL_SET, sts, dry_run=True)
+        except InvalidError:
+            return False
+        return True
+
+    async def image_refused() -> bool:
+        return not await image_admitted()
+
+    await apply_policies(kube_client, await helm_template({}), MANAGER_POLICY)
+    try:
+        await eventually(image_admitted, timeout=60, interval=0.2, message="defaults enforced")
+        await admitted("engine-image", manager.create(r.STATEFUL_SET, sts, dry_run=True))
+        await refused_by_manager_policy(
+            "httproute-gateways",
+            manager.create(r.HTTP_ROUTE, route, dry_run=True),
+            f"{WRITES} HTTPRoute {namespace}/acme-webhooks only attached to the Gateways the "
+            "chart value managerWrites.gateways lists (none: list the Gateways webhook routes "
+            f"attach to), not {PLATFORM_NS}/public",
+        )
+    finally:
+        await apply_policies(kube_client, await helm_template(MANAGER_VALUES), MANAGER_POLICY)
+        await eventually(image_refused, timeout=60, interval=0.2, message="values enforced")
 
 
 RBAC_KINDS = {
@@ -1681,23 +3001,45 @@ async def test_no_one_but_the_subjects_is_held(
 def test_every_rule_was_admitted_and_denied_at_least_once(
     request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Runs last; it needs the whole module (in a partial run it is deselected: e2e/conftest.py)."""
+    """Runs last; it needs the whole module (in a partial run it is deselected: e2e/conftest.py).
+    Prints the writes checked, by category and by rule."""
     collected = len([i for i in request.session.items if i.module is request.module])  # type: ignore[attr-defined]
+    rules = [(rule, category, text) for rule, (category, text) in MANAGER_RULES.items()]
+    rules += [(rule, "tenant provisioner", text) for rule, text in TENANT_RULES.items()]
     lines, missing, total = [], [], 0
-    for rules in (MANAGER_RULES, TENANT_RULES):
-        for rule, text in rules.items():
-            outcomes = TALLY.get(rule, {})
-            admits, denies = len(outcomes.get("admitted", [])), len(outcomes.get("denied", []))
-            total += admits + denies
-            lines.append(f"  {rule:28} admitted {admits:3}  denied {denies:3}  ({text})")
-            for outcome in ("admitted", "denied"):
-                tests = ", ".join(dict.fromkeys(outcomes.get(outcome, [])))
-                lines.append(f"      {outcome}: {tests or '-'}")
-            if not admits or not denies:
-                missing.append(rule)
+    categories: dict[str, list[int]] = {}
+    for rule, category, text in rules:
+        outcomes = TALLY.get(rule, {})
+        admits, denies = len(outcomes.get("admitted", [])), len(outcomes.get("denied", []))
+        total += admits + denies
+        counts = categories.setdefault(category, [0, 0])
+        counts[0] += admits
+        counts[1] += denies
+        lines.append(f"  {rule:28} admitted {admits:4}  denied {denies:4}  ({text})")
+        if not admits or not denies:
+            missing.append(rule)
+    by_category = [
+        f"  {category:28} admitted {admits:4}  denied {denies:4}"
+        for category, (admits, denies) in categories.items()
+    ]
+    # The table's cases, each run twice (impersonated, with the token): a case admitted counts
+    # once in every category of the rules it is held to, a case denied once in its rule's.
+    cases: dict[str, list[int]] = {}
+    for case in CASES:
+        for category in dict.fromkeys(MANAGER_RULES[rule][0] for rule in case.rules):
+            cases.setdefault(category, [0, 0])[case.denied is not None] += 1
+    case_lines = [
+        f"  {category:28} admitted {admits:4}  denied {denies:4}"
+        for category, (admits, denies) in cases.items()
+    ]
     report = (
-        f"admission policy writes checked: {total} over {len(MANAGER_RULES) + len(TENANT_RULES)}"
-        f" rules ({collected} tests)\n" + "\n".join(lines)
+        f"admission policy writes checked: {total} over {len(rules)} rules ({collected} tests)\n"
+        "writes by category:\n"
+        + "\n".join(by_category)
+        + "\nby rule:\n"
+        + "\n".join(lines)
+        + f"\nthe manager's table, {len(CASES)} cases, by category:\n"
+        + "\n".join(case_lines)
     )
     with capsys.disabled():  # shown even when output is captured
         print("\n" + report)

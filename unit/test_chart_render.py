@@ -1246,24 +1246,29 @@ def test_tenant_provisioner_roles(render: Callable[..., list[Doc]]) -> None:
 
 # -- admission policies ---------------------------------------------------------------------------
 
+WRITES = frozenset({"CREATE", "UPDATE", "DELETE"})
 MANAGER_RESOURCES = {
-    ("", "secrets"),
-    ("", "serviceaccounts"),
-    ("", "services"),
-    ("", "persistentvolumeclaims"),
-    ("apps", "statefulsets"),
-    ("policy", "poddisruptionbudgets"),
-    ("networking.k8s.io", "networkpolicies"),
-    ("networking.k8s.io", "ingresses"),
-    ("gateway.networking.k8s.io", "httproutes"),
+    ("", "secrets"): WRITES,
+    ("", "serviceaccounts"): WRITES,
+    ("", "services"): WRITES,
+    ("", "persistentvolumeclaims"): WRITES,
+    ("apps", "statefulsets"): WRITES,
+    ("policy", "poddisruptionbudgets"): WRITES,
+    ("networking.k8s.io", "networkpolicies"): WRITES,
+    ("networking.k8s.io", "ingresses"): WRITES,
+    ("gateway.networking.k8s.io", "httproutes"): WRITES,
+    # The high-water engine version the manager keeps in a Company's status.
+    ("crewlet.ai", "companies/status"): frozenset({"UPDATE"}),
 }
 
 
-def covered(policy: Doc) -> set[tuple[str, str]]:
-    out = set()
+def covered(policy: Doc) -> dict[tuple[str, str], frozenset[str]]:
+    """(apiGroup, resource) -> the operations the policy matches."""
+    out = {}
     for rule in policy["spec"]["matchConstraints"]["resourceRules"]:
-        assert set(rule["operations"]) == {"CREATE", "UPDATE", "DELETE"}
-        out |= {(g, r) for g in rule["apiGroups"] for r in rule["resources"]}
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out[(group, resource)] = frozenset(rule["operations"])
     return out
 
 
@@ -1282,8 +1287,61 @@ def test_manager_writes_policy_shape(render: Callable[..., list[Doc]]) -> None:
     assert policy["spec"]["variables"], "variables keep the validations readable"
     for validation in policy["spec"]["validations"]:
         assert validation["message"] and validation["messageExpression"], validation
-    assert len(policy["spec"]["validations"]) == 14
+    assert len(policy["spec"]["validations"]) == 42
     assert "matchResources" not in binding["spec"], "every namespace"
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert (json.loads(variables["gateways"]), json.loads(variables["imagePrefixes"])) == ([], [])
+
+
+def test_manager_writes_values_are_rendered_into_the_policy(
+    render: Callable[..., list[Doc]],
+) -> None:
+    """managerWrites.gateways and managerWrites.engineImagePrefixes become CEL lists (JSON is
+    CEL's literal syntax), quoted whatever they hold."""
+    gateways = [
+        {"namespace": "gateways", "name": "public"},
+        {"namespace": "edge", "name": "hooks.internal"},
+    ]
+    prefixes = ["ghcr.io/crewlet/", 'registry.example.com/o"neil/', "docker.io/crewlet/engine:"]
+    docs = render({"managerWrites": {"gateways": gateways, "engineImagePrefixes": prefixes}})
+    policy = one(docs, "ValidatingAdmissionPolicy", "crewlet-operator-manager-writes")
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert json.loads(variables["gateways"]) == gateways
+    assert json.loads(variables["imagePrefixes"]) == prefixes
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"gateways": [{"name": "public"}]}, "missing property 'namespace'"),
+        ({"gateways": [{"namespace": "gateways"}]}, "missing property 'name'"),
+        (
+            {"gateways": [{"namespace": "gateways", "name": "public", "kind": "Gateway"}]},
+            "additional properties 'kind' not allowed",
+        ),
+        ({"gateways": [{"namespace": "Gateways", "name": "public"}]}, "/gateways/0/namespace"),
+        ({"gateways": "gateways/public"}, "at '/managerWrites/gateways': got string, want array"),
+        ({"engineImagePrefixes": ["ghcr.io/crewlet"]}, "/engineImagePrefixes/0"),
+        ({"engineImagePrefixes": ["ghcr.io/crewlet/", "ghcr.io/crewlet/"]}, "are equal"),
+        ({"engineImages": ["ghcr.io/crewlet/"]}, "additional properties 'engineImages'"),
+    ],
+    ids=[
+        "gateway-namespace",
+        "gateway-name",
+        "gateway-extra",
+        "gateway-namespace-case",
+        "gateways-string",
+        "prefix-unterminated",
+        "prefix-twice",
+        "misspelt",
+    ],
+)
+def test_values_schema_refuses_bad_manager_writes(
+    refused: Callable[[Values], str], values: Values, message: str
+) -> None:
+    """A prefix that ends mid-name (ghcr.io/crewlet would let ghcr.io/crewlet-evil in) and a
+    Gateway without its namespace are refused at render time."""
+    assert message in refused({"managerWrites": values})
 
 
 def test_tenant_provisioner_policy_matches_exactly_the_subjects(
@@ -1297,9 +1355,9 @@ def test_tenant_provisioner_policy_matches_exactly_the_subjects(
     binding = one(docs, "ValidatingAdmissionPolicyBinding", "crewlet-operator-tenant-provisioner")
     assert binding["spec"]["validationActions"] == ["Deny"]
     assert covered(policy) == {
-        ("", "namespaces"),
-        ("", "secrets"),
-        ("rbac.authorization.k8s.io", "rolebindings"),
+        ("", "namespaces"): WRITES,
+        ("", "secrets"): WRITES,
+        ("rbac.authorization.k8s.io", "rolebindings"): WRITES,
     }
     [condition] = policy["spec"]["matchConditions"]
     assert condition["expression"] == (
