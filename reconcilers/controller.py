@@ -708,7 +708,12 @@ class CrewletControllers:
                     observed,
                     INVALID_CLASS,
                     f"the API server refused a child of the company: {refused.message}; ask the "
-                    f"platform's administrators to fix EngineClass {_class_name(company)}",
+                    f"platform's administrators to fix EngineClass {_class_name(company)}"
+                    + (
+                        " or the values of the operator's admission policy"
+                        if "ValidatingAdmissionPolicy" in refused.message
+                        else ""
+                    ),
                 )
                 decided = verdict(plan.status)
                 news = decided != verdict(company.get("status"))

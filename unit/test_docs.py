@@ -36,6 +36,7 @@ PAGES: dict[str, str] = {
     "docs/library.md": "Writing your own controller with crewlet_operator",
     "docs/metrics.md": "Metrics",
     "docs/scaling.md": "Scaling the operator",
+    "docs/security.md": "Security: what the operator's token can do",
     "RELEASING.md": "Releasing",
 }
 # How the install page refers to each page it names.
