@@ -56,12 +56,13 @@ from crewlet_operator import (
     resource_version,
     uid,
 )
-from reconcilers import naming
+from reconcilers import hostnames, naming
 from reconcilers.admission import Admissions
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from reconcilers.checkpoint import MAX_UNSETTLED, Checkpoint, code_version
 from reconcilers.company import reconcile, refusal_plan
 from reconcilers.engineclass import class_status
+from reconcilers.hostnames import hostname
 from reconcilers.inputs import HOSTNAME_TAKEN, INVALID_CLASS, NAME_TAKEN
 from reconcilers.plan import (
     CHILD_RESOURCES,
@@ -145,26 +146,13 @@ def _class_of(company: Object) -> list[str]:
     return [class_name] if class_name else []
 
 
-def _hostname(company: Object) -> str:
-    """The webhook hostname a Company asks for, as stored ("" when it asks for none)."""
-    return str((company.get("spec") or {}).get("webhookHostname") or "")
-
-
 def _hostname_of(company: Object) -> list[str]:
-    hostname = _hostname(company)
-    return [hostname] if hostname else []
+    name = hostname(company)
+    return [name] if name else []
 
 
 def _hostname_changed(old: Object, new: Object) -> bool:
-    return _hostname(old) != _hostname(new)
-
-
-def _route_hosts(route: Object) -> list[str]:
-    """The hosts an HTTPRoute or Ingress routes."""
-    spec = route.get("spec") or {}
-    return list(spec.get("hostnames") or []) + [
-        str(rule.get("host")) for rule in spec.get("rules") or [] if rule.get("host")
-    ]
+    return hostname(old) != hostname(new)
 
 
 def _identity(obj: Object) -> Object:
@@ -323,22 +311,27 @@ class CrewletControllers:
 
     def _companies_named_by(self, obj: Object) -> list[Request]:
         """The companies one of whose children would take ``obj``'s name, but its own."""
-        ns, own = namespace(obj), labels(obj).get(naming.COMPANY_LABEL)
-        store = self.cache.informers[COMPANY].store
+        # Read in place (labels() copies): it runs for each of a sync's children.
+        meta = obj.get("metadata") or {}
+        own = (meta.get("labels") or {}).get(naming.COMPANY_LABEL)
+        candidates = naming.companies_named_by(str(obj.get("kind")), str(meta.get("name") or ""))
+        if not candidates or candidates == [own]:
+            return []
+        ns, store = namespace(obj), self.cache.informers[COMPANY].store
         return [
             Request(ns, company)
-            for company in naming.companies_named_by(str(obj.get("kind")), name(obj))
+            for company in candidates
             if company != own and namespaced_key(ns, company) in store
         ]
 
     def _hostname_peers(self, company: Object) -> list[Request]:
         """The other companies that ask for ``company``'s webhook hostname."""
-        hostname, key = _hostname(company), namespaced_key(namespace(company), name(company))
-        if not hostname:
+        wanted, key = hostname(company), namespaced_key(namespace(company), name(company))
+        if not wanted:
             return []
         return [
             Request(*peer.split("/", 1))
-            for peer in self.cache.keys(COMPANY, (HOSTNAME_INDEX, hostname))
+            for peer in self.cache.keys(COMPANY, (HOSTNAME_INDEX, wanted))
             if peer != key
         ]
 
@@ -424,39 +417,23 @@ class CrewletControllers:
         return found
 
     async def _hostname_holder(self, company: Object) -> str | None:
-        """The Company that holds ``company``'s webhook hostname, when another one does.
-
-        A hostname routes to one company. Whoever has a route for it keeps it (the first to
-        claim it); among those that have none, the oldest Company (then by namespace and
-        name): one order every reconcile agrees on, so exactly one company holds each
-        hostname, and a company that claims a taken one never takes it over."""
-        hostname = _hostname(company)
-        if not hostname:
+        """The Company that holds ``company``'s webhook hostname, when another one does
+        (:func:`reconcilers.hostnames.holder`, from the claimants and their routes)."""
+        wanted = hostname(company)
+        if not wanted:
             return None
-        claimants = [
-            c
-            for c in self.cache.list(COMPANY, index=(HOSTNAME_INDEX, hostname))
-            if not is_being_deleted(c)
-        ]
+        claimants = self.cache.list(COMPANY, index=(HOSTNAME_INDEX, wanted))
         if len(claimants) < 2:
             return None
         route = HTTP_ROUTE if self.facts.gateway_api else INGRESS
-        ranks = []
+        routes: dict[str, Object | None] = {}
         for claimant in claimants:
-            ns, claimant_name = namespace(claimant) or "", name(claimant)
-            await self._whole_children(route, f"{ns}/{claimant_name}")
-            held = self.cache.get(route, naming.webhook_route(claimant_name), ns)
-            routed = (
-                held is not None
-                and is_controlled_by(held, claimant)
-                and hostname in _route_hosts(held)
+            key = namespaced_key(namespace(claimant), name(claimant))
+            await self._whole_children(route, key)
+            routes[key] = self.cache.get(
+                route, naming.webhook_route(name(claimant)), namespace(claimant)
             )
-            created = str((claimant.get("metadata") or {}).get("creationTimestamp") or "")
-            ranks.append(((not routed, created, ns, claimant_name), claimant))
-        holder = min(ranks, key=lambda rank: rank[0])[1]
-        if uid(holder) == uid(company):
-            return None
-        return namespaced_key(namespace(holder), name(holder))
+        return hostnames.holder(company, claimants, routes)
 
     async def _whole_children(self, resource: Resource, company: str) -> None:
         """Wait, if need be, until the cache holds ``company``'s children of ``resource`` whole:
@@ -629,8 +606,8 @@ class CrewletControllers:
         accepted = find_condition((company.get("status") or {}).get("conditions"), "Accepted")
         if accepted is not None and accepted.get("reason") in _CONTESTED:
             return True
-        hostname = _hostname(company)
-        if hostname and len(self.cache.keys(COMPANY, (HOSTNAME_INDEX, hostname))) > 1:
+        wanted = hostname(company)
+        if wanted and len(self.cache.keys(COMPANY, (HOSTNAME_INDEX, wanted))) > 1:
             return True
         ns, company_name = namespace(company) or "", name(company)
         return any(

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from crewlet_operator import HTTP_ROUTE, INGRESS, find_condition
-from reconcilers import ClusterFacts, Observed, Plan, desired_children, naming, reconcile
+from crewlet_operator import HTTP_ROUTE, INGRESS, controller_reference, find_condition
+from reconcilers import ClusterFacts, Observed, Plan, desired_children, hostnames, naming, reconcile
 from reconcilers.inputs import HOSTNAME_TAKEN, NAME_TAKEN
 from reconcilers.plan import CHILD_RESOURCES, GATEWAY_CHILD_RESOURCES
 
@@ -203,3 +203,95 @@ def test_a_name_maps_back_to_the_company_whose_child_it_would_be(
     kind: str, name: str, companies: list[str]
 ) -> None:
     assert naming.companies_named_by(kind, name) == companies
+
+
+# -- who holds a hostname (reconcilers.hostnames) ----------------------------------------------
+
+
+def claimant(ns: str, name: str, created: str, hostname: str = "shared.example") -> Object:
+    return {
+        "apiVersion": "crewlet.ai/v1alpha1",
+        "kind": "Company",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "uid": f"uid-{ns}-{name}",
+            "creationTimestamp": created,
+        },
+        "spec": {"className": "standard", "webhookHostname": hostname},
+    }
+
+
+def route_of(owner: Object, host: str = "shared.example", kind: str = "Ingress") -> Object:
+    spec: Object = {"rules": [{"host": host}]} if kind == "Ingress" else {"hostnames": [host]}
+    return {
+        "kind": kind,
+        "metadata": {"ownerReferences": [{**controller_reference(owner)}]},
+        "spec": spec,
+    }
+
+
+OLD, MID, NEW = "2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z", "2026-03-01T00:00:00Z"
+ELDER, FIRST, SECOND = (
+    claimant("c", "elder", OLD),
+    claimant("a", "first", MID),
+    claimant("b", "second", NEW),
+)
+EVERYONE = [ELDER, FIRST, SECOND]
+
+
+@pytest.mark.parametrize(
+    ("case", "routes", "holders"),
+    [
+        # Nobody routes it yet: the oldest Company holds it, every other is refused.
+        ("oldest", {}, {"c/elder": None, "a/first": "c/elder", "b/second": "c/elder"}),
+        # The first to route it keeps it, against an older company asking later.
+        (
+            "routed",
+            {"a/first": route_of(FIRST)},
+            {"c/elder": "a/first", "a/first": None, "b/second": "a/first"},
+        ),
+        (
+            "routed by an HTTPRoute",
+            {"b/second": route_of(SECOND, kind="HTTPRoute")},
+            {"c/elder": "b/second", "a/first": "b/second", "b/second": None},
+        ),
+        # A route for another host, or someone else's, holds nothing.
+        (
+            "another host",
+            {"a/first": route_of(FIRST, host="other.example")},
+            {"c/elder": None, "a/first": "c/elder", "b/second": "c/elder"},
+        ),
+        (
+            "not its route",
+            {"a/first": route_of(ELDER)},
+            {"c/elder": None, "a/first": "c/elder", "b/second": "c/elder"},
+        ),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_one_company_holds_each_hostname(
+    case: str, routes: dict[str, Object | None], holders: dict[str, str | None]
+) -> None:
+    for company_ in EVERYONE:
+        key = f"{company_['metadata']['namespace']}/{company_['metadata']['name']}"
+        assert hostnames.holder(company_, EVERYONE, routes) == holders[key], (case, key)
+
+
+def test_a_company_being_deleted_or_asking_for_another_hostname_holds_nothing() -> None:
+    leaving = {**ELDER, "metadata": {**ELDER["metadata"], "deletionTimestamp": NEW}}
+    moved = claimant("c", "elder", OLD, hostname="elsewhere.example")
+    for gone in (leaving, moved):
+        assert hostnames.holder(FIRST, [gone, FIRST, SECOND], {}) is None
+        assert hostnames.holder(SECOND, [gone, FIRST, SECOND], {}) == "a/first"
+
+
+def test_ties_of_age_go_by_namespace_then_name() -> None:
+    a, b = claimant("a", "z", OLD), claimant("b", "a", OLD)
+    assert hostnames.holder(b, [b, a], {}) == "a/z"
+    assert hostnames.holder(a, [b, a], {}) is None
+
+
+def test_no_hostname_is_held_by_anyone() -> None:
+    alone = claimant("a", "alone", OLD, hostname="")
+    assert hostnames.holder(alone, [alone, FIRST], {}) is None
