@@ -233,16 +233,24 @@ async def delete_policies(client: Client, name: str) -> None:
 
 
 async def enforced(
-    probe: Callable[[], Coroutine[Any, Any, Any]], policy: str, gone: tuple[str, ...] = ()
+    probe: Callable[[], Coroutine[Any, Any, Any]],
+    policy: str,
+    gone: tuple[str, ...] = (),
+    says: str = "",
 ) -> None:
-    """Wait until ``probe`` (a violating dry run) is refused by ``policy``, and by none of the
-    ``gone`` ones: policies compile asynchronously."""
+    """Wait until ``probe`` (a violating dry run) is refused by ``policy``, by none of the
+    ``gone`` ones, and with a message that ``says`` so: policies compile asynchronously, and an
+    API server enforces a policy's previous version for a moment after it changed."""
 
     async def refused() -> bool:
         try:
             await probe()
         except InvalidError as exc:
-            return f"'{policy}'" in exc.message and not any(f"'{g}'" in exc.message for g in gone)
+            return (
+                f"'{policy}'" in exc.message
+                and not any(f"'{g}'" in exc.message for g in gone)
+                and says in exc.message
+            )
         return False
 
     await eventually(refused, timeout=60, interval=0.2, message=f"{policy} enforced")
@@ -2178,6 +2186,19 @@ async def manager_policy(
     await apply_policies(kube_client, docs, MANAGER_POLICY)
     async with Client(manager_identity(control_plane)) as manager:
         await wait_manager_policy(manager, MANAGER_POLICY, ("platform-ops-manager-writes",))
+        # Another module may have installed the policy with other values: this render's own
+        # Gateways are named in the refusal once this version is the one enforced.
+        probe = company_doc("default")
+        probe |= {"apiVersion": COMPANY.api_version, "kind": COMPANY.kind}
+        probe["metadata"]["uid"] = "00000000-0000-4000-8000-000000000000"
+        resource, route = shapes(probe, "gateway")[HTTP_ROUTE]
+        elsewhere = copy.deepcopy(route)
+        elsewhere["spec"]["parentRefs"] = [{"name": "elsewhere", "namespace": "elsewhere"}]
+        await enforced(
+            lambda: manager.create(resource, elsewhere, dry_run=True),
+            MANAGER_POLICY,
+            says=f"managerWrites.gateways lists ({PLATFORM_NS}/public)",
+        )
     yield docs
     await delete_policies(kube_client, MANAGER_POLICY)
     for resource, name in ((r.CLUSTER_ROLE_BINDING, binding), (r.NAMESPACE, RELEASE_NS)):
