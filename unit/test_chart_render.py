@@ -327,7 +327,7 @@ def test_fullname_override_renames_every_object_and_the_policy_keeps_its_match(
     ]
 
 
-def test_notes_warn_when_an_override_leaves_the_manager_unchecked(
+def test_notes_say_which_gateways_and_warn_when_the_manager_is_unchecked(
     values_file: Callable[[Values], Path],
 ) -> None:
     def notes(values: Values, release: str = RELEASE) -> str:
@@ -345,6 +345,12 @@ def test_notes_warn_when_an_override_leaves_the_manager_unchecked(
         return " ".join(result.stdout.split("NOTES:", 1)[1].split())
 
     assert "WARNING" not in notes({})
+    assert (
+        "Webhook routes: an HTTPRoute attaches only to a Gateway managerWrites.gateways lists: "
+        "none yet, so every HTTPRoute the operator writes is refused" in notes({})
+    )
+    listed = {"managerWrites": {"gateways": [{"namespace": "gw", "name": "public"}]}}
+    assert "managerWrites.gateways lists (gw/public)." in notes(listed)
     for release in RELEASE_NAMES:
         assert "WARNING" not in notes({}, release)
     # An override that keeps the ending keeps the manager checked.
