@@ -287,8 +287,12 @@ class LeaderElector:
                     on_follow()
                     on_follow = None
                 self._changed.clear()
+                # asyncio.timeout, never wait_for, in the campaign and the renewals: on Python
+                # 3.11 wait_for swallows a cancellation that lands as the awaited call ends,
+                # and a stopping manager's loop would then run on.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), self._next_try_in())
+                    async with asyncio.timeout(self._next_try_in()):
+                        await self._changed.wait()
         finally:
             for watcher in watchers:
                 watcher.cancel()
@@ -360,7 +364,8 @@ class LeaderElector:
             renewed = False
             if remaining > 0:
                 with contextlib.suppress(TimeoutError):
-                    renewed = await asyncio.wait_for(self._try(), remaining)
+                    async with asyncio.timeout(remaining):
+                        renewed = await self._try()
             if renewed:
                 last_renewed = time.monotonic()
                 rival = await self._ahead()
@@ -387,11 +392,14 @@ class LeaderElector:
         it cannot see (the other install, reading this Lease, gives way)."""
         if self._rivals is None:
             return None
+        scanned = False
         with contextlib.suppress(TimeoutError):
-            if await asyncio.wait_for(self._scan(self._rivals), self.config.retry_period):
-                live = self._rivals.live(time.monotonic())
-                if live and live[0].precedence < self._precedence:
-                    return live[0]
+            async with asyncio.timeout(self.config.retry_period):
+                scanned = await self._scan(self._rivals)
+        if scanned:
+            live = self._rivals.live(time.monotonic())
+            if live and live[0].precedence < self._precedence:
+                return live[0]
         return None
 
     async def release(self) -> None:
