@@ -227,6 +227,23 @@ async def test_a_tenants_object_under_a_childs_name_is_never_taken(
     assert is_controlled_by(made, second)
 
 
+async def test_a_name_held_by_an_object_labelled_as_another_companys_is_waited_for(
+    daemon: Daemon, client: Client
+) -> None:
+    """Labels copied by hand make an object look like the operator's: it is still not this
+    company's (no Company controls it), and the company proceeds once it is gone."""
+    ns = await fresh_namespace(client, "own-labelled")
+    mimic = _users_object("Secret", ns, naming.env_secret("acme"))
+    mimic["metadata"]["labels"] = naming.labels("globex")
+    theirs = await client.create(SECRET, mimic)
+    await client.create(COMPANY, tenant_company(ns))
+    refused = await wait_condition(client, ns, "acme", "Accepted", "False", reason=NAME_TAKEN)
+    assert "Secret acme-env (controlled by no one)" in refused["message"]
+    assert untouched(await client.get(SECRET, "acme-env", ns), theirs)
+    await client.delete(SECRET, "acme-env", ns)
+    await wait_converged(client, [(ns, "acme")], timeout=120, namespace=ns)
+
+
 async def test_the_verdict_on_a_taken_name_holds_across_reconciles_and_restarts(
     daemon: Daemon, client: Client
 ) -> None:

@@ -81,6 +81,11 @@ log = structlog.get_logger("crewlet_operator.company")
 CLASS_INDEX = "class"
 COMPANY_INDEX = "company"
 HOSTNAME_INDEX = "hostname"
+LABELLED_NAMESAKE_RECHECK = 30.0
+"""Seconds after which a company is reconciled again while an object labelled as the
+operator's, but another company's, holds one of its names (labels copied by hand): no event
+about that object reaches this company, and mapping every child's events by name as well
+cost a sync 3 us a child."""
 NAMESAKES_SYNC_TIMEOUT = 60.0
 """Seconds a reconcile waits for the first list of the objects that may hold its children's
 names (they are listed beside the caches, at start)."""
@@ -259,8 +264,6 @@ class CrewletControllers:
         )
         for resource in self.children:
             builder.owns(resource, predicates=[self.child_echoes], options=owned)
-            # A child of one company that holds another's name (labels copied by hand).
-            builder.watches(resource, self._companies_named_by, options=owned)
         # A class's status (its companies count) changes with every company: only its spec
         # concerns them, else one new company would reconcile every other of its class.
         builder.watches(ENGINE_CLASS, self._companies_of_class, predicates=[GenerationChanged()])
@@ -310,18 +313,13 @@ class CrewletControllers:
         return [Request(namespace(obj), company)] if company else []
 
     def _companies_named_by(self, obj: Object) -> list[Request]:
-        """The companies one of whose children would take ``obj``'s name, but its own."""
-        # Read in place (labels() copies): it runs for each of a sync's children.
-        meta = obj.get("metadata") or {}
-        own = (meta.get("labels") or {}).get(naming.COMPANY_LABEL)
-        candidates = naming.companies_named_by(str(obj.get("kind")), str(meta.get("name") or ""))
-        if not candidates or candidates == [own]:
-            return []
+        """The companies one of whose children would take the name of ``obj``, an object not
+        labelled as the operator's."""
         ns, store = namespace(obj), self.cache.informers[COMPANY].store
         return [
             Request(ns, company)
-            for company in candidates
-            if company != own and namespaced_key(ns, company) in store
+            for company in naming.companies_named_by(str(obj.get("kind")), name(obj))
+            if namespaced_key(ns, company) in store
         ]
 
     def _hostname_peers(self, company: Object) -> list[Request]:
@@ -473,13 +471,20 @@ class CrewletControllers:
             self.facts,
             render_files=str(request) in self._announced,
         )
-        return await self.execute(
+        result = await self.execute(
             company,
             engine_class,
             plan,
             observed,
             lambda: reconcile(company, engine_class, ns_labels, observed, self.facts),
         )
+        if result is None and any(
+            labels(holder).get(naming.MANAGED_BY_LABEL) == naming.MANAGED_BY
+            and not is_controlled_by(holder, company)
+            for holder in observed.namesakes.values()
+        ):
+            return Result(requeue_after=LABELLED_NAMESAKE_RECHECK)
+        return result
 
     # -- the restart checkpoint (reconcilers.checkpoint) ------------------------------------------
     def checkpoint_annotations(self) -> dict[str, str]:
