@@ -243,11 +243,14 @@ class CrewletControllers:
         # see. The company then waits (reconcilers.inputs.refuse_taken_names), and hears when
         # the name is free.
         self.namesakes = Cache(manager.client)
+        # Listed whole, not in pages: few objects match, and the API server answers a list
+        # without a limit from its watch cache, where a paged one may read every object of
+        # the kind from etcd to find them.
         unlabelled = InformerOptions(
             label_selector=naming.NOT_MANAGED_SELECTOR,
             metadata_only=True,
             transform=_identity,
-            page_size=LISTED_CHILDREN_PAGE,
+            page_size=0,
         )
         for resource in self.children:
             self.namesakes.informer(resource, unlabelled)
@@ -616,8 +619,8 @@ class CrewletControllers:
             return True
         ns, company_name = namespace(company) or "", name(company)
         return any(
-            namespaced_key(ns, child_name) in self.namesakes.informers[resource].store
-            for resource in self.children
+            namespaced_key(ns, child_name) in informer.store
+            for resource, informer in self.namesakes.informers.items()
             for child_name in naming.child_names(company_name, resource.kind)
         )
 

@@ -87,6 +87,8 @@ class InformerOptions:
     inactivity_timeout: float = 90.0
     """Seconds without a byte before the watch is presumed dead (bookmarks come every minute)."""
     page_size: int = 500
+    """Objects a paged list asks for at a time; 0 lists them all in one answer, which the API
+    server gives from its watch cache (for a selector that few objects match)."""
     stream_lists: bool = True
     """List by a watch that sends every object first (Kubernetes' WatchList), decoding each as it
     comes, rather than page by page (``page_size`` objects at a time, each page decoded whole
