@@ -73,6 +73,7 @@ def reconcile(
             company, engine_class, namespace_labels, observed, facts, token_factory=token_factory
         )
         high_water = inputs.refuse_downgrade(ctx)
+        inputs.refuse_rejected(ctx)
         desired = children.build(ctx, render_files=render_files)
         inputs.refuse_taken_names(ctx, desired.children)
     except Refused as refusal:
@@ -107,12 +108,6 @@ def desired_children(
         company, engine_class, None, observed, facts, token_factory=token_factory
     )
     return children.build(ctx).children
-
-
-def refusal_plan(company: Object, observed: Observed, reason: str, message: str) -> Plan:
-    """Report a refusal found outside :func:`reconcile` (the API server refused a child) and
-    touch nothing else, exactly as a refusal found inside it."""
-    return _refused_plan(company, observed, Refused(reason, message), None)
 
 
 # -- the plan ----------------------------------------------------------------------------------

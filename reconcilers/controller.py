@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +28,6 @@ from crewlet_operator import (
     NAMESPACE,
     PERSISTENT_VOLUME_CLAIM,
     SECRET,
-    STATEFUL_SET,
     Cache,
     EventRecorder,
     ForbiddenError,
@@ -60,10 +61,10 @@ from reconcilers import hostnames, naming
 from reconcilers.admission import Admissions
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from reconcilers.checkpoint import MAX_UNSETTLED, Checkpoint, code_version
-from reconcilers.company import reconcile, refusal_plan
+from reconcilers.company import reconcile
 from reconcilers.engineclass import class_status
 from reconcilers.hostnames import hostname
-from reconcilers.inputs import HOSTNAME_TAKEN, INVALID_CLASS, NAME_TAKEN
+from reconcilers.inputs import HOSTNAME_TAKEN, NAME_TAKEN
 from reconcilers.plan import (
     CHILD_RESOURCES,
     Apply,
@@ -75,6 +76,7 @@ from reconcilers.plan import (
 from reconcilers.references import referenced_secrets
 from reconcilers.slots import ApplySlots
 from reconcilers.status import current_verdict, verdict
+from reconcilers.steps import Order, Steps, labelled_namesake, render_files, steps, waves
 
 log = structlog.get_logger("crewlet_operator.company")
 
@@ -128,13 +130,6 @@ def _company_of_child(child: Object) -> list[str]:
     # Read in place (labels() copies): an index function runs for each of a sync's children.
     company = ((child.get("metadata") or {}).get("labels") or {}).get(naming.COMPANY_LABEL)
     return [f"{namespace(child)}/{company}"] if company else []
-
-
-def _waves(applies: list[Apply]) -> list[list[Apply]]:
-    """The plan's applies in two waves: every child, then the StatefulSets, which start the
-    engine and mount the others (a refused child is met before anything runs)."""
-    workloads = [a for a in applies if a.resource == STATEFUL_SET]
-    return [w for w in ([a for a in applies if a.resource != STATEFUL_SET], workloads) if w]
 
 
 def _class_name(company: Object) -> str:
@@ -461,31 +456,10 @@ class CrewletControllers:
         if await self._unchanged_since_checkpoint(request, company, engine_class, ns):
             log.debug("unchanged since the checkpoint")
             return None
-        ns_labels = labels(ns)
         observed = await self.observe(company, engine_class)
-        # A new company's verdict is written ahead of its children: its files are written out
-        # when they are applied (execute completes the plan), not for the verdict. A company
-        # whose children come next (its verdict told) is decided whole at once.
-        plan = reconcile(
-            company,
-            engine_class,
-            ns_labels,
-            observed,
-            self.facts,
-            render_files=str(request) in self._announced,
-        )
-        result = await self.execute(
-            company,
-            engine_class,
-            plan,
-            observed,
-            lambda: reconcile(company, engine_class, ns_labels, observed, self.facts),
-        )
-        if result is None and any(
-            labels(holder).get(naming.MANAGED_BY_LABEL) == naming.MANAGED_BY
-            and not is_controlled_by(holder, company)
-            for holder in observed.namesakes.values()
-        ):
+        decide = functools.partial(reconcile, company, engine_class, labels(ns), facts=self.facts)
+        result = await self.execute(company, engine_class, observed, decide)
+        if result is None and labelled_namesake(company, observed):
             return Result(requeue_after=LABELLED_NAMESAKE_RECHECK)
         return result
 
@@ -628,102 +602,95 @@ class CrewletControllers:
         self,
         company: Object,
         engine_class: Object | None,
-        plan: Plan,
         observed: Observed,
-        complete: Callable[[], Plan],
+        decide: Callable[..., Plan],
     ) -> Result | None:
-        """Write what the plan says, and nothing else; ``complete`` decides the whole plan when
-        ``plan`` is not :attr:`~reconcilers.plan.Plan.complete` and its children are to be
-        applied or dry-run.
+        """Decide the company's plan and write what :func:`reconcilers.steps.steps` says to
+        write of it now, and nothing else; ``decide(observed, render_files=...)`` is the pure
+        reconcile over everything but what was observed.
 
-        A company whose verdict changes (a new one, or one whose class or spec changed what it
-        is told: accepted or why not, and the message) hears it first: its status is written
-        on its own, and its children are applied when the queue comes back to it at
-        :data:`CHILDREN_PRIORITY`, by a reconcile that decides the same status and writes only
-        the children. A change that leaves the verdict as it was (suspending a company, say)
-        is applied at once, so the conditions never run ahead of what they describe. Each
-        change of verdict is also an Event on the Company, so ``kubectl describe company``
-        says why. While many verdicts are on their way, the children's applies narrow
+        Each change of verdict is an Event on the Company, so ``kubectl describe company`` says
+        why. While many verdicts are on their way, the children's applies narrow
         (:class:`~reconcilers.slots.ApplySlots`): the verdicts wait on the same API server.
 
-        Children left to apply for a company already told its verdict for its generation (what a
-        leader that stopped between a verdict and its children left, a class's rollout, a child
-        changed by hand) are backlog: they go back to the queue at :data:`CHILDREN_PRIORITY`, so
-        a takeover or a class change tells new companies their verdicts before it applies them.
-
         A child the API server refuses (a class field only it can judge, such as a toleration
-        or a storage class name) refuses the company with ``InvalidClass`` and its message,
-        and leaves nothing half-written: until one company of a class's generation has been
-        admitted (by a dry run or by being written), its children are first applied as a dry
-        run, before any verdict. The
+        or a storage class name) is an input of the reconcile like any other refusal
+        (:attr:`~reconcilers.plan.Observed.rejection`), and leaves nothing half-written: until
+        one company of a class's generation has been admitted (by a dry run or by being
+        written), its children are first applied as a dry run, before any verdict. The
         company is tried again after a growing backoff: some refusals pass by themselves (a
         Service's "failed to allocate IP" while etcd is away is a 422 too), and no event would
         announce it.
         """
         key = f"{namespace(company)}/{name(company)}"
-        decided = verdict(plan.status)
-        news = decided is not None and decided not in (
-            verdict(company.get("status")),
-            self._announced.get(key),
+        request = Request(namespace(company), name(company))
+        stored, current = verdict(company.get("status")), current_verdict(company)
+        announced = self._announced.get(key)
+        plan = decide(observed, render_files=render_files(announced))
+        step = steps(
+            plan,
+            stored=stored,
+            current=current,
+            announced=announced,
+            admitted=self._admitted(engine_class),
         )
-        children = bool(plan.applies or plan.deletes)
-        first = news and children
-        # Children of a company already told its verdict for this generation are backlog.
-        backlog = children and not news and key not in self._announced
-        told = current_verdict(company) if backlog else None
-        if told is not None:
-            self._announced[key] = told
-            self.company_controller.queue.add(
-                Request(namespace(company), name(company)), CHILDREN_PRIORITY
-            )
+        if step.order is Order.LATER:
+            self._remember(key, step)
+            self.company_controller.queue.add(request, CHILDREN_PRIORITY)
             return None
-        if not plan.complete and not (first and self._admitted(engine_class)):
-            plan = complete()
-        with self._apply_slots.verdict() if news else contextlib.nullcontext():
+        if step.needs_files:
+            plan = decide(observed)
+        with self._apply_slots.verdict() if step.news else contextlib.nullcontext():
             retry: Result | None = None
             try:
                 await self._admit(plan, engine_class)
-                if not first and await self._write_children(plan):
+                if step.order is Order.ALL and await self._write_children(plan):
                     # A child changed while it was written: look again, as its event would have.
-                    self.company_controller.queue.add(Request(namespace(company), name(company)))
+                    self.company_controller.queue.add(request)
             except InvalidError as refused:
-                retry, first = Result(requeue=True), False
-                plan = refusal_plan(
-                    company,
-                    observed,
-                    INVALID_CLASS,
-                    f"the API server refused a child of the company: {refused.message}; ask the "
-                    f"platform's administrators to fix EngineClass {_class_name(company)}"
-                    + (
-                        " or the values of the operator's admission policy"
-                        if "ValidatingAdmissionPolicy" in refused.message
-                        else ""
-                    ),
-                )
-                decided = verdict(plan.status)
-                news = decided != verdict(company.get("status"))
-            if not first:
-                self._announced.pop(key, None)
-                if plan.claim_annotations and observed.data_claim is not None:
-                    await self.client.patch(
-                        PERSISTENT_VOLUME_CLAIM,
-                        name(observed.data_claim),
-                        {"metadata": {"annotations": plan.claim_annotations}},
-                        namespace(observed.data_claim),
-                    )
-            if plan.status is not None:
-                meta = {"name": name(company), "namespace": namespace(company)}
-                # Told first: the echo can beat the write's answer to this process.
-                self.status_echoes.wrote(key, plan.status)
-                await self._write_status(COMPANY, meta, plan.status)
-                if news and decided is not None:
-                    self._announce(company, decided)
-            if first and decided is not None:
-                self._announced[key] = decided
-                self.company_controller.queue.add(
-                    Request(namespace(company), name(company)), CHILDREN_PRIORITY
-                )
+                retry = Result(requeue=True)
+                # The refusal supersedes the verdict the children waited behind.
+                plan = decide(dataclasses.replace(observed, rejection=refused.message))
+                step = steps(plan, stored=stored, current=current, announced=None, admitted=False)
+            await self._write_step(company, observed, plan, step)
             return retry
+
+    async def _write_step(
+        self, company: Object, observed: Observed, plan: Plan, step: Steps
+    ) -> None:
+        """Write what is left of ``step`` once its children are written: the claim's
+        annotations and the status (with an Event when it is news), and send the company back
+        to the queue when its children come later."""
+        key = f"{namespace(company)}/{name(company)}"
+        if step.announced is None:
+            self._remember(key, step)
+        if step.order is Order.ALL and plan.claim_annotations and observed.data_claim is not None:
+            await self.client.patch(
+                PERSISTENT_VOLUME_CLAIM,
+                name(observed.data_claim),
+                {"metadata": {"annotations": plan.claim_annotations}},
+                namespace(observed.data_claim),
+            )
+        decided = verdict(plan.status)
+        if plan.status is not None:
+            meta = {"name": name(company), "namespace": namespace(company)}
+            # Told first: the echo can beat the write's answer to this process.
+            self.status_echoes.wrote(key, plan.status)
+            await self._write_status(COMPANY, meta, plan.status)
+            if step.news and decided is not None:
+                self._announce(company, decided)
+        if step.order is Order.VERDICT_FIRST:
+            self._remember(key, step)
+            self.company_controller.queue.add(
+                Request(namespace(company), name(company)), CHILDREN_PRIORITY
+            )
+
+    def _remember(self, key: str, step: Steps) -> None:
+        """Keep the verdict the company's children wait behind, or forget it."""
+        if step.announced is None:
+            self._announced.pop(key, None)
+        else:
+            self._announced[key] = step.announced
 
     def _announce(self, company: Object, decided: Object) -> None:
         """An Event for a new verdict: Normal when accepted, a Warning with the reason when
@@ -758,7 +725,7 @@ class CrewletControllers:
 
         async def dry_run() -> None:
             assert plan.complete, "children dry-run from a plan whose files were left out"
-            for wave in _waves(plan.applies):
+            for wave in waves(plan.applies):
                 await self._apply_all(wave, dry_run=True)
 
         if engine_class is None:
@@ -771,7 +738,7 @@ class CrewletControllers:
         them changed while it was written (see :meth:`_apply_all`)."""
         assert plan.complete, "children applied from a plan whose files were left out"
         missed = False
-        for wave in _waves(plan.applies):
+        for wave in waves(plan.applies):
             missed |= await self._apply_all(wave)
         for delete in plan.deletes:
             with contextlib.suppress(NotFoundError):

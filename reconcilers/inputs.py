@@ -4,7 +4,8 @@ Everything that can refuse a company is here, with the reasons ``Accepted=False`
 messages that say what to do. Refusals come in the order a person would fix them: the company
 itself (``InvalidSpec``, ``InvalidName``, ``HostnameTaken``), then its class (``ClassNotFound``,
 ``InvalidClass``, ``ClassNotAllowed``), the engine version (``DowngradeRefused``), what the
-class asks for (``InvalidClass`` again, for what the CRD's schema cannot judge), the Secrets it
+class asks for (``InvalidClass`` again, for what the CRD's schema cannot judge, and for what the
+API server refused of a child rendered from it), the Secrets it
 references (``SecretUnreadable``, ``SecretNotFound``) and last the names of its objects, when
 someone else's objects hold them (``NameTaken``).
 """
@@ -430,6 +431,25 @@ def copied_values(ctx: Inputs, copies: list[SecretCopy]) -> dict[str, str]:
             f"Ask the platform's administrators to create it or fix the class",
         )
     return values
+
+
+def refuse_rejected(ctx: Inputs) -> None:
+    """The API server admits what was rendered from the class: a field only it can judge (a
+    toleration, a storage class name, the operator's admission policy) refuses the company.
+
+    Raises:
+        Refused: ``InvalidClass``, with the API server's answer.
+    """
+    rejection = ctx.observed.rejection
+    if rejection is None:
+        return
+    policy = "ValidatingAdmissionPolicy" in rejection
+    raise Refused(
+        INVALID_CLASS,
+        f"the API server refused a child of the company: {rejection}; ask the platform's "
+        f"administrators to fix EngineClass {ctx.class_name}"
+        + (" or the values of the operator's admission policy" if policy else ""),
+    )
 
 
 # -- the names of its objects ------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import functools
 import json
 import os
@@ -41,7 +42,6 @@ from reconcilers import (
     reconcile,
     versions,
 )
-from reconcilers.company import refusal_plan
 from reconcilers.references import referenced_secrets, secret_refs
 from reconcilers.status import verdict
 
@@ -932,15 +932,37 @@ def test_a_secret_the_operator_may_not_read_is_reported_as_unreadable() -> None:
     assert_no_secret_values(plan)
 
 
-def test_a_refusal_from_outside_the_reconcile_touches_nothing_but_the_status() -> None:
+@pytest.mark.parametrize(
+    ("rejection", "policy_named"),
+    [
+        ('StatefulSet "acme-data" is invalid: spec.template.spec.tolerations[0]', False),
+        ("ValidatingAdmissionPolicy 'crewlet-operator-manager-writes' denied request", True),
+    ],
+)
+def test_a_child_the_api_server_rejected_refuses_the_company_and_touches_nothing(
+    rejection: str, policy_named: bool
+) -> None:
     case = CASES["s3-static-gateway"]
     world = converge(case.company, case.engine_class, True)
-    plan = refusal_plan(
-        world.with_status(case.company), world.observed(), "InvalidClass", "refused it"
+    observed = dataclasses.replace(world.observed(), rejection=rejection)
+    plan = reconcile(
+        world.with_status(case.company), case.engine_class, {}, observed, facts(True), now=NOW
     )
     assert_touches_nothing(plan)
-    assert (accepted(plan)["status"], accepted(plan)["reason"]) == ("False", "InvalidClass")
-    assert accepted(plan)["message"] == "refused it"
+    found = accepted(plan)
+    assert (found["status"], found["reason"]) == ("False", "InvalidClass")
+    assert found["message"].startswith(
+        f"the API server refused a child of the company: {rejection}"
+    )
+    assert "ask the platform's administrators to fix EngineClass" in found["message"]
+    assert ("the values of the operator's admission policy" in found["message"]) == policy_named
+
+
+def test_a_refusal_before_the_api_servers_comes_first() -> None:
+    case = CASES["s3-static-gateway"]
+    observed = Observed(rejection="refused")  # and no Secrets: SecretNotFound would come later
+    plan = reconcile(case.company, None, {}, observed, facts(True), now=NOW)
+    assert accepted(plan)["reason"] == "ClassNotFound"
 
 
 @pytest.mark.parametrize(

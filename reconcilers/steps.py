@@ -1,0 +1,120 @@
+"""What to write now of a Company's plan, and in which order: pure, no I/O.
+
+:func:`reconcilers.company.reconcile` decides *what* a company should be; this module decides
+*when* each part of it is written. A company whose verdict changes (a new one, or one whose
+class or spec changed what it is told: accepted or why not, and the message) hears it first:
+its status is written on its own, with an Event, and its children come when the queue comes
+back to it at the children's (low) priority. So a burst of new tenants hears Accepted, or why
+not, at the pace the API server takes status writes, before any company's thirteen children
+are written. A change that leaves the verdict as it was (suspending a company, say) is written
+whole at once, so the conditions never run ahead of what they describe. Children left to write
+for a company already told its verdict for its generation (what a leader that stopped between
+a verdict and its children left, a class's rollout, a child changed by hand) are backlog: they
+go back to the queue at the children's priority too.
+
+The decision table (``news``: the plan's verdict is neither the stored nor the announced one;
+``children``: the plan applies or deletes a child; ``current``: the stored verdict was decided
+for the company's generation):
+
+| children | news | announced | current | order                                       |
+|----------|------|-----------|---------|---------------------------------------------|
+| yes      | yes  | any       | any     | VERDICT_FIRST                               |
+| yes      | no   | none      | yes     | LATER (the children wait behind the stored) |
+| yes      | no   | none      | no      | ALL                                         |
+| yes      | no   | a verdict | any     | ALL (the children's turn)                   |
+| no       | any  | any       | any     | ALL (the status, if it changed)             |
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from crewlet_operator import STATEFUL_SET, is_controlled_by, labels
+from reconcilers import naming
+from reconcilers.plan import Apply, Object, Observed, Plan
+from reconcilers.status import Condition, verdict
+
+
+class Order(enum.Enum):
+    """What a reconcile writes of its plan."""
+
+    ALL = "all"
+    """Everything the plan holds: the children, the claim's annotations and the status."""
+    VERDICT_FIRST = "verdict first"
+    """The status alone (the verdict and its Event); the children at the children's priority."""
+    LATER = "later"
+    """Nothing: the children go back to the queue at the children's priority (backlog)."""
+
+
+@dataclass(frozen=True)
+class Steps:
+    """What to write now (:func:`steps`)."""
+
+    order: Order
+    news: bool
+    """The plan's verdict is news to the company: an Event says it, and its writes go ahead of
+    the children's (:class:`~reconcilers.slots.ApplySlots`)."""
+    announced: Condition | None
+    """The verdict the company's children wait behind once this step is written (LATER and
+    VERDICT_FIRST), or None (ALL: nothing waits)."""
+    needs_files: bool
+    """The plan must be decided whole (its config files written out) before anything is
+    written: its children are written, or dry-run for the API server's admission."""
+
+    @property
+    def children_later(self) -> bool:
+        """The company goes back to the queue at the children's priority."""
+        return self.order is not Order.ALL
+
+
+def steps(
+    plan: Plan,
+    *,
+    stored: Condition | None,
+    current: Condition | None,
+    announced: Condition | None,
+    admitted: bool,
+) -> Steps:
+    """Decide what to write now of ``plan`` (the module's table).
+
+    ``stored`` is the verdict in the company's status (:func:`reconcilers.status.verdict`),
+    ``current`` the same when it was decided for the company's current generation
+    (:func:`reconcilers.status.current_verdict`), ``announced`` the verdict its children wait
+    behind since an earlier step (None when none do), and ``admitted`` whether the API server
+    has admitted the children of a company of its class's generation (a dry run), so that a
+    verdict written first needs no files.
+    """
+    decided = verdict(plan.status)
+    news = decided is not None and decided not in (stored, announced)
+    children = bool(plan.applies or plan.deletes)
+    if children and news:
+        return Steps(Order.VERDICT_FIRST, True, decided, not plan.complete and not admitted)
+    if children and announced is None and current is not None:
+        return Steps(Order.LATER, False, current, False)
+    return Steps(Order.ALL, news, None, not plan.complete)
+
+
+def render_files(announced: Condition | None) -> bool:
+    """Whether a reconcile writes a new company's config files out: only when its verdict was
+    told and its children come next (a verdict is decided for less: the files are checked,
+    not written)."""
+    return announced is not None
+
+
+def waves(applies: list[Apply]) -> list[list[Apply]]:
+    """The plan's applies in two waves: every child, then the StatefulSets, which start the
+    engine and mount the others (a refused child is met before anything runs)."""
+    workloads = [a for a in applies if a.resource == STATEFUL_SET]
+    return [w for w in ([a for a in applies if a.resource != STATEFUL_SET], workloads) if w]
+
+
+def labelled_namesake(company: Object, observed: Observed) -> bool:
+    """Whether an object labelled as the operator's, but not controlled by ``company``, holds
+    one of its names (labels copied by hand): no event about that object reaches the company,
+    which must look again by itself."""
+    return any(
+        labels(holder).get(naming.MANAGED_BY_LABEL) == naming.MANAGED_BY
+        and not is_controlled_by(holder, company)
+        for holder in observed.namesakes.values()
+    )
