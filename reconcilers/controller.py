@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +29,6 @@ from crewlet_operator import (
     SECRET,
     Cache,
     EventRecorder,
-    ForbiddenError,
     GenerationChanged,
     InformerOptions,
     InvalidError,
@@ -43,7 +41,6 @@ from crewlet_operator import (
     Request,
     Resource,
     Result,
-    UnauthorizedError,
     find_condition,
     generation,
     is_being_deleted,
@@ -61,8 +58,15 @@ from reconcilers import hostnames, naming
 from reconcilers.admission import Admissions
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from reconcilers.checkpoint import MAX_UNSETTLED, Checkpoint, code_version
+from reconcilers.class_controller import (
+    CLASS_INDEX,
+    EngineClassController,
+    class_name,
+    class_of,
+    read_references,
+    write_status,
+)
 from reconcilers.company import reconcile
-from reconcilers.engineclass import class_status
 from reconcilers.hostnames import hostname
 from reconcilers.inputs import HOSTNAME_TAKEN, NAME_TAKEN
 from reconcilers.plan import (
@@ -80,7 +84,6 @@ from reconcilers.steps import Order, Steps, labelled_namesake, render_files, ste
 
 log = structlog.get_logger("crewlet_operator.company")
 
-CLASS_INDEX = "class"
 COMPANY_INDEX = "company"
 HOSTNAME_INDEX = "hostname"
 LABELLED_NAMESAKE_RECHECK = 30.0
@@ -95,8 +98,6 @@ COMPACT_PAGE = 100
 LISTED_CHILDREN_PAGE = 500
 """Children listed at once, each as its JSON until read (a lazy list): a page of StatefulSets
 is ~7 MiB of bytes at 10,000 companies, not dicts; client-go's page size."""
-SECRET_ANSWER_TIMEOUT = 10.0
-"""Seconds a reconcile waits for a newly watched Secret's first answer before it retries."""
 CHILDREN_PRIORITY = 2 * LOW_PRIORITY
 """The priority at which a company's children are applied once its verdict has been written
 on its own. Verdicts come from creates and changes (normal priority), so a burst of new tenants
@@ -130,20 +131,6 @@ def _company_of_child(child: Object) -> list[str]:
     # Read in place (labels() copies): an index function runs for each of a sync's children.
     company = ((child.get("metadata") or {}).get("labels") or {}).get(naming.COMPANY_LABEL)
     return [f"{namespace(child)}/{company}"] if company else []
-
-
-def _class_name(company: Object) -> str:
-    """The EngineClass a Company names, as stored ("" when it names none)."""
-    return str((company.get("spec") or {}).get("className") or "")
-
-
-def _class_changed(old: Object, new: Object) -> bool:
-    return _class_name(old) != _class_name(new)
-
-
-def _class_of(company: Object) -> list[str]:
-    class_name = _class_name(company)
-    return [class_name] if class_name else []
 
 
 def _hostname_of(company: Object) -> list[str]:
@@ -195,8 +182,6 @@ class CrewletControllers:
         when their turn comes."""
         self._admissions = Admissions()
         """The class generations whose children the API server has admitted by a dry run."""
-        self._counted: dict[str, float] = {}
-        """EngineClass name to when its status was last written (monotonic seconds)."""
         self.version = code_version(facts)
         """What a restart checkpoint must have been written by (reconcilers.checkpoint)."""
         self._resumed: Checkpoint | None = None
@@ -206,7 +191,7 @@ class CrewletControllers:
         # and listed in small pages (a page of whole StatefulSets is ~4 MiB of dicts at 100, the
         # transient peak of a relist; memory freed after it is not all given back).
         company_options = InformerOptions(
-            indexers={CLASS_INDEX: _class_of, HOSTNAME_INDEX: _hostname_of},
+            indexers={CLASS_INDEX: class_of, HOSTNAME_INDEX: _hostname_of},
             compact=True,
             page_size=COMPACT_PAGE,
         )
@@ -282,19 +267,7 @@ class CrewletControllers:
             self.namesakes.informer(resource).add_handler(
                 self.company_controller.enqueue_handler(self._companies_named_by)
             )
-        self.class_controller = (
-            manager.controller("engineclass")
-            .for_(ENGINE_CLASS)
-            .watches(
-                COMPANY,
-                lambda c: [Request(None, n) for n in _class_of(c)],
-                # A class counts the companies that name it: a company's status write, one or
-                # more for each, changes no count.
-                predicates=[new_predicate_funcs(update=_class_changed)],
-                options=company_options,
-            )
-            .complete(self.reconcile_class)
-        )
+        self.class_controller = EngineClassController(manager, self.secrets, company_options)
 
     # -- mapping events to requests -----------------------------------------------------------
     def _companies_of_class(self, engine_class: Object) -> list[Request]:
@@ -340,20 +313,6 @@ class CrewletControllers:
         return requests
 
     # -- the Company ----------------------------------------------------------------------------
-    async def read_references(
-        self, engine_class: Object
-    ) -> tuple[dict[tuple[str, str], Object | None], dict[tuple[str, str], str]]:
-        """Every Secret the class references, by ``(namespace, name)`` (None when it does not
-        exist), and those the operator may not read, with the API server's reason."""
-        secrets: dict[tuple[str, str], Object | None] = {}
-        unreadable: dict[tuple[str, str], str] = {}
-        for ref in sorted(referenced_secrets(engine_class)):
-            try:
-                secrets[ref] = await self.secrets.read(*ref, timeout=SECRET_ANSWER_TIMEOUT)
-            except (ForbiddenError, UnauthorizedError) as denied:
-                unreadable[ref] = denied.message or denied.reason
-        return secrets, unreadable
-
     async def observe(self, company: Object, engine_class: Object | None) -> Observed:
         """Read everything the reconcile needs from the caches."""
         ns, company_name = namespace(company) or "", name(company)
@@ -370,7 +329,7 @@ class CrewletControllers:
         secrets: dict[tuple[str, str], Object | None] = {}
         unreadable: dict[tuple[str, str], str] = {}
         if engine_class is not None:
-            secrets, unreadable = await self.read_references(engine_class)
+            secrets, unreadable = await read_references(self.secrets, engine_class)
         claim = self.cache.get(PERSISTENT_VOLUME_CLAIM, naming.data_claim(company_name), ns)
         return Observed(
             children=children,
@@ -449,7 +408,7 @@ class CrewletControllers:
         if company is None:
             self._announced.pop(str(request), None)
             return None  # deleted: owner references garbage-collect the children; claims stay
-        engine_class = self.cache.get(ENGINE_CLASS, _class_name(company))
+        engine_class = self.cache.get(ENGINE_CLASS, class_name(company))
         ns = self.cache.get(NAMESPACE, request.namespace or "") or {}
         if is_being_deleted(ns):
             return None  # the namespace controller is deleting everything in it: do not fight it
@@ -573,7 +532,7 @@ class CrewletControllers:
             keys = store.keys_by_index(COMPANY_INDEX, str(request))
             if not checkpoint.unchanged(resource.group_kind, map(store.resource_version, keys)):
                 return resource.kind
-        secrets, unreadable = await self.read_references(engine_class)
+        secrets, unreadable = await read_references(self.secrets, engine_class)
         if unreadable or not all(
             checkpoint.secret_unchanged(namespaced_key(*key), secret)
             for key, secret in secrets.items()
@@ -676,7 +635,7 @@ class CrewletControllers:
             meta = {"name": name(company), "namespace": namespace(company)}
             # Told first: the echo can beat the write's answer to this process.
             self.status_echoes.wrote(key, plan.status)
-            await self._write_status(COMPANY, meta, plan.status)
+            await write_status(self.client, COMPANY, meta, plan.status)
             if step.news and decided is not None:
                 self._announce(company, decided)
         if step.order is Order.VERDICT_FIRST:
@@ -783,47 +742,3 @@ class CrewletControllers:
             )
         async with self._apply_slots:
             return await self.client.apply_owned(apply.resource, apply.object, apply.existing)
-
-    async def _write_status(self, resource: Resource, meta: Object, status: Object) -> None:
-        """Apply an object's status (the client falls back to a merge patch where apply cannot
-        type the stored object)."""
-        await self.client.apply_status(
-            resource,
-            {
-                "apiVersion": resource.api_version,
-                "kind": resource.kind,
-                "metadata": meta,
-                "status": status,
-            },
-        )
-
-    # -- the EngineClass ------------------------------------------------------------------------
-    async def reconcile_class(self, request: Request) -> Result | None:
-        """Count the class's companies and check that its references resolve."""
-        engine_class = self.cache.get(ENGINE_CLASS, request.name)
-        if engine_class is None:
-            self._counted.pop(request.name, None)
-            return None
-        self.secrets.forget(self._every_reference())
-        secrets, unreadable = await self.read_references(engine_class)
-        decision = class_status(
-            engine_class,
-            secrets,
-            unreadable,
-            companies=len(self.cache.keys(COMPANY, (CLASS_INDEX, request.name))),
-            last_written=self._counted.get(request.name),
-            monotonic_now=time.monotonic(),
-        )
-        if decision.status is None:
-            if decision.requeue_after is None:
-                return None
-            return Result(requeue_after=decision.requeue_after)  # the count alone, held back
-        await self._write_status(ENGINE_CLASS, {"name": request.name}, decision.status)
-        self._counted[request.name] = time.monotonic()
-        return None
-
-    def _every_reference(self) -> set[tuple[str | None, str]]:
-        refs: set[tuple[str | None, str]] = set()
-        for engine_class in self.cache.list(ENGINE_CLASS):
-            refs |= set(referenced_secrets(engine_class))
-        return refs

@@ -1,0 +1,134 @@
+"""The EngineClass controller: a class's status (how many companies name it, and whether the
+Secrets it references resolve), decided by :func:`reconcilers.engineclass.class_status`; and
+what it shares with the Company controller: the companies' index by class, the reads of a
+class's Secrets and the status writes."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from crewlet_operator import (
+    Client,
+    ForbiddenError,
+    InformerOptions,
+    Manager,
+    NamedObjects,
+    Request,
+    Resource,
+    Result,
+    UnauthorizedError,
+    new_predicate_funcs,
+)
+from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from reconcilers.engineclass import class_status
+from reconcilers.references import referenced_secrets
+
+Object = dict[str, Any]
+
+CLASS_INDEX = "class"
+"""The companies' index by the class they name."""
+SECRET_ANSWER_TIMEOUT = 10.0
+"""Seconds a reconcile waits for a newly watched Secret's first answer before it retries."""
+
+
+def class_name(company: Object) -> str:
+    """The EngineClass a Company names, as stored ("" when it names none)."""
+    return str((company.get("spec") or {}).get("className") or "")
+
+
+def class_of(company: Object) -> list[str]:
+    """The index function of :data:`CLASS_INDEX`."""
+    named = class_name(company)
+    return [named] if named else []
+
+
+def _class_changed(old: Object, new: Object) -> bool:
+    return class_name(old) != class_name(new)
+
+
+async def read_references(
+    secrets: NamedObjects, engine_class: Object
+) -> tuple[dict[tuple[str, str], Object | None], dict[tuple[str, str], str]]:
+    """Every Secret the class references, by ``(namespace, name)`` (None when it does not
+    exist), and those the operator may not read, with the API server's reason."""
+    found: dict[tuple[str, str], Object | None] = {}
+    unreadable: dict[tuple[str, str], str] = {}
+    for ref in sorted(referenced_secrets(engine_class)):
+        try:
+            found[ref] = await secrets.read(*ref, timeout=SECRET_ANSWER_TIMEOUT)
+        except (ForbiddenError, UnauthorizedError) as denied:
+            unreadable[ref] = denied.message or denied.reason
+    return found, unreadable
+
+
+async def write_status(client: Client, resource: Resource, meta: Object, status: Object) -> None:
+    """Apply an object's status (the client falls back to a merge patch where apply cannot
+    type the stored object)."""
+    await client.apply_status(
+        resource,
+        {
+            "apiVersion": resource.api_version,
+            "kind": resource.kind,
+            "metadata": meta,
+            "status": status,
+        },
+    )
+
+
+class EngineClassController:
+    """Counts each class's companies and checks that its references resolve."""
+
+    def __init__(
+        self, manager: Manager, secrets: NamedObjects, company_options: InformerOptions
+    ) -> None:
+        """``company_options`` are the Company controller's (one informer serves both)."""
+        self.client = manager.client
+        self.cache = manager.cache
+        self.secrets = secrets
+        self._counted: dict[str, float] = {}
+        """EngineClass name to when its status was last written (monotonic seconds)."""
+        self.controller = (
+            manager.controller("engineclass")
+            .for_(ENGINE_CLASS)
+            .watches(
+                COMPANY,
+                lambda c: [Request(None, n) for n in class_of(c)],
+                # A class counts the companies that name it: a company's status write, one or
+                # more for each, changes no count.
+                predicates=[new_predicate_funcs(update=_class_changed)],
+                options=company_options,
+            )
+            .complete(self.reconcile)
+        )
+
+    async def reconcile(self, request: Request) -> Result | None:
+        """Count the class's companies and check that its references resolve."""
+        engine_class = self.cache.get(ENGINE_CLASS, request.name)
+        if engine_class is None:
+            self._counted.pop(request.name, None)
+            return None
+        self.secrets.forget(self._every_reference())
+        secrets, unreadable = await read_references(self.secrets, engine_class)
+        decision = class_status(
+            engine_class,
+            secrets,
+            unreadable,
+            companies=len(self.cache.keys(COMPANY, (CLASS_INDEX, request.name))),
+            last_written=self._counted.get(request.name),
+            monotonic_now=time.monotonic(),
+        )
+        if decision.status is None:
+            if decision.requeue_after is None:
+                return None
+            return Result(requeue_after=decision.requeue_after)  # the count alone, held back
+        await write_status(self.client, ENGINE_CLASS, {"name": request.name}, decision.status)
+        self._counted[request.name] = time.monotonic()
+        return None
+
+    def _every_reference(self) -> set[tuple[str | None, str]]:
+        """Every Secret some class references: the Secrets still worth watching."""
+        refs: set[tuple[str | None, str]] = set()
+        for engine_class in self.cache.list(ENGINE_CLASS):
+            refs |= set(referenced_secrets(engine_class))
+        return refs
