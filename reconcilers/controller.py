@@ -58,12 +58,12 @@ from crewlet_operator import (
 )
 from reconcilers import hostnames, naming
 from reconcilers.admission import Admissions
+from reconcilers.api.conditions import HOSTNAME_TAKEN, INVALID_CLASS, NAME_TAKEN
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from reconcilers.checkpoint import MAX_UNSETTLED, Checkpoint, code_version
 from reconcilers.company import reconcile, refusal_plan
 from reconcilers.engineclass import class_status
 from reconcilers.hostnames import hostname
-from reconcilers.inputs import HOSTNAME_TAKEN, INVALID_CLASS, NAME_TAKEN
 from reconcilers.plan import (
     CHILD_RESOURCES,
     Apply,
