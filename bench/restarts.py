@@ -44,9 +44,10 @@ from crewlet_operator.cache.informer import INITIAL_EVENTS_END
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.kube.client import METADATA_LIST_ACCEPT
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from reconcilers.cli import gateway_api_served
 from reconcilers.controller import LISTED_CHILDREN_PAGE
 from reconcilers.naming import MANAGED_BY_SELECTOR
-from reconcilers.plan import CHILD_RESOURCES, GATEWAY_CHILD_RESOURCES, gateway_api_served
+from reconcilers.plan import CHILD_RESOURCES, GATEWAY_CHILD_RESOURCES
 
 MEMORY_LIMIT = 256 * MIB
 SYNC_LIMIT = 10.0

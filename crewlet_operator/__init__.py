@@ -53,7 +53,11 @@ from crewlet_operator.errors import (
     UnauthorizedError,
 )
 from crewlet_operator.events import EventRecorder
-from crewlet_operator.fieldset import apply_would_change, keep_owned_fields_of
+from crewlet_operator.fieldset import (
+    DEFAULT_FIELD_MANAGER,
+    apply_would_change,
+    keep_owned_fields_of,
+)
 from crewlet_operator.finalizer import Finalizer
 from crewlet_operator.handler import (
     EnqueueHandler,
@@ -62,7 +66,6 @@ from crewlet_operator.handler import (
     requests_for_owner,
 )
 from crewlet_operator.kube.client import (
-    DEFAULT_FIELD_MANAGER,
     Client,
     ObjectList,
     RawObjectList,

@@ -12,7 +12,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -25,9 +25,6 @@ from crewlet_operator.predicate import Predicate
 from crewlet_operator.ratelimit import RateLimiter
 from crewlet_operator.reconcile import ReconcileFunc, Reconciler, Request, Result, as_reconcile_func
 from crewlet_operator.workqueue import QueueShutDown, RateLimitingQueue
-
-if TYPE_CHECKING:
-    from crewlet_operator.manager import Manager
 
 log = structlog.get_logger("crewlet_operator.controller")
 
@@ -281,6 +278,32 @@ class Controller:
         log.info("first pass done", controller=self.name, seconds=round(seconds, 3))
 
 
+class ControllerDefaults(Protocol):
+    """The settings a :class:`Builder` takes from its manager (:class:`ManagerOptions
+    <crewlet_operator.manager.ManagerOptions>` is one)."""
+
+    @property
+    def max_concurrent_reconciles(self) -> int:
+        """Workers per controller unless its builder says otherwise."""
+
+
+class ControllerHost(Protocol):
+    """What a :class:`Builder` needs of the manager it adds a controller to (:class:`Manager
+    <crewlet_operator.manager.Manager>` is one). A protocol, not the manager itself: the
+    manager imports this module, and this module imports nothing above it."""
+
+    @property
+    def options(self) -> ControllerDefaults:
+        """Its settings."""
+
+    @property
+    def cache(self) -> Cache:
+        """The cache the controller's watches read."""
+
+    def add_controller(self, controller: Controller) -> None:
+        """Run ``controller`` with the others."""
+
+
 class Builder:
     """Wires a controller into a manager, the way controller-runtime's builder does::
 
@@ -292,7 +315,7 @@ class Builder:
             .complete(reconcile)
     """
 
-    def __init__(self, manager: Manager, name: str) -> None:
+    def __init__(self, manager: ControllerHost, name: str) -> None:
         self._manager = manager
         self._name = name
         self._for: tuple[Resource, Sequence[Predicate], InformerOptions | None] | None = None

@@ -24,6 +24,9 @@ import orjson
 from crewlet_operator.diff import needs_apply
 from crewlet_operator.objects import KubeObject
 
+DEFAULT_FIELD_MANAGER = "crewlet-operator"
+"""The field manager the client applies as unless told otherwise. Here, not in the client: a pure
+reconcile compares field sets by it and imports no client."""
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 

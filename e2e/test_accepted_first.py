@@ -42,8 +42,9 @@ from crewlet_operator import DEFAULT_FIELD_MANAGER, EVENT, LEASE, NAMESPACE, Cli
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.wait import eventually
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from reconcilers.cli import gateway_api_served
 from reconcilers.company import reconcile
-from reconcilers.plan import ClusterFacts, Observed, gateway_api_served
+from reconcilers.plan import ClusterFacts, Observed
 
 BACKLOG = 240
 NO_SEATS = {"seats": {"replicas": 0}}

@@ -51,8 +51,8 @@ from crewlet_operator import (
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.wait import eventually
 from reconcilers import naming
+from reconcilers.api.conditions import HOSTNAME_TAKEN, NAME_TAKEN
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
-from reconcilers.inputs import HOSTNAME_TAKEN, NAME_TAKEN
 
 Object = dict[str, Any]
 CLASS = "owned"

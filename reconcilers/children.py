@@ -31,7 +31,8 @@ from crewlet_operator import (
     semantic_subset,
 )
 from reconcilers import engine, inputs, naming
-from reconcilers.inputs import ENGINE_CONFIG_INVALID, Inputs, Refused, SecretCopy
+from reconcilers.api.conditions import ENGINE_CONFIG_INVALID
+from reconcilers.inputs import Inputs, Refused, SecretCopy
 from reconcilers.naming import DATA, SEATS, Component
 from reconcilers.plan import Apply, Object
 

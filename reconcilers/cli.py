@@ -13,6 +13,7 @@ from typing import Any
 import structlog
 
 from crewlet_operator import (
+    HTTP_ROUTE,
     Client,
     LeadershipLostError,
     Manager,
@@ -21,7 +22,7 @@ from crewlet_operator import (
     default_namespace,
 )
 from reconcilers.controller import CrewletControllers
-from reconcilers.plan import ClusterFacts, gateway_api_served
+from reconcilers.plan import ClusterFacts
 
 SUPPORTED_MINOR = "37"
 """The Kubernetes minor the operator is tested against (the install page supports one)."""
@@ -139,6 +140,12 @@ def manager_options(args: argparse.Namespace) -> ManagerOptions:
         health_probe_bind_address=args.health_probe_bind_address,
         max_concurrent_reconciles=args.max_concurrent_reconciles,
     )
+
+
+async def gateway_api_served(client: Client) -> bool:
+    """Whether HTTPRoutes are served, so that companies are routed by them (else by Ingresses):
+    learnt once, at start-up, as the install page says."""
+    return await client.is_served(HTTP_ROUTE.api_version, HTTP_ROUTE.kind)
 
 
 async def run(args: argparse.Namespace) -> int:

@@ -56,6 +56,7 @@ from crewlet_operator import (
 )
 from reconcilers import hostnames, naming
 from reconcilers.admission import Admissions
+from reconcilers.api.conditions import HOSTNAME_TAKEN, NAME_TAKEN
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from reconcilers.checkpoint import MAX_UNSETTLED, Checkpoint, code_version
 from reconcilers.class_controller import (
@@ -68,7 +69,6 @@ from reconcilers.class_controller import (
 )
 from reconcilers.company import reconcile
 from reconcilers.hostnames import hostname
-from reconcilers.inputs import HOSTNAME_TAKEN, NAME_TAKEN
 from reconcilers.plan import (
     CHILD_RESOURCES,
     Apply,

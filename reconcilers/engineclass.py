@@ -12,12 +12,9 @@ from typing import NamedTuple
 
 from crewlet_operator import condition, set_condition
 from crewlet_operator import generation as object_generation
-from reconcilers.inputs import SECRET_NOT_FOUND, SECRET_UNREADABLE
+from reconcilers.api.conditions import REFERENCES_RESOLVED, SECRET_NOT_FOUND, SECRET_UNREADABLE
 from reconcilers.plan import Object
 from reconcilers.references import secret_refs
-
-REFERENCES_RESOLVED = "ReferencesResolved"
-"""Condition type: every Secret key the class references exists."""
 
 COUNT_INTERVAL = 1.0
 """Seconds between two writes of a class's status that change only its companies count: a

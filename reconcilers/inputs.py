@@ -1,13 +1,13 @@
 """A Company's inputs, read and judged: the company, its EngineClass, its namespace, its Secrets.
 
-Everything that can refuse a company is here, with the reasons ``Accepted=False`` carries and
-messages that say what to do. Refusals come in the order a person would fix them: the company
-itself (``InvalidSpec``, ``InvalidName``, ``HostnameTaken``), then its class (``ClassNotFound``,
-``InvalidClass``, ``ClassNotAllowed``), the engine version (``DowngradeRefused``), what the
-class asks for (``InvalidClass`` again, for what the CRD's schema cannot judge, and for what the
-API server refused of a child rendered from it), the Secrets it
-references (``SecretUnreadable``, ``SecretNotFound``) and last the names of its objects, when
-someone else's objects hold them (``NameTaken``).
+Everything that can refuse a company is here, with messages that say what to do; the reasons
+``Accepted=False`` carries are API, in :mod:`reconcilers.api.conditions`. Refusals come in the
+order a person would fix them: the company itself (``InvalidSpec``, ``InvalidName``,
+``HostnameTaken``), then its class (``ClassNotFound``, ``InvalidClass``, ``ClassNotAllowed``),
+the engine version (``DowngradeRefused``), what the class asks for (``InvalidClass`` again, for
+what the CRD's schema cannot judge, and for what the API server refused of a child rendered
+from it), the Secrets it references (``SecretUnreadable``, ``SecretNotFound``) and last the
+names of its objects, when someone else's objects hold them (``NameTaken``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,18 @@ from crewlet_operator import (
 )
 from crewlet_operator import name as object_name
 from reconcilers import engine, naming, versions
+from reconcilers.api.conditions import (
+    CLASS_NOT_ALLOWED,
+    CLASS_NOT_FOUND,
+    DOWNGRADE_REFUSED,
+    HOSTNAME_TAKEN,
+    INVALID_CLASS,
+    INVALID_NAME,
+    INVALID_SPEC,
+    NAME_TAKEN,
+    SECRET_NOT_FOUND,
+    SECRET_UNREADABLE,
+)
 from reconcilers.api.v1alpha1 import (
     MIN_STORAGE,
     MIN_STORAGE_WITH_S3,
@@ -37,29 +49,6 @@ from reconcilers.api.v1alpha1 import (
 )
 from reconcilers.naming import DATA, SEATS
 from reconcilers.plan import Apply, ClusterFacts, Object, Observed
-
-INVALID_SPEC = "InvalidSpec"
-"""The Company does not fit its model (stored before the CRD tightened)."""
-INVALID_NAME = "InvalidName"
-"""The Company's name cannot name its children."""
-CLASS_NOT_FOUND = "ClassNotFound"
-"""No EngineClass of the name the company gives."""
-INVALID_CLASS = "InvalidClass"
-"""The class cannot be run as written (or the API server refused a child rendered from it)."""
-CLASS_NOT_ALLOWED = "ClassNotAllowed"
-"""The class's ``allowedNamespaces`` does not admit the company's namespace."""
-DOWNGRADE_REFUSED = "DowngradeRefused"
-"""The class's image is older than the company's data has run."""
-SECRET_UNREADABLE = "SecretUnreadable"
-"""The class references a Secret the operator may not read."""
-SECRET_NOT_FOUND = "SecretNotFound"
-"""The class references a Secret, or a key of one, that does not exist."""
-ENGINE_CONFIG_INVALID = "EngineConfigInvalid"
-"""A rendered crewlet.yaml the engine's schema refuses: a bug of the operator."""
-HOSTNAME_TAKEN = "HostnameTaken"
-"""Another Company holds the webhook hostname this one asks for."""
-NAME_TAKEN = "NameTaken"
-"""An object the operator did not make holds the name of one of the company's objects."""
 
 TokenFactory = Callable[[], str]
 """Makes the operator's API token for a company that has none yet."""

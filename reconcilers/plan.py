@@ -20,7 +20,6 @@ from crewlet_operator import (
     SERVICE,
     SERVICE_ACCOUNT,
     STATEFUL_SET,
-    Client,
     Resource,
 )
 
@@ -49,12 +48,6 @@ class ClusterFacts:
     """Whether gateway.networking.k8s.io/v1 HTTPRoute was served when the operator started."""
     operator_namespace: str
     """The operator's own namespace (admitted to the engine's API port)."""
-
-
-async def gateway_api_served(client: Client) -> bool:
-    """Whether HTTPRoutes are served, so that companies are routed by them (else by Ingresses):
-    learnt once, at start-up, as the install page says."""
-    return await client.is_served(HTTP_ROUTE.api_version, HTTP_ROUTE.kind)
 
 
 def child_resources(facts: ClusterFacts) -> list[Resource]:

@@ -17,17 +17,11 @@ from crewlet_operator import STATEFUL_SET, condition, find_condition, set_condit
 from crewlet_operator import generation as object_generation
 from crewlet_operator import name as object_name
 from reconcilers import naming, versions
+from reconcilers.api.conditions import ACCEPTED, READY, SUSPENDED
 from reconcilers.children import Desired
 from reconcilers.inputs import Inputs, Refused
 from reconcilers.naming import DATA
 from reconcilers.plan import Object, Plan
-
-ACCEPTED = "Accepted"
-"""Condition type: the company runs as asked."""
-READY = "Ready"
-"""Condition type: the company's data pod is ready."""
-SUSPENDED = "Suspended"
-"""Condition type: ``spec.suspend`` scaled the company to zero."""
 
 # Reasons more than one condition gives.
 _NOT_ACCEPTED = "NotAccepted"

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from crewlet_operator import find_condition
-from reconcilers.engineclass import COUNT_INTERVAL, REFERENCES_RESOLVED, class_status
+from reconcilers.api.conditions import REFERENCES_RESOLVED
+from reconcilers.engineclass import COUNT_INTERVAL, class_status
 
 Object = dict[str, Any]
 

@@ -1,12 +1,17 @@
-"""The repository stands alone: no test, script or build step reaches outside it."""
+"""The repository stands alone: no test, script or build step reaches outside it; and its
+layers hold where import-linter (``.importlinter``, ``make lint``) cannot look."""
 
 from __future__ import annotations
 
 import ast
+import configparser
 import re
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
+
+import grimp
 
 ROOT = Path(__file__).resolve().parent.parent
 # A path into the shared workspace the repository was written from, however it is spelt.
@@ -93,6 +98,85 @@ def test_the_operator_uses_the_librarys_public_face() -> None:
         and module not in LIBRARY_MODULES_THE_OPERATOR_MAY_IMPORT
     ]
     assert offenders == []
+
+
+# -- the operator's decisions do no I/O ------------------------------------------------------------
+
+# The operator's modules that talk to the API server, run on the event loop or read files:
+# every other module of the operator (but its API) decides, and is pure.
+OPERATOR_IO = {
+    "reconcilers.admission",
+    "reconcilers.checkpoint",
+    "reconcilers.class_controller",
+    "reconcilers.cli",
+    "reconcilers.controller",
+    "reconcilers.slots",
+}
+# What a decision may not reach: the event loop and the HTTP client under the library's client,
+# cache, controller and manager.
+IO_STACK = ("asyncio", "aiohttp")
+
+
+def decision_modules() -> set[str]:
+    """The decision modules as .importlinter lists them (its contract forbids them the event
+    loop by direct import)."""
+    config = configparser.ConfigParser()
+    config.read(ROOT / ".importlinter")
+    listed = config["importlinter:contract:decisions-do-no-io"]["source_modules"]
+    return set(listed.split())
+
+
+def library_faces() -> dict[str, str]:
+    """Each name the package's face exports, to the module it comes from."""
+    faces = {}
+    for node in ast.parse((LIBRARY / "__init__.py").read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            faces.update({alias.asname or alias.name: node.module for alias in node.names})
+    return faces
+
+
+def test_every_operator_module_does_io_or_decides() -> None:
+    """A new module is sorted into one or the other, so that the checks below reach it."""
+    modules = {
+        f"reconcilers.{path.stem if path.is_file() else path.name}"
+        for path in OPERATOR.iterdir()
+        if (path.suffix == ".py" and path.stem != "__init__") or (path / "__init__.py").exists()
+    }
+    assert decision_modules() == modules - OPERATOR_IO - {"reconcilers.api"}
+
+
+def test_the_decisions_take_nothing_that_does_io_from_the_library() -> None:
+    """No client, manager, cache or event loop: a decision takes from the library only names
+    whose module reaches neither asyncio nor aiohttp. import-linter cannot tell: the operator
+    takes every name from the package's face, which imports the whole library."""
+    graph = grimp.build_graph("crewlet_operator", include_external_packages=True)
+    io = set().union(*(graph.find_downstream_modules(module) for module in IO_STACK))
+    faces = library_faces()
+    offenders = []
+    for module in sorted(decision_modules()):
+        path = ROOT / (module.replace(".", "/") + ".py")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.level == 0):
+                continue
+            for alias in node.names:
+                source = faces.get(alias.name) if node.module == "crewlet_operator" else node.module
+                if source in io:
+                    offenders.append(f"{module} takes {alias.name} from {source}")
+    assert offenders == []
+
+
+def test_importing_the_api_loads_no_validator() -> None:
+    """The API models (``make manifests``, the CRD tests) load no JSON Schema validator: the
+    engine imports jsonschema_rs when it first validates. import-linter sees only the import
+    lines, not what importing the package ``reconcilers`` (the models' parent) loads."""
+    probe = (
+        "import sys, reconcilers.api.conditions, reconcilers.api.crds, reconcilers.api.v1alpha1;"
+        "print('jsonschema_rs' in sys.modules)"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert loaded == "False"
 
 
 # -- two distributions, one version --------------------------------------------------------------

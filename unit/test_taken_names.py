@@ -17,7 +17,7 @@ import pytest
 
 from crewlet_operator import HTTP_ROUTE, INGRESS, controller_reference, find_condition
 from reconcilers import ClusterFacts, Observed, Plan, desired_children, hostnames, naming, reconcile
-from reconcilers.inputs import HOSTNAME_TAKEN, NAME_TAKEN
+from reconcilers.api.conditions import HOSTNAME_TAKEN, NAME_TAKEN
 from reconcilers.plan import CHILD_RESOURCES, GATEWAY_CHILD_RESOURCES
 
 Object = dict[str, Any]

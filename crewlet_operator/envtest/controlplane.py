@@ -45,7 +45,7 @@ from crewlet_operator.envtest import binaries, pki
 from crewlet_operator.envtest.crds import load_crds
 from crewlet_operator.envtest.process import ManagedProcess, alive
 from crewlet_operator.errors import ProcessFailedError
-from crewlet_operator.kube.client import DEFAULT_FIELD_MANAGER
+from crewlet_operator.fieldset import DEFAULT_FIELD_MANAGER
 from crewlet_operator.kube.config import RestConfig
 
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/12"

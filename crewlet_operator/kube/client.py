@@ -34,7 +34,7 @@ from crewlet_operator.errors import (
     TransportError,
     api_error,
 )
-from crewlet_operator.fieldset import apply_would_change
+from crewlet_operator.fieldset import DEFAULT_FIELD_MANAGER, apply_would_change
 from crewlet_operator.kube._kubernetes_asyncio import (
     ConfigException,
     Configuration,
@@ -45,7 +45,6 @@ from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import Resource
 from crewlet_operator.owners import get_controller_of
 
-DEFAULT_FIELD_MANAGER = "crewlet-operator"
 TYPED_LIVE_OBJECT = "failed to create typed live object"
 """The API server's 500 when server-side apply meets a stored object its schema cannot type (one
 written before its CRD tightened a field's type)."""

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from crewlet_operator.crd import AGE_COLUMN, JsonSchema, condition_column, crd_for
 from reconcilers.api import v1alpha1
+from reconcilers.api.conditions import ACCEPTED, READY, REFERENCES_RESOLVED
 from reconcilers.api.v1alpha1 import GROUP, VERSION
-from reconcilers.engineclass import REFERENCES_RESOLVED
-from reconcilers.status import ACCEPTED, READY
 
 CATEGORIES = ("crewlet",)
 """``kubectl get crewlet`` lists every kind of the group."""
