@@ -27,6 +27,7 @@ from crewlet_operator.reconcile import ReconcileFunc, Reconciler, Request, Resul
 from crewlet_operator.workqueue import QueueShutDown, RateLimitingQueue
 
 if TYPE_CHECKING:
+    from crewlet_operator.checkpoint import RestartCheckpoint
     from crewlet_operator.manager import Manager
 
 log = structlog.get_logger("crewlet_operator.controller")
@@ -289,6 +290,7 @@ class Builder:
             .owns(CONFIG_MAP) \\
             .watches(SECRET, lambda s: [Request("ns", "w")]) \\
             .with_options(max_concurrent_reconciles=4, reserved_workers=2) \\
+            .with_checkpoint(RestartCheckpoint(version, annotation="example.com/checkpoint")) \\
             .complete(reconcile)
     """
 
@@ -301,6 +303,7 @@ class Builder:
             tuple[Resource, MapFunc, Sequence[Predicate], InformerOptions | None]
         ] = []
         self._options: dict[str, Any] = {}
+        self._checkpoint: RestartCheckpoint | None = None
 
     def for_(
         self,
@@ -358,6 +361,13 @@ class Builder:
         self._options.update({k: v for k, v in given.items() if v is not None})
         return self
 
+    def with_checkpoint(self, checkpoint: RestartCheckpoint) -> Builder:
+        """Leave ``checkpoint`` in the manager's Lease for the next leader, and judge the
+        previous leader's against the kinds this controller :meth:`owns` (see
+        :class:`~crewlet_operator.checkpoint.RestartCheckpoint`)."""
+        self._checkpoint = checkpoint
+        return self
+
     def complete(self, reconciler: Reconciler | ReconcileFunc) -> Controller:
         """Create the controller, register its watches and add it to the manager."""
         if self._for is None:
@@ -375,5 +385,13 @@ class Builder:
             controller.watch(resource, mapper, child_predicates, child_options, initial=False)
         for resource, mapper, watch_predicates, watch_options in self._watches:
             controller.watch(resource, mapper, watch_predicates, watch_options)
+        if self._checkpoint is not None:
+            manager = self._manager
+            self._checkpoint.attach(
+                controller,
+                owned=[resource for resource, _, _ in self._owns],
+                found=lambda: manager.lease_annotations_found,
+            )
+            manager.add_lease_annotations(self._checkpoint.annotations)
         self._manager.add_controller(controller)
         return controller
