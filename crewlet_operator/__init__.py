@@ -6,13 +6,20 @@ Everything a controller author needs is importable from here::
 
 The pieces, one concept a module (as controller-runtime has one package a concept):
 :mod:`.kube` (client, resources, config), :mod:`.cache` (informers), :mod:`.workqueue`,
-:mod:`.controller` (controller and builder), :mod:`.manager`, :mod:`.leader`, :mod:`.serving`,
-:mod:`.conditions`, :mod:`.owners`, :mod:`.diff`, :mod:`.predicate`, :mod:`.events`,
-:mod:`.metrics`, :mod:`.envtest` (a real local control plane for tests).
+:mod:`.controller` (controller and builder), :mod:`.manager`, :mod:`.checkpoint` (restarts
+that redo nothing), :mod:`.leader`, :mod:`.serving`, :mod:`.conditions`, :mod:`.owners`,
+:mod:`.diff`, :mod:`.predicate`, :mod:`.events`, :mod:`.metrics`, :mod:`.envtest` (a real local
+control plane for tests).
 """
 
 from crewlet_operator.cache import Cache, EventHandler, Informer, InformerOptions, Store
 from crewlet_operator.cache.named import NamedObjects
+from crewlet_operator.checkpoint import (
+    Checkpoint,
+    CheckpointLines,
+    CheckpointReads,
+    RestartCheckpoint,
+)
 from crewlet_operator.conditions import (
     Condition,
     condition,
@@ -228,6 +235,9 @@ __all__ = [
     "BucketRateLimiter",
     "Builder",
     "Cache",
+    "Checkpoint",
+    "CheckpointLines",
+    "CheckpointReads",
     "Client",
     "Condition",
     "ConflictError",
@@ -281,6 +291,7 @@ __all__ = [
     "Resource",
     "ResourceVersionChanged",
     "RestConfig",
+    "RestartCheckpoint",
     "Result",
     "Runnable",
     "SchemaError",

@@ -11,13 +11,14 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import structlog
 
 from crewlet_operator import metrics
 from crewlet_operator.cache import Cache, Informer, InformerOptions
+from crewlet_operator.checkpoint import RestartCheckpoint
 from crewlet_operator.errors import CrewletError, TerminalError
 from crewlet_operator.handler import EnqueueHandler, MapFunc, request_for_object, requests_for_owner
 from crewlet_operator.kube.resources import Resource
@@ -303,6 +304,13 @@ class ControllerHost(Protocol):
     def add_controller(self, controller: Controller) -> None:
         """Run ``controller`` with the others."""
 
+    @property
+    def lease_annotations_found(self) -> dict[str, str]:
+        """The annotations of the Lease this process took over (a checkpoint judges them)."""
+
+    def add_lease_annotations(self, provider: Callable[[], Mapping[str, str]]) -> None:
+        """Write ``provider``'s annotations into the Lease at each renewal (a checkpoint)."""
+
 
 class Builder:
     """Wires a controller into a manager, the way controller-runtime's builder does::
@@ -312,6 +320,7 @@ class Builder:
             .owns(CONFIG_MAP) \\
             .watches(SECRET, lambda s: [Request("ns", "w")]) \\
             .with_options(max_concurrent_reconciles=4, reserved_workers=2) \\
+            .with_checkpoint(RestartCheckpoint(version, annotation="example.com/checkpoint")) \\
             .complete(reconcile)
     """
 
@@ -324,6 +333,7 @@ class Builder:
             tuple[Resource, MapFunc, Sequence[Predicate], InformerOptions | None]
         ] = []
         self._options: dict[str, Any] = {}
+        self._checkpoint: RestartCheckpoint | None = None
 
     def for_(
         self,
@@ -381,6 +391,13 @@ class Builder:
         self._options.update({k: v for k, v in given.items() if v is not None})
         return self
 
+    def with_checkpoint(self, checkpoint: RestartCheckpoint) -> Builder:
+        """Leave ``checkpoint`` in the manager's Lease for the next leader, and judge the
+        previous leader's against the kinds this controller :meth:`owns` (see
+        :class:`~crewlet_operator.checkpoint.RestartCheckpoint`)."""
+        self._checkpoint = checkpoint
+        return self
+
     def complete(self, reconciler: Reconciler | ReconcileFunc) -> Controller:
         """Create the controller, register its watches and add it to the manager."""
         if self._for is None:
@@ -398,5 +415,13 @@ class Builder:
             controller.watch(resource, mapper, child_predicates, child_options, initial=False)
         for resource, mapper, watch_predicates, watch_options in self._watches:
             controller.watch(resource, mapper, watch_predicates, watch_options)
+        if self._checkpoint is not None:
+            manager = self._manager
+            self._checkpoint.attach(
+                controller,
+                owned=[resource for resource, _, _ in self._owns],
+                found=lambda: manager.lease_annotations_found,
+            )
+            manager.add_lease_annotations(self._checkpoint.annotations)
         self._manager.add_controller(controller)
         return controller

@@ -96,13 +96,6 @@ class ManagerOptions:
     A cold standby runs nothing before it leads, so it cannot run controllers with
     ``need_leader_election=False`` (:meth:`Manager.run` refuses them). Without leader election
     this has no effect."""
-    lease_annotations: Callable[[], Mapping[str, str]] | None = None
-    """With leader election, called before each write of the Lease by this replica (each
-    renewal, every ``retry_period``, and the release on a graceful stop): what it returns is
-    merged into the Lease's annotations in the same request, so a leader can leave word for
-    the next one (what it had finished, say) without a write of its own. The next leader
-    finds it in :attr:`Manager.lease_annotations_found`. Empty leaves them as they are. Read
-    at each write, so it may be set after the manager is made (by what it runs)."""
     exclusive_lease_labels: Mapping[str, str] | None = None
     """With leader election, labels that make the Lease one of a kind in the cluster: for a
     controller of which one install may act at a time, when each install elects on a Lease of
@@ -134,6 +127,7 @@ class Manager:
         """Kinds to resources by discovery, shared by the controllers."""
         self.controllers: list[Controller] = []
         self.runnables: list[Runnable] = []
+        self._lease_words: list[Callable[[], Mapping[str, str]]] = []
         self.started = asyncio.Event()
         """Set once the caches have synced and this replica's controllers run (a follower's
         leader-only controllers wait for the lease, so a follower never sets it)."""
@@ -190,15 +184,27 @@ class Manager:
         """Ask :meth:`run` to shut down gracefully (safe to call from a signal handler)."""
         self._stop.set()
 
+    def add_lease_annotations(self, provider: Callable[[], Mapping[str, str]]) -> None:
+        """With leader election, call ``provider`` before each write of the Lease by this
+        replica (each renewal, every ``retry_period``, and the release on a graceful stop):
+        what it returns is merged into the Lease's annotations in the same request, so a
+        leader can leave word for the next one (what it had finished, say) without a write of
+        its own. The next leader finds it in :attr:`lease_annotations_found`. Empty leaves
+        them as they are. ``Builder.with_checkpoint`` adds its
+        :class:`~crewlet_operator.checkpoint.RestartCheckpoint` so."""
+        self._lease_words.append(provider)
+
     def _lease_annotations(self) -> Mapping[str, str]:
-        provider = self.options.lease_annotations
-        return {} if provider is None else provider()
+        merged: dict[str, str] = {}
+        for provider in self._lease_words:
+            merged.update(provider())
+        return merged
 
     @property
     def lease_annotations_found(self) -> dict[str, str]:
         """The Lease's annotations as this replica found them when it took the lease (what
-        the previous leader left there: see ``ManagerOptions.lease_annotations``); empty
-        without leader election, before the lease is taken, or on a Lease it created."""
+        the previous leader left there: see :meth:`add_lease_annotations`); empty without
+        leader election, before the lease is taken, or on a Lease it created."""
         return {} if self.elector is None else dict(self.elector.annotations_when_acquired)
 
     @property

@@ -47,6 +47,7 @@ from crewlet_operator import (
     SERVICE,
     SERVICE_ACCOUNT,
     STATEFUL_SET,
+    Checkpoint,
     Client,
     find_condition,
     resource_version,
@@ -55,7 +56,7 @@ from crewlet_operator.envtest import KWOK_NODE, ControlPlane, binaries
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually, no_namespace_terminating
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
-from reconcilers.checkpoint import ANNOTATION, Checkpoint
+from reconcilers.checkpoint import ANNOTATION
 from reconcilers.controller import WRITTEN_RESOURCES
 from reconcilers.naming import CONFIG_HASH_ANNOTATION as CONFIG_HASH
 from reconcilers.naming import MANAGED_BY_SELECTOR
@@ -96,7 +97,8 @@ def checkpoint_covers(client: Client, lease: str, namespace: str) -> Callable[[]
         if ANNOTATION not in annotations:
             return False
         # Whatever version wrote it: this process is the one that will read it.
-        checkpoint = Checkpoint.found(annotations, json.loads(annotations[ANNOTATION])["version"])
+        version = json.loads(annotations[ANNOTATION])["version"]
+        checkpoint = Checkpoint.parse(annotations, ANNOTATION, version)
         assert checkpoint is not None, annotations[ANNOTATION]
         if any(u.startswith(f"{namespace}/") for u in checkpoint.unsettled):
             return False

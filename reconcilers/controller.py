@@ -28,6 +28,7 @@ from crewlet_operator import (
     PERSISTENT_VOLUME_CLAIM,
     SECRET,
     Cache,
+    CheckpointReads,
     EventRecorder,
     GenerationChanged,
     InformerOptions,
@@ -40,6 +41,7 @@ from crewlet_operator import (
     OwnWrites,
     Request,
     Resource,
+    RestartCheckpoint,
     Result,
     find_condition,
     generation,
@@ -51,16 +53,16 @@ from crewlet_operator import (
     namespace,
     namespaced_key,
     new_predicate_funcs,
-    resource_version,
     uid,
 )
 from reconcilers import hostnames, naming
 from reconcilers.admission import Admissions
 from reconcilers.api.conditions import HOSTNAME_TAKEN, NAME_TAKEN
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
-from reconcilers.checkpoint import MAX_UNSETTLED, Checkpoint, code_version
+from reconcilers.checkpoint import ANNOTATION, LINES, code_version
 from reconcilers.class_controller import (
     CLASS_INDEX,
+    SECRET_ANSWER_TIMEOUT,
     EngineClassController,
     class_name,
     class_of,
@@ -182,11 +184,15 @@ class CrewletControllers:
         when their turn comes."""
         self._admissions = Admissions()
         """The class generations whose children the API server has admitted by a dry run."""
-        self.version = code_version(facts)
-        """What a restart checkpoint must have been written by (reconcilers.checkpoint)."""
-        self._resumed: Checkpoint | None = None
-        self._resume_judged = False
-        manager.options.lease_annotations = self.checkpoint_annotations
+        self.checkpoint = RestartCheckpoint(
+            code_version(facts),
+            annotation=ANNOTATION,
+            named=[self.secrets],
+            read_timeout=SECRET_ANSWER_TIMEOUT,
+            lines=LINES,
+        )
+        """The restart checkpoint (reconcilers.checkpoint); :meth:`_reads` declares what it
+        judges."""
         # Companies and children are held by the thousand and read a few at a time: compact,
         # and listed in small pages (a page of whole StatefulSets is ~4 MiB of dicts at 100, the
         # transient peak of a relist; memory freed after it is not all given back).
@@ -259,8 +265,10 @@ class CrewletControllers:
             predicates=[new_predicate_funcs(create=lambda _: False, update=_hostname_changed)],
             options=company_options,
         )
-        self.company_controller = builder.with_options(reserved_workers=VERDICT_WORKERS).complete(
-            self.reconcile_company
+        self.company_controller = (
+            builder.with_options(reserved_workers=VERDICT_WORKERS)
+            .with_checkpoint(self.checkpoint)
+            .complete(self.reconcile_company)
         )
         self.secrets.add_handler(self.company_controller.enqueue_handler(self._companies_of_secret))
         for resource in self.children:
@@ -412,8 +420,9 @@ class CrewletControllers:
         ns = self.cache.get(NAMESPACE, request.namespace or "") or {}
         if is_being_deleted(ns):
             return None  # the namespace controller is deleting everything in it: do not fight it
-        if await self._unchanged_since_checkpoint(request, company, engine_class, ns):
-            log.debug("unchanged since the checkpoint")
+        if await self.checkpoint.unchanged(
+            request, lambda: self._reads(request, company, engine_class)
+        ):
             return None
         observed = await self.observe(company, engine_class)
         decide = functools.partial(reconcile, company, engine_class, labels(ns), facts=self.facts)
@@ -423,122 +432,30 @@ class CrewletControllers:
         return result
 
     # -- the restart checkpoint (reconcilers.checkpoint) ------------------------------------------
-    def checkpoint_annotations(self) -> dict[str, str]:
-        """The checkpoint for the Lease (each renewal and the release), or nothing while the
-        first pass runs, a cache relists, or more than :data:`MAX_UNSETTLED` companies have
-        work left."""
-        if not self.company_controller.first_pass_done:
-            return {}
-        kinds: dict[str, tuple[str, int]] = {}
-        for resource, informer in self.cache.informers.items():
-            if informer.resource_version is None:
-                return {}
-            kinds[resource.group_kind] = (informer.resource_version, informer.store.uid_digest)
-        secrets: dict[str, str | None] = {}
-        for (ns, secret_name), informer in self.secrets.informers.items():
-            if informer.resource_version is None:
-                return {}
-            key = namespaced_key(ns, secret_name)
-            found = informer.store.get(key)
-            secrets[key] = None if found is None else resource_version(found)
-        unsettled = self.company_controller.unsettled()
-        if len(unsettled) > MAX_UNSETTLED:
-            return {}
-        return Checkpoint(
-            self.version, kinds, secrets, frozenset(str(r) for r in unsettled)
-        ).annotation()
-
-    def _checkpoint(self) -> Checkpoint | None:
-        """The previous leader's checkpoint, judged once, at this process's first reconcile
-        (before it writes anything): None when there is none of this version, or when a kind of
-        child has gained or lost an object since (a deleted child leaves nothing newer)."""
-        if self._resume_judged:
-            return self._resumed
-        self._resume_judged = True
-        found = Checkpoint.found(self.manager.lease_annotations_found, self.version)
-        informers = self.cache.informers
-        moved = (
-            []
-            if found is None
-            else [
-                r.kind
-                for r in self.children
-                if found.kinds.get(r.group_kind, ("", None))[1] != informers[r].store.uid_digest
-            ]
-        )
-        if found is None:
-            log.info("no restart checkpoint of this version: every company is reconciled in full")
-        elif moved:
-            log.info(
-                "children were created or deleted since the restart checkpoint: every company "
-                "is reconciled in full",
-                kinds=moved,
-            )
-        else:
-            self._resumed = found
-            log.info(
-                "resuming from the restart checkpoint: companies unchanged since are not "
-                "rendered again",
-                unsettled=len(found.unsettled),
-            )
-        return self._resumed
-
-    async def _unchanged_since_checkpoint(
-        self, request: Request, company: Object, engine_class: Object | None, ns: Object
-    ) -> bool:
-        """Whether this first-pass reconcile would find what the previous leader's last one
-        did, and so nothing to do (see :mod:`reconcilers.checkpoint`). The children's
-        resourceVersions are read from the stores' keys, not from unpacked children."""
-        checkpoint = self._checkpoint()
-        if (
-            checkpoint is None
-            or self.company_controller.first_pass_done
-            or request in self.company_controller.touched
-            or str(request) in checkpoint.unsettled
-            or engine_class is None
-            or not ns
-        ):
-            return False
-        changed = await self._changed_since(checkpoint, request, company, engine_class, ns)
-        if changed:
-            # Why a restart renders a company again: something of its changed meanwhile.
-            log.debug("changed since the checkpoint", kind=changed)
-        return changed is None
-
-    async def _changed_since(
-        self,
-        checkpoint: Checkpoint,
-        request: Request,
-        company: Object,
-        engine_class: Object,
-        ns: Object,
-    ) -> str | None:
-        """The first kind of which an object the company's reconcile reads is newer than the
-        checkpoint (or a referenced Secret unreadable), or None."""
-        for resource, obj in ((COMPANY, company), (ENGINE_CLASS, engine_class), (NAMESPACE, ns)):
-            if not checkpoint.unchanged(resource.group_kind, [resource_version(obj)]):
-                return resource.kind
-        if self._contested(company):
-            return "contested"
-        informers = self.cache.informers
-        claims = informers[PERSISTENT_VOLUME_CLAIM].store
+    def _reads(
+        self, request: Request, company: Object, engine_class: Object | None
+    ) -> CheckpointReads:
+        """What a Company's reconcile reads, for the restart checkpoint to judge: the Company,
+        its class and namespace, what a checkpoint cannot cover (:meth:`_contested`), its data
+        claim, its children and the Secrets its class references."""
+        key = str(request)
         claim = namespaced_key(request.namespace, naming.data_claim(request.name))
-        if claim in claims and not checkpoint.unchanged(
-            PERSISTENT_VOLUME_CLAIM.group_kind, [claims.resource_version(claim)]
-        ):
-            return PERSISTENT_VOLUME_CLAIM.kind
-        for resource in self.children:
-            store = informers[resource].store
-            keys = store.keys_by_index(COMPANY_INDEX, str(request))
-            if not checkpoint.unchanged(resource.group_kind, map(store.resource_version, keys)):
-                return resource.kind
-        secrets, unreadable = await read_references(self.secrets, engine_class)
-        if unreadable or not all(
-            checkpoint.secret_unchanged(namespaced_key(*key), secret)
-            for key, secret in secrets.items()
-        ):
-            return SECRET.kind
-        return None
+        return CheckpointReads(
+            objects=[
+                (COMPANY, key),
+                (ENGINE_CLASS, class_name(company)),
+                (NAMESPACE, request.namespace or ""),
+            ],
+            uncovered="contested" if self._contested(company) else None,
+            optional=[(PERSISTENT_VOLUME_CLAIM, claim)],
+            indexed=[(resource, COMPANY_INDEX, key) for resource in self.children],
+            named=[
+                (self.secrets, *ref)
+                for ref in sorted(
+                    referenced_secrets(engine_class) if engine_class is not None else ()
+                )
+            ],
+        )
 
     def _contested(self, company: Object) -> bool:
         """Whether what the company may do hangs on objects not its own, which a checkpoint
@@ -552,8 +469,8 @@ class CrewletControllers:
             return True
         ns, company_name = namespace(company) or "", name(company)
         return any(
-            namespaced_key(ns, child_name) in informer.store
-            for resource, informer in self.namesakes.informers.items()
+            self.namesakes.get(resource, child_name, ns) is not None
+            for resource in self.children
             for child_name in naming.child_names(company_name, resource.kind)
         )
 
