@@ -7,8 +7,9 @@ Everything a controller author needs is importable from here::
 The pieces, one concept a module (as controller-runtime has one package a concept):
 :mod:`.kube` (client, resources, config), :mod:`.cache` (informers), :mod:`.workqueue`,
 :mod:`.controller` (controller and builder), :mod:`.manager`, :mod:`.leader`, :mod:`.serving`,
-:mod:`.conditions`, :mod:`.owners`, :mod:`.diff`, :mod:`.predicate`, :mod:`.events`,
-:mod:`.metrics`, :mod:`.envtest` (a real local control plane for tests).
+:mod:`.conditions`, :mod:`.owners`, :mod:`.diff`, :mod:`.predicate`, :mod:`.writes` (a
+controller's own writes), :mod:`.events`, :mod:`.metrics`, :mod:`.envtest` (a real local
+control plane for tests).
 """
 
 from crewlet_operator.cache import Cache, EventHandler, Informer, InformerOptions, Store
@@ -131,6 +132,7 @@ from crewlet_operator.objects import (
     object_key,
     resource_version,
     resource_version_at_most,
+    resource_version_before,
     uid,
 )
 from crewlet_operator.owners import (
@@ -147,8 +149,6 @@ from crewlet_operator.predicate import (
     GenerationChanged,
     LabelChanged,
     LabelSelectorPredicate,
-    OwnStatusWrites,
-    OwnWrites,
     Predicate,
     ResourceVersionChanged,
     and_,
@@ -173,6 +173,7 @@ from crewlet_operator.workqueue import (
     NORMAL_PRIORITY,
     RateLimitingQueue,
 )
+from crewlet_operator.writes import OwnStatusWrites, OwnWrites, Write
 
 __all__ = [
     "AGING_INTERVAL",
@@ -288,6 +289,7 @@ __all__ = [
     "TransportError",
     "UnauthorizedError",
     "WatchEvent",
+    "Write",
     "add_finalizer",
     "and_",
     "apply_would_change",
@@ -324,6 +326,7 @@ __all__ = [
     "requests_for_owner",
     "resource_version",
     "resource_version_at_most",
+    "resource_version_before",
     "semantic_subset",
     "set_condition",
     "set_controller_reference",

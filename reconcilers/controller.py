@@ -788,19 +788,19 @@ class CrewletControllers:
         Raises:
             APIError: the first refusal, once every apply has been answered.
         """
-        if not dry_run:
-            for apply in applies:
-                self.child_echoes.writing(apply.object)
-        answers = await asyncio.gather(
-            *(self._apply(a, dry_run) for a in applies), return_exceptions=True
-        )
-        missed = False
-        if not dry_run:
-            for apply, answer in zip(applies, answers, strict=True):
-                if isinstance(answer, BaseException):
-                    missed |= self.child_echoes.abandoned(apply.object)
-                else:
-                    missed |= self.child_echoes.wrote(answer)
+        with contextlib.ExitStack() as held:
+            writes = (
+                []
+                if dry_run
+                else [held.enter_context(self.child_echoes.writing(a.object)) for a in applies]
+            )
+            answers = await asyncio.gather(
+                *(self._apply(a, dry_run) for a in applies), return_exceptions=True
+            )
+            for write, answer in zip(writes, answers, strict=False):  # no writes in a dry run
+                if not isinstance(answer, BaseException):
+                    write.done(answer)
+        missed = any(write.reconcile_again for write in writes)
         for answer in answers:
             if isinstance(answer, BaseException):
                 raise answer
