@@ -12,7 +12,20 @@ controller's own writes), :mod:`.events`, :mod:`.metrics`, :mod:`.envtest` (a re
 control plane for tests).
 """
 
-from crewlet_operator.cache import Cache, EventHandler, Informer, InformerOptions, Store
+from crewlet_operator.cache import (
+    Cache,
+    Compact,
+    Decoded,
+    EventHandler,
+    Informer,
+    InformerOptions,
+    ListStrategy,
+    MetadataOnly,
+    Pages,
+    Storage,
+    Store,
+    Stream,
+)
 from crewlet_operator.cache.named import NamedObjects
 from crewlet_operator.conditions import (
     Condition,
@@ -67,6 +80,7 @@ from crewlet_operator.kube.client import (
     Client,
     ObjectList,
     RawObjectList,
+    Scope,
     WatchEvent,
     is_ours,
 )
@@ -227,10 +241,12 @@ __all__ = [
     "Builder",
     "Cache",
     "Client",
+    "Compact",
     "Condition",
     "ConflictError",
     "Controller",
     "CrewletError",
+    "Decoded",
     "EnqueueHandler",
     "EventHandler",
     "EventRecorder",
@@ -252,10 +268,12 @@ __all__ = [
     "LeaderElectionConfig",
     "LeaderElector",
     "LeadershipLostError",
+    "ListStrategy",
     "Manager",
     "ManagerOptions",
     "MapFunc",
     "MaxOfRateLimiter",
+    "MetadataOnly",
     "MetadataOnlyError",
     "MetricsServer",
     "NamedObjects",
@@ -266,6 +284,7 @@ __all__ = [
     "ObjectList",
     "OwnStatusWrites",
     "OwnWrites",
+    "Pages",
     "Predicate",
     "ProcessFailedError",
     "QueueShutDown",
@@ -282,8 +301,11 @@ __all__ = [
     "Result",
     "Runnable",
     "SchemaError",
+    "Scope",
     "ServerError",
+    "Storage",
     "Store",
+    "Stream",
     "TerminalError",
     "TooManyRequestsError",
     "TransportError",
