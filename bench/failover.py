@@ -20,7 +20,7 @@ from bench.progress import Progress
 from bench.report import Figure
 from bench.session import Session
 from crewlet_operator import LEASE as LEASE_RESOURCE
-from crewlet_operator import ManagerOptions
+from crewlet_operator import ManagerOptions, Scope
 from crewlet_operator.objects import resource_version
 
 LEASE_DURATION = ManagerOptions().lease_duration
@@ -67,9 +67,8 @@ async def _new_holder(cluster: Cluster, lease: dict[str, Any]) -> Takeover:
     while True:
         async for event in cluster.api.watch(
             LEASE_RESOURCE,
-            PLATFORM,
+            Scope(PLATFORM, field_selector=f"metadata.name={LEASE}"),
             resource_version=version,
-            field_selector=f"metadata.name={LEASE}",
         ):
             version = resource_version(event.object) or version
             spec = event.object.get("spec") or {}

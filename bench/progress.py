@@ -24,6 +24,7 @@ from crewlet_operator import (
     STATEFUL_SET,
     Client,
     Resource,
+    Scope,
     TransportError,
     find_condition,
     labels,
@@ -149,7 +150,7 @@ class Progress:
             while True:
                 with contextlib.suppress(TransportError):
                     async for event in self._client.watch(
-                        resource, resource_version=version, label_selector=selector
+                        resource, Scope(label_selector=selector), resource_version=version
                     ):
                         version = resource_version(event.object) or version
                         if event.type in ("ADDED", "MODIFIED"):

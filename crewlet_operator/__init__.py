@@ -8,11 +8,25 @@ The pieces, one concept a module (as controller-runtime has one package a concep
 :mod:`.kube` (client, resources, config), :mod:`.cache` (informers), :mod:`.workqueue`,
 :mod:`.controller` (controller and builder), :mod:`.manager`, :mod:`.checkpoint` (restarts
 that redo nothing), :mod:`.leader`, :mod:`.serving`, :mod:`.conditions`, :mod:`.owners`,
-:mod:`.diff`, :mod:`.predicate`, :mod:`.events`, :mod:`.metrics`, :mod:`.envtest` (a real local
+:mod:`.diff`, :mod:`.predicate`, :mod:`.writes` (a controller's own writes), :mod:`.events`,
+:mod:`.metrics`, :mod:`.envtest` (a real local
 control plane for tests).
 """
 
-from crewlet_operator.cache import Cache, EventHandler, Informer, InformerOptions, Store
+from crewlet_operator.cache import (
+    Cache,
+    Compact,
+    Decoded,
+    EventHandler,
+    Informer,
+    InformerOptions,
+    ListStrategy,
+    MetadataOnly,
+    Pages,
+    Storage,
+    Store,
+    Stream,
+)
 from crewlet_operator.cache.named import NamedObjects
 from crewlet_operator.checkpoint import (
     Checkpoint,
@@ -76,6 +90,7 @@ from crewlet_operator.kube.client import (
     Client,
     ObjectList,
     RawObjectList,
+    Scope,
     WatchEvent,
     is_ours,
 )
@@ -141,6 +156,7 @@ from crewlet_operator.objects import (
     object_key,
     resource_version,
     resource_version_at_most,
+    resource_version_before,
     uid,
 )
 from crewlet_operator.owners import (
@@ -157,8 +173,6 @@ from crewlet_operator.predicate import (
     GenerationChanged,
     LabelChanged,
     LabelSelectorPredicate,
-    OwnStatusWrites,
-    OwnWrites,
     Predicate,
     ResourceVersionChanged,
     and_,
@@ -183,6 +197,7 @@ from crewlet_operator.workqueue import (
     NORMAL_PRIORITY,
     RateLimitingQueue,
 )
+from crewlet_operator.writes import OwnStatusWrites, OwnWrites, Write
 
 __all__ = [
     "AGING_INTERVAL",
@@ -239,10 +254,12 @@ __all__ = [
     "CheckpointLines",
     "CheckpointReads",
     "Client",
+    "Compact",
     "Condition",
     "ConflictError",
     "Controller",
     "CrewletError",
+    "Decoded",
     "EnqueueHandler",
     "EventHandler",
     "EventRecorder",
@@ -264,10 +281,12 @@ __all__ = [
     "LeaderElectionConfig",
     "LeaderElector",
     "LeadershipLostError",
+    "ListStrategy",
     "Manager",
     "ManagerOptions",
     "MapFunc",
     "MaxOfRateLimiter",
+    "MetadataOnly",
     "MetadataOnlyError",
     "MetricsServer",
     "NamedObjects",
@@ -278,6 +297,7 @@ __all__ = [
     "ObjectList",
     "OwnStatusWrites",
     "OwnWrites",
+    "Pages",
     "Predicate",
     "ProcessFailedError",
     "QueueShutDown",
@@ -295,13 +315,17 @@ __all__ = [
     "Result",
     "Runnable",
     "SchemaError",
+    "Scope",
     "ServerError",
+    "Storage",
     "Store",
+    "Stream",
     "TerminalError",
     "TooManyRequestsError",
     "TransportError",
     "UnauthorizedError",
     "WatchEvent",
+    "Write",
     "add_finalizer",
     "and_",
     "apply_would_change",
@@ -338,6 +362,7 @@ __all__ = [
     "requests_for_owner",
     "resource_version",
     "resource_version_at_most",
+    "resource_version_before",
     "semantic_subset",
     "set_condition",
     "set_controller_reference",

@@ -35,7 +35,7 @@ def keep_managed_fields_of(manager: str) -> Callable[[KubeObject], KubeObject]:
     (and the client-side ``last-applied-configuration`` annotation, which nobody reads).
 
     An object with nothing to drop is returned itself, not a copy: reading a lazily listed
-    object runs this again (``InformerOptions.lazy_lists``), and most have nothing to drop."""
+    object runs this again (``Compact.lazy_lists``), and most have nothing to drop."""
 
     def transform(obj: KubeObject) -> KubeObject:
         meta = obj.get("metadata")

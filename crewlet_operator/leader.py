@@ -41,7 +41,7 @@ from crewlet_operator.errors import (
     NotFoundError,
     UnauthorizedError,
 )
-from crewlet_operator.kube.client import Client
+from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.resources import LEASE
 from crewlet_operator.label_selector import validate_label_selector
 from crewlet_operator.objects import micro_time
@@ -260,8 +260,7 @@ class LeaderElector:
         watchers = [
             asyncio.create_task(
                 self._watch(
-                    self.config.namespace,
-                    field_selector=selector,
+                    Scope(self.config.namespace, field_selector=selector),
                     denied="may not watch the lease: falling back to polling it every retry "
                     "period; grant list and watch on leases",
                 ),
@@ -272,8 +271,7 @@ class LeaderElector:
             watchers.append(
                 asyncio.create_task(
                     self._watch(
-                        None,
-                        label_selector=self._rival_selector,
+                        Scope(label_selector=self._rival_selector),
                         denied="may not watch the leases of every namespace: another "
                         "install's release is noticed a retry period late; grant list and "
                         "watch on leases cluster-wide",
@@ -467,7 +465,7 @@ class LeaderElector:
         """List the Leases with the exclusive labels in every namespace into ``rivals``;
         False when the list failed (then no one can tell whether another install leads)."""
         try:
-            listed = await self.client.list(LEASE, label_selector=self._rival_selector)
+            listed = await self.client.list(LEASE, Scope(label_selector=self._rival_selector))
         except (ForbiddenError, UnauthorizedError) as denied:
             if not self.rivals_denied:
                 self._log.warning(
@@ -559,26 +557,15 @@ class LeaderElector:
             if spec.get("holderIdentity") not in (None, "", self.config.identity):
                 self._other_renewed_at = self._observed_at
 
-    async def _watch(
-        self,
-        namespace: str | None,
-        *,
-        denied: str,
-        field_selector: str | None = None,
-        label_selector: str | None = None,
-    ) -> None:
-        """Wake the acquire loop whenever a watched Lease changes (a release is taken at
+    async def _watch(self, scope: Scope, *, denied: str) -> None:
+        """Wake the acquire loop whenever a Lease in ``scope`` changes (a release is taken at
         once); ``denied`` is the warning, said once, when the watch is refused."""
         while True:
             try:
-                listed = await self.client.list(
-                    LEASE, namespace, field_selector=field_selector, label_selector=label_selector
-                )
+                listed = await self.client.list(LEASE, scope)
                 async for _event in self.client.watch(
                     LEASE,
-                    namespace,
-                    field_selector=field_selector,
-                    label_selector=label_selector,
+                    scope,
                     resource_version=listed.resource_version,
                     timeout_seconds=60,
                     inactivity_timeout=90,

@@ -64,9 +64,28 @@ def resource_version_at_most(version: str | None, bound: str | None) -> bool:
     API server that serves another form) compares as unknown, which answers False: a caller
     that skips work for an object no newer than a mark then does the work.
     """
-    if not (_decimal(version) and _decimal(bound)):
-        return False
-    return (len(version), version) <= (len(bound), bound)
+    order = _order(version, bound)
+    return order is not None and order <= 0
+
+
+def resource_version_before(version: str | None, other: str | None) -> bool:
+    """Whether ``version`` is known to be older than ``other``, for two objects of one kind.
+
+    The order of :func:`resource_version_at_most`, strict: anything that is not the decimal
+    form KEP-5504 compares is unknown, which answers False.
+    """
+    order = _order(version, other)
+    return order is not None and order < 0
+
+
+def _order(a: str | None, b: str | None) -> int | None:
+    """-1, 0 or 1 as resourceVersion ``a`` is older than, equal to or newer than ``b``; None
+    when either is not a decimal resourceVersion."""
+    if not (_decimal(a) and _decimal(b)):
+        return None
+    # Without leading zeros, the longer is the larger: no int() of a long string.
+    key_a, key_b = (len(a), a), (len(b), b)
+    return (key_a > key_b) - (key_a < key_b)
 
 
 def _decimal(version: str | None) -> TypeGuard[str]:

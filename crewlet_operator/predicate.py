@@ -13,8 +13,8 @@ objects: ``create(obj)``, ``update(old, new)``, ``delete(obj)`` and ``generic(ob
 
 Predicates compose with :func:`and_`, :func:`or_` and :func:`not_`; :func:`new_predicate_funcs`
 builds one from plain callables. Every predicate here is stateless and safe to share between
-controllers, but :class:`OwnStatusWrites` and :class:`OwnWrites`, which a controller tells
-what it wrote.
+controllers; those that drop the echoes of a controller's own writes, which it tells what it
+wrote, are in :mod:`crewlet_operator.writes`.
 """
 
 from __future__ import annotations
@@ -22,20 +22,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from crewlet_operator.diff import hash_of
 from crewlet_operator.label_selector import (
     label_selector_matches,
     validate_label_selector,
 )
 from crewlet_operator.label_selector import matches as selector_matches
-from crewlet_operator.objects import KubeObject, generation, object_key, resource_version, uid
+from crewlet_operator.objects import KubeObject, generation, resource_version
 
 # Aliased: `annotations` would clash with the __future__ import.
 from crewlet_operator.objects import annotations as annotations_of
 from crewlet_operator.objects import labels as labels_of
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Mapping
 
 __all__ = [
     "AnnotationChanged",
@@ -43,8 +42,6 @@ __all__ = [
     "GenerationChanged",
     "LabelChanged",
     "LabelSelectorPredicate",
-    "OwnStatusWrites",
-    "OwnWrites",
     "Predicate",
     "ResourceVersionChanged",
     "and_",
@@ -129,207 +126,6 @@ class AnnotationChanged(_UpdateFilter):
 
     def update(self, old: KubeObject, new: KubeObject) -> bool:
         return annotations_of(old) != annotations_of(new)
-
-
-class OwnStatusWrites(_UpdateFilter):
-    """Drop the update event a controller's own status write echoes back.
-
-    A controller that writes its object's status sees that write again as an update and
-    reconciles once more for nothing. Tell this predicate each status written with
-    :meth:`wrote`; an update that changes nothing but the status, into exactly that status, is
-    dropped. Anything else passes: a spec or metadata change, someone else's status write (a
-    wiped status is noticed at once), and the informer's resync replays.
-    """
-
-    def __init__(self) -> None:
-        self._written: dict[str, str] = {}  # object key -> hash of the status last written
-
-    def wrote(self, key: str, status: Mapping[str, Any]) -> None:
-        """The controller writes ``status`` to the object ``key`` (``namespace/name``).
-
-        Call it before the write: the echo can reach the informer before the write's answer
-        reaches the caller (one status write in eight, in a burst). A write that fails leaves
-        the entry, which then drops only an update into exactly that status, nothing to act on.
-        """
-        self._written[key] = hash_of(status)
-
-    def update(self, old: KubeObject, new: KubeObject) -> bool:
-        if resource_version(old) == resource_version(new):
-            return True  # a resync replay
-        if _apart_from_status(old) != _apart_from_status(new):
-            return True
-        return self._written.get(object_key(new)) != hash_of(new.get("status") or {})
-
-    def delete(self, obj: KubeObject) -> bool:
-        self._written.pop(object_key(obj), None)
-        return True
-
-
-class OwnWrites(_UpdateFilter):
-    """Drop the create or update event that echoes an object the controller itself wrote.
-
-    A controller that creates or applies its children sees each write come back through its
-    watches and reconciles the owner once more, to find the children as it wrote them. Pass
-    each object the API server returned from a write to :meth:`wrote`; the one event that
-    carries exactly that ``resourceVersion`` for that ``uid`` is dropped. Every other event
-    passes, someone else's change included (it has another resourceVersion), as do resync
-    replays.
-
-    A written object is remembered until the next event for its uid arrives, and at most
-    ``remember`` of them are (the oldest forgotten first): an echo can beat the write's own
-    answer to the process, and then no later event may come to clear the entry. The default is
-    far more than the writes a controller has in flight.
-
-    The same race makes a controller read its cache behind its own writes: an echo that beats
-    its answer passes (nothing says yet that it is one), so the owner is reconciled again at
-    once, before the children written last have reached the cache, and they would be written
-    a second time (a new object created twice; worse, a value the reconcile invents when the
-    child is missing, such as a generated password, invented anew). :meth:`newest` gives the
-    controller its own writes until the cache holds them: read your writes.
-
-    A controller that also calls :meth:`writing` before each write loses no reconcile to the
-    race either: an event for an object being written is held until the answer comes, then
-    dropped when the answer covers it (its own echo, or a change the write was applied over);
-    :meth:`wrote` returns True when one came after the write, and :meth:`abandoned` (the write
-    failed) when any came: the caller reconciles again, as the held event would have made it.
-    """
-
-    def __init__(self, remember: int = 4096) -> None:
-        self.remember = remember
-        # uid -> resourceVersion the write returned; insertion order is age.
-        self._written: dict[str, str] = {}
-        # (kind, namespace) -> name -> the object the write returned, until the cache holds it
-        # or something newer; and uid -> (kind, namespace, name) of each, in age order.
-        self._objects: dict[tuple[str, str], dict[str, KubeObject]] = {}
-        self._where: dict[str, tuple[str, str, str]] = {}
-        # (kind, namespace, name) being written -> the largest resourceVersion of the events
-        # held meanwhile ("" while none came).
-        self._writing: dict[tuple[str, str, str], str] = {}
-
-    def writing(self, obj: KubeObject) -> None:
-        """The controller is about to write ``obj`` (its kind, namespace and name are read)."""
-        self._writing[_written_key(obj)] = ""
-
-    def abandoned(self, obj: KubeObject) -> bool:
-        """The write of ``obj`` announced by :meth:`writing` failed: whether an event for it
-        was held meanwhile (then reconcile again)."""
-        return bool(self._writing.pop(_written_key(obj), ""))
-
-    def wrote(self, obj: KubeObject) -> bool:
-        """The controller wrote ``obj`` (as the API server returned it): whether an event held
-        since :meth:`writing` came after the write (then reconcile again)."""
-        written_uid, version, where = uid(obj), resource_version(obj), _written_key(obj)
-        held = self._writing.pop(where, None)
-        if not (written_uid and version):
-            return bool(held)
-        if held and not _before(held, version):  # the cache holds the write, or newer
-            self._written.pop(written_uid, None)
-            self._forget(written_uid)
-            return held != version
-        self._written.pop(written_uid, None)
-        self._written[written_uid] = version
-        if len(self._written) > self.remember:
-            del self._written[next(iter(self._written))]
-        self._forget(written_uid)
-        replaced = self._objects.get(where[:2], {}).get(where[2])
-        if replaced is not None:  # the same name, recreated: another uid
-            self._forget(uid(replaced) or "")
-        self._objects.setdefault(where[:2], {})[where[2]] = obj
-        self._where[written_uid] = where
-        if len(self._where) > self.remember:
-            self._forget(next(iter(self._where)))
-        return False
-
-    def newest(
-        self, kind: str, cached: Iterable[KubeObject], namespace: str | None = None
-    ) -> list[KubeObject]:
-        """``cached`` (objects of ``kind`` in ``namespace``, from the cache), each replaced by
-        the one this controller last wrote where that is newer, and followed by those it wrote
-        that the cache does not hold yet.
-
-        Newer is a larger ``resourceVersion``: Kubernetes has compared them as integers since
-        1.35 (KEP-5504). A written object is forgotten once the cache holds it or something
-        newer, or a delete event for it passed this predicate.
-        """
-        pending = self._objects.get((kind, namespace or ""))
-        if not pending:
-            return list(cached)
-        unseen = dict(pending)
-        found: list[KubeObject] = []
-        for obj in cached:
-            written = unseen.pop(str((obj.get("metadata") or {}).get("name") or ""), None)
-            if written is not None and _newer(written, obj):
-                found.append(written)
-                continue
-            if written is not None:
-                self._forget(uid(written) or "")
-            found.append(obj)
-        return found + list(unseen.values())
-
-    def _forget(self, written_uid: str) -> None:
-        where = self._where.pop(written_uid, None)
-        if where is not None:
-            objects = self._objects[where[:2]]
-            del objects[where[2]]
-            if not objects:
-                del self._objects[where[:2]]
-
-    def _is_echo(self, obj: KubeObject) -> bool:
-        key = _written_key(obj)
-        if key in self._writing:  # held until the write's answer says what it was
-            held, seen = self._writing[key], resource_version(obj) or ""
-            self._writing[key] = seen if not held or _before(held, seen) else held
-            return True
-        seen_uid = uid(obj) or ""
-        where = self._where.get(seen_uid)
-        if where is not None and not _newer(self._objects[where[:2]][where[2]], obj):
-            self._forget(seen_uid)  # the cache holds the write now
-        version = self._written.get(seen_uid)
-        if version is None or _before(resource_version(obj), version):
-            return False  # not written, or an older change the watch delivers late
-        del self._written[seen_uid]
-        return version == resource_version(obj)
-
-    def create(self, obj: KubeObject) -> bool:
-        return not self._is_echo(obj)
-
-    def update(self, old: KubeObject, new: KubeObject) -> bool:
-        if resource_version(old) == resource_version(new):
-            return True  # a resync replay
-        return not self._is_echo(new)
-
-    def delete(self, obj: KubeObject) -> bool:
-        self._written.pop(uid(obj) or "", None)
-        self._forget(uid(obj) or "")
-        return True
-
-
-def _written_key(obj: KubeObject) -> tuple[str, str, str]:
-    meta = obj.get("metadata") or {}
-    return str(obj.get("kind") or ""), str(meta.get("namespace") or ""), str(meta.get("name") or "")
-
-
-def _newer(a: KubeObject, b: KubeObject) -> bool:
-    """Whether ``a``'s resourceVersion is larger than ``b``'s (False where one is not a number:
-    then the cache is believed)."""
-    return _before(resource_version(b), resource_version(a))
-
-
-def _before(a: str | None, b: str | None) -> bool:
-    """Whether resourceVersion ``a`` is smaller than ``b`` (False where one is not a number)."""
-    try:
-        return int(a or "") < int(b or "")
-    except ValueError:
-        return False
-
-
-def _apart_from_status(obj: KubeObject) -> dict[str, Any]:
-    meta = {
-        k: v
-        for k, v in (obj.get("metadata") or {}).items()
-        if k not in ("resourceVersion", "managedFields")
-    }
-    return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": meta}
 
 
 class LabelSelectorPredicate:

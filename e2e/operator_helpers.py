@@ -44,6 +44,7 @@ from crewlet_operator import (
     CrewletError,
     NotFoundError,
     Resource,
+    Scope,
     find_condition,
 )
 from crewlet_operator.envtest import ControlPlane, binaries
@@ -443,7 +444,9 @@ async def children_by_company(
     """Every managed child, grouped by the company it is labelled with."""
     found: dict[Key, dict[str, set[str]]] = {}
     for resource in CHILD_KINDS:
-        listed = await client.list(resource, namespace, label_selector=naming.MANAGED_BY_SELECTOR)
+        listed = await client.list(
+            resource, Scope(namespace, label_selector=naming.MANAGED_BY_SELECTOR)
+        )
         for obj in listed.items:
             meta = obj["metadata"]
             owner = (meta.get("labels") or {}).get(naming.COMPANY_LABEL)
@@ -470,7 +473,7 @@ async def unconverged(
     wanted = set(keys)
     companies = {
         (o["metadata"]["namespace"], o["metadata"]["name"]): o
-        for o in (await client.list(COMPANY, namespace)).items
+        for o in (await client.list(COMPANY, Scope(namespace))).items
     }
     not_accepted = {k for k in wanted if k not in companies or not accepted(companies[k])}
     if not_accepted:

@@ -38,7 +38,7 @@ from operator_helpers import (
     wait_converged,
 )
 
-from crewlet_operator import DEFAULT_FIELD_MANAGER, EVENT, LEASE, NAMESPACE, Client
+from crewlet_operator import DEFAULT_FIELD_MANAGER, EVENT, LEASE, NAMESPACE, Client, Scope
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.wait import eventually
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
@@ -66,7 +66,7 @@ async def admin(plane: ControlPlane) -> AsyncIterator[Client]:
 
 
 async def events_about(client: Client, namespace: str, name: str) -> list[Object]:
-    listed = await client.list(EVENT, namespace)
+    listed = await client.list(EVENT, Scope(namespace))
     return [e for e in listed.items if (e.get("regarding") or {}).get("name") == name]
 
 
@@ -223,7 +223,7 @@ async def test_a_takeover_tells_new_companies_their_verdicts_before_it_applies_w
         # The inherited verdicts were the operator's own: none was written again as news.
         regarding = {
             (e.get("regarding") or {}).get("name")
-            for e in (await admin.list(EVENT, "inherited")).items
+            for e in (await admin.list(EVENT, Scope("inherited"))).items
             if (e.get("regarding") or {}).get("kind") == COMPANY.kind
         }
         assert regarding == {"newcomer"}

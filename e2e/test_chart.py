@@ -33,7 +33,7 @@ from crewlet_operator.envtest import ControlPlane, binaries, install_crds, pki
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import ForbiddenError, InvalidError, NotFoundError
 from crewlet_operator.kube import resources as r
-from crewlet_operator.kube.client import Client
+from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.serving import DelegatingAuth, UserInfo
 from reconcilers import ClusterFacts, Observed, desired_children
@@ -497,7 +497,7 @@ async def test_tenant_provisioner_with_the_charts_roles(
     )
     try:
         with pytest.raises(ForbiddenError):  # no Secret access of its own
-            await provisioner.list(r.SECRET, tenant)
+            await provisioner.list(r.SECRET, Scope(tenant))
         with pytest.raises(ForbiddenError):  # binding a role it lacks needs `bind` on it
             await provisioner.create(
                 r.ROLE_BINDING,
@@ -547,7 +547,7 @@ async def test_tenant_provisioner_with_the_charts_roles(
         )
         await provisioner.list(ENGINE_CLASS)
         with pytest.raises(ForbiddenError):  # only where tenant-access is bound
-            await provisioner.list(r.SECRET, namespace)
+            await provisioner.list(r.SECRET, Scope(namespace))
         with pytest.raises(ForbiddenError):
             await provisioner.create(
                 ENGINE_CLASS, {"metadata": {"name": f"{namespace}-c"}, "spec": {}}, dry_run=True
@@ -600,7 +600,7 @@ async def test_edit_user_may_run_a_company_but_not_write_an_engine_class(
     )
     assert created["metadata"]["name"] == "acme"
     await editor.patch(COMPANY, "acme", {"spec": {"suspend": True}}, namespace)
-    assert (await editor.list(COMPANY, namespace)).items
+    assert (await editor.list(COMPANY, Scope(namespace))).items
     await editor.get(COMPANY, "acme", namespace, subresource="status")
     with pytest.raises(ForbiddenError):
         await editor.create(ENGINE_CLASS, {"metadata": {"name": f"{namespace}-c"}, "spec": {}})
@@ -648,9 +648,9 @@ async def test_view_user_may_read_companies_but_not_write_them(
     viewer = client_for(control_plane.user_config("chart-viewer", ()))
     got = await eventually(lambda: viewer.get(COMPANY, "acme", namespace), message="viewer reads")
     assert got["spec"]["className"] == "standard"
-    assert [c["metadata"]["name"] for c in (await viewer.list(COMPANY, namespace)).items] == [
-        "acme"
-    ]
+    assert [
+        c["metadata"]["name"] for c in (await viewer.list(COMPANY, Scope(namespace))).items
+    ] == ["acme"]
     await viewer.get(COMPANY, "acme", namespace, subresource="status")
     with pytest.raises(ForbiddenError):
         await viewer.create(COMPANY, company(namespace, "other"), dry_run=True)

@@ -32,7 +32,7 @@ from crewlet_operator.envtest.process import alive
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import ForbiddenError, InvalidError, NotFoundError
 from crewlet_operator.kube import resources as r
-from crewlet_operator.kube.client import Client
+from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.resources import Resource
 
 ALL_BINARIES = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
@@ -90,12 +90,12 @@ async def test_crd_established_and_objects_created_listed_watched_deleted(
     kube_client.forget_discovery()
     assert await kube_client.is_served("example.crewlet.ai/v1", "Widget")
 
-    listed = await kube_client.list(WIDGET, namespace)
+    listed = await kube_client.list(WIDGET, Scope(namespace))
     events: list[tuple[str, str]] = []
 
     async def watch() -> None:
         async for event in kube_client.watch(
-            WIDGET, namespace, resource_version=listed.resource_version, timeout_seconds=30
+            WIDGET, Scope(namespace), resource_version=listed.resource_version, timeout_seconds=30
         ):
             if event.type != "BOOKMARK":
                 events.append((event.type, event.object["metadata"]["name"]))
@@ -111,7 +111,9 @@ async def test_crd_established_and_objects_created_listed_watched_deleted(
         await kube_client.create(
             WIDGET, {"metadata": {"name": "w2", "namespace": namespace}, "spec": {"size": 0}}
         )
-    names = [o["metadata"]["name"] for o in (await kube_client.list(WIDGET, namespace)).items]
+    names = [
+        o["metadata"]["name"] for o in (await kube_client.list(WIDGET, Scope(namespace))).items
+    ]
     assert names == ["w1"]
     await kube_client.delete(WIDGET, "w1", namespace)
     await asyncio.wait_for(watcher, 30)

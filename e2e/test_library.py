@@ -22,6 +22,7 @@ from crewlet_operator import (
     CONFIG_MAP,
     LEASE,
     Client,
+    Compact,
     Informer,
     InformerOptions,
     LeadershipLostError,
@@ -29,8 +30,11 @@ from crewlet_operator import (
     ManagerOptions,
     MetadataOnlyError,
     NoInformerError,
+    Pages,
     RawObjectList,
     Request,
+    Scope,
+    Stream,
     WatchEvent,
     metrics,
     resource_version,
@@ -165,10 +169,9 @@ async def test_a_deferred_transform_runs_on_a_listed_object_when_read_and_on_a_w
     for name in ("listed-a", "listed-b"):
         await kube_client.create(CONFIG_MAP, config_map(name))
     options = InformerOptions(
-        namespace=namespace,
-        label_selector="deferred=yes",
+        scope=Scope(namespace, label_selector="deferred=yes"),
         deferred_transform=drop_data,
-        compact=True,
+        storage=Compact(),
     )
     informer = Informer(kube_client, CONFIG_MAP, options)
     told = Told()
@@ -206,7 +209,7 @@ async def test_a_deferred_transform_runs_on_a_listed_object_when_read_and_on_a_w
 async def test_a_lazy_list_tells_the_metadata_and_reads_what_the_api_server_holds(
     kube_client: Client, namespace: str, stream_lists: bool, metadata_first: bool
 ) -> None:
-    """A start decodes a listed child only as far as its metadata (InformerOptions.lazy_lists),
+    """A start decodes a listed child only as far as its metadata (Compact.lazy_lists),
     whether the list is streamed or comes in pages (here of one object each), or lists the
     metadata alone first (``metadata_first``): reads give back the whole object, trimmed as a
     watch would have stored it (here, of the managedFields entry of the field manager that
@@ -219,13 +222,9 @@ async def test_a_lazy_list_tells_the_metadata_and_reads_what_the_api_server_hold
     await kube_client.apply(CONFIG_MAP, config_map("touched"))
     await kube_client.patch(CONFIG_MAP, "touched", {"data": {"other": "x"}}, namespace)
     options = InformerOptions(
-        namespace=namespace,
-        label_selector="lazy=yes",
-        compact=True,
-        lazy_lists=True,
-        stream_lists=stream_lists,
-        page_size=1,
-        metadata_first=metadata_first,
+        scope=Scope(namespace, label_selector="lazy=yes"),
+        lists=Stream(page_size=1) if stream_lists else Pages(1),
+        storage=Compact(lazy_lists=True, metadata_first=metadata_first),
     )
     informer = Informer(kube_client, CONFIG_MAP, options)
     told = Told()
@@ -289,7 +288,7 @@ class HeldWholeLists:
 async def test_a_metadata_first_informer_syncs_on_the_metadata_and_then_lists_the_whole_objects(
     kube_client: Client, namespace: str
 ) -> None:
-    """InformerOptions.metadata_first, against the API server's PartialObjectMetadataList: synced
+    """Compact.metadata_first, against the API server's PartialObjectMetadataList: synced
     with each object's metadata (versions and index values, reads refused), then whole, with
     what changed in between told as a relist tells it."""
 
@@ -300,13 +299,9 @@ async def test_a_metadata_first_informer_syncs_on_the_metadata_and_then_lists_th
         await kube_client.apply(CONFIG_MAP, config_map(name))
     held = HeldWholeLists(kube_client)
     options = InformerOptions(
-        namespace=namespace,
-        label_selector="first=metadata",
-        compact=True,
-        lazy_lists=True,
-        stream_lists=False,
-        metadata_first=True,
-        page_size=2,
+        scope=Scope(namespace, label_selector="first=metadata"),
+        lists=Pages(2),
+        storage=Compact(lazy_lists=True, metadata_first=True),
     )
     informer = Informer(held, CONFIG_MAP, options)  # type: ignore[arg-type]
     told = Told()
@@ -361,7 +356,7 @@ async def test_failing_reconcile_is_retried_without_killing_the_worker(
             raise KeyError("a bug that goes away")
 
     manager.controller(f"flaky-{namespace}").for_(
-        CONFIG_MAP, options=InformerOptions(namespace=namespace)
+        CONFIG_MAP, options=InformerOptions(scope=Scope(namespace))
     ).complete(reconcile)
     async with running(manager):
         await kube_client.create(
@@ -393,9 +388,9 @@ async def test_resync_of_converged_objects_makes_zero_mutating_requests(
 
         async def converged() -> bool:
             cms = await kube_client.list(
-                CONFIG_MAP, namespace, label_selector="example.crewlet.ai/widget"
+                CONFIG_MAP, Scope(namespace, label_selector="example.crewlet.ai/widget")
             )
-            widgets = await kube_client.list(WIDGET, namespace)
+            widgets = await kube_client.list(WIDGET, Scope(namespace))
             return len(cms.items) == 100 and all(w.get("status") for w in widgets.items)
 
         await eventually(converged, timeout=120, message="100 widgets converged")
@@ -435,7 +430,7 @@ async def test_the_metrics_endpoint_counts_the_cached_objects_by_kind(
     async def reconcile(request: Request) -> None: ...
 
     manager.controller(f"counted-{namespace}").for_(
-        CONFIG_MAP, options=InformerOptions(namespace=namespace, label_selector="counted")
+        CONFIG_MAP, options=InformerOptions(scope=Scope(namespace, label_selector="counted"))
     ).complete(reconcile)
 
     async def exposed() -> str:
@@ -467,7 +462,7 @@ async def test_a_running_manager_samples_its_event_loops_lag_and_a_stopped_one_d
     async def reconcile(request: Request) -> None: ...
 
     manager.controller(f"lagging-{namespace}").for_(
-        CONFIG_MAP, options=InformerOptions(namespace=namespace)
+        CONFIG_MAP, options=InformerOptions(scope=Scope(namespace))
     ).complete(reconcile)
 
     async def sampled() -> float:
@@ -504,7 +499,7 @@ async def test_a_synced_cache_is_kept_out_of_the_collectors_sight_until_the_stop
     async def reconcile(request: Request) -> None: ...
 
     manager.controller(f"frozen-{namespace}-{freeze}").for_(
-        CONFIG_MAP, options=InformerOptions(namespace=namespace)
+        CONFIG_MAP, options=InformerOptions(scope=Scope(namespace))
     ).complete(reconcile)
     assert gc.get_freeze_count() == 0
     async with running(manager):
@@ -514,6 +509,10 @@ async def test_a_synced_cache_is_kept_out_of_the_collectors_sight_until_the_stop
 
 
 # -- faults, on a control plane of their own ------------------------------------------------
+FAULTY = Scope("default", label_selector="fault=yes")
+"""The ConfigMaps the fault tests watch."""
+
+
 @pytest.fixture(scope="module")
 def fault_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     # No watch cache for ConfigMaps: a watch from a compacted resourceVersion then gets 410 Gone
@@ -536,7 +535,7 @@ def names_in(informer: Informer) -> set[str]:
 
 
 async def server_names(client: Client, namespace: str) -> set[str]:
-    return {o["metadata"]["name"] for o in (await client.list(CONFIG_MAP, namespace)).items}
+    return {o["metadata"]["name"] for o in (await client.list(CONFIG_MAP, Scope(namespace))).items}
 
 
 def cm(name: str) -> dict[str, Any]:
@@ -561,7 +560,7 @@ async def test_informer_resumes_after_api_server_restart(
     informer = Informer(
         fault_client,
         CONFIG_MAP,
-        InformerOptions(namespace="default", label_selector="fault=yes", inactivity_timeout=5),
+        InformerOptions(scope=FAULTY, inactivity_timeout=5),
     )
     for name in ("r-a", "r-b"):
         await fault_client.create(CONFIG_MAP, cm(name))
@@ -581,9 +580,7 @@ async def test_informer_resumes_after_api_server_restart(
 async def test_informer_relists_after_410_gone_without_losing_a_delete(
     fault_plane: ControlPlane, fault_client: Client
 ) -> None:
-    informer = Informer(
-        fault_client, CONFIG_MAP, InformerOptions(namespace="default", label_selector="fault=yes")
-    )
+    informer = Informer(fault_client, CONFIG_MAP, InformerOptions(scope=FAULTY))
     deleted: list[str] = []
 
     class Recorder:
@@ -618,7 +615,7 @@ async def test_silent_watch_is_detected_and_replaced(
     informer = Informer(
         fault_client,
         CONFIG_MAP,
-        InformerOptions(namespace="default", label_selector="fault=yes", inactivity_timeout=3),
+        InformerOptions(scope=FAULTY, inactivity_timeout=3),
     )
     task = await run_informer(informer)
     failures = informer.watch_failures
@@ -652,9 +649,7 @@ async def test_an_informer_silent_past_its_watchdog_fails_healthz_until_it_hears
     manager = Manager(fault_client, manager_options())
     informer = manager.cache.informer(
         CONFIG_MAP,
-        InformerOptions(
-            namespace="default", label_selector="fault=yes", inactivity_timeout=2, max_backoff=1
-        ),
+        InformerOptions(scope=FAULTY, inactivity_timeout=2, max_backoff=1),
     )
     assert informer.max_silence == 6
     await fault_client.create(CONFIG_MAP, cm("beat"))
@@ -705,7 +700,7 @@ async def test_leader_cut_off_from_the_api_server_stops_before_its_lease_expires
         ),
     )
     manager.controller("cutoff").for_(
-        CONFIG_MAP, options=InformerOptions(namespace="default")
+        CONFIG_MAP, options=InformerOptions(scope=Scope("default"))
     ).complete(reconcile)
     task = asyncio.create_task(manager.run())
     await eventually(lambda: manager.is_leader and manager.elector is not None, timeout=30)

@@ -37,11 +37,11 @@ from crewlet_operator import (
     controller_reference,
     set_condition,
 )
-from crewlet_operator.cache import Informer, InformerOptions
+from crewlet_operator.cache import Informer, InformerOptions, MetadataOnly, Stream
 from crewlet_operator.crd import ConditionDict, crd_for, list_map
 from crewlet_operator.envtest import ControlPlane, install_crds
 from crewlet_operator.envtest.wait import eventually
-from crewlet_operator.kube import resources
+from crewlet_operator.kube import Scope, resources
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.testing import manager_options_for_tests, run_manager
 
@@ -219,11 +219,11 @@ async def test_an_apply_lands_on_the_object_it_was_compared_with_or_on_none(
 async def test_a_metadata_only_informer_holds_who_each_object_is_not_what_it_holds(
     kube_client: Client, namespace: str
 ) -> None:
-    """``InformerOptions(metadata_only=True)``: listed and watched as PartialObjectMetadata,
+    """``InformerOptions(storage=MetadataOnly())``: listed and watched as PartialObjectMetadata,
     stored and told under the kind's own apiVersion and kind, without the object's data."""
     await kube_client.create(CONFIG_MAP, config_map(namespace, "listed", secret="payload"))
     informer = Informer(
-        kube_client, CONFIG_MAP, InformerOptions(namespace=namespace, metadata_only=True)
+        kube_client, CONFIG_MAP, InformerOptions(scope=Scope(namespace), storage=MetadataOnly())
     )
     task = asyncio.create_task(informer.run())
     try:
@@ -445,7 +445,9 @@ async def test_a_forbidden_lease_watch_is_said_once_and_polling_still_acquires(
 async def _informer_syncs_and_watches(client: Client, namespace: str) -> Informer:
     for i in range(30):
         await client.create(CONFIG_MAP, config_map(namespace, f"listed-{i}"))
-    informer = Informer(client, CONFIG_MAP, InformerOptions(namespace=namespace, page_size=7))
+    informer = Informer(
+        client, CONFIG_MAP, InformerOptions(scope=Scope(namespace), lists=Stream(page_size=7))
+    )
     task = asyncio.create_task(informer.run())
     try:
         await informer.wait_for_sync(30)

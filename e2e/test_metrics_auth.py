@@ -20,7 +20,7 @@ from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.errors import NotFoundError
 from crewlet_operator.events import EventRecorder
 from crewlet_operator.kube import resources as r
-from crewlet_operator.kube.client import Client
+from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.serving import MetricsServer
 
 # Signed by nobody the API server trusts.
@@ -176,7 +176,7 @@ async def test_recorded_events_are_written_and_repeats_form_a_series(
     recorder.record(config_map, "Normal", "Synced", "Reconcile", "x" * 3000)
     await recorder.flush()
 
-    listed = await kube_client.list(r.EVENT, namespace)
+    listed = await kube_client.list(r.EVENT, Scope(namespace))
     ours = {e["reason"]: e for e in listed.items if e["reportingController"] == "crewlet-operator"}
     assert set(ours) == {"InvalidSettings", "Synced"}
     invalid, synced = ours["InvalidSettings"], ours["Synced"]
@@ -199,7 +199,7 @@ async def test_events_about_cluster_scoped_objects_go_to_default(
     uid = namespace_object["metadata"]["uid"]
     ours = [
         e
-        for e in (await kube_client.list(r.EVENT, "default")).items
+        for e in (await kube_client.list(r.EVENT, Scope("default"))).items
         if e.get("regarding", {}).get("uid") == uid
     ]
     assert [e["reason"] for e in ours] == ["Labelled"]

@@ -49,6 +49,7 @@ from crewlet_operator import (
     STATEFUL_SET,
     Checkpoint,
     Client,
+    Scope,
     find_condition,
     resource_version,
 )
@@ -74,7 +75,7 @@ def claims_settled(client: Client, namespace: str) -> Callable[[], Awaitable[boo
     still write to it, and a restart rightly finishes the marking."""
 
     async def probe() -> bool:
-        claims = (await client.list(PERSISTENT_VOLUME_CLAIM, namespace)).items
+        claims = (await client.list(PERSISTENT_VOLUME_CLAIM, Scope(namespace))).items
         return bool(claims) and all(
             (c.get("status") or {}).get("phase") == "Bound"
             and CLAIM_ANNOTATION in ((c.get("metadata") or {}).get("annotations") or {})
@@ -105,7 +106,7 @@ def checkpoint_covers(client: Client, lease: str, namespace: str) -> Callable[[]
         for resource in (COMPANY, PERSISTENT_VOLUME_CLAIM, *CHILD_KINDS):
             # What the operator watches: its caches' marks say nothing of other objects.
             selector = None if resource is COMPANY else MANAGED_BY_SELECTOR
-            listed = await client.list(resource, namespace, label_selector=selector)
+            listed = await client.list(resource, Scope(namespace, label_selector=selector))
             if not checkpoint.unchanged(resource.group_kind, map(resource_version, listed.items)):
                 return False
         return True
@@ -215,7 +216,7 @@ async def test_company_runs_every_child_and_becomes_ready(
     sa = await kube_client.get(SERVICE_ACCOUNT, "acme-engine", namespace)
     assert sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == "arn:aws:iam::1:role/x"
     secrets = (
-        await kube_client.list(SECRET, namespace, label_selector="crewlet.ai/company=acme")
+        await kube_client.list(SECRET, Scope(namespace, label_selector="crewlet.ai/company=acme"))
     ).items
     assert secrets and all(s["type"] == "Opaque" for s in secrets)
     copied = [s for s in secrets if "ANTHROPIC_API_KEY" in (s.get("data") or {})]
@@ -400,7 +401,7 @@ async def test_suspend_resume_and_delete_keep_the_claim(
     await kube_client.delete(COMPANY, "acme", namespace)
 
     async def children_gone() -> bool:
-        left = await kube_client.list(STATEFUL_SET, namespace)
+        left = await kube_client.list(STATEFUL_SET, Scope(namespace))
         return not left.items
 
     await eventually(children_gone, timeout=60, message="children garbage-collected")

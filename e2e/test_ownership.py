@@ -44,6 +44,7 @@ from crewlet_operator import (
     SECRET,
     Client,
     Resource,
+    Scope,
     controller_reference,
     find_condition,
     is_controlled_by,
@@ -155,7 +156,7 @@ async def operators_objects(client: Client, ns: str) -> list[str]:
     """Everything in ``ns`` labelled as the operator's."""
     found = []
     for resource in KINDS.values():
-        listed = await client.list(resource, ns, label_selector=naming.MANAGED_BY_SELECTOR)
+        listed = await client.list(resource, Scope(ns, label_selector=naming.MANAGED_BY_SELECTOR))
         found += [f"{resource.kind} {o['metadata']['name']}" for o in listed.items]
     return found
 
@@ -255,7 +256,7 @@ async def test_the_verdict_on_a_taken_name_holds_across_reconciles_and_restarts(
     refused = await wait_condition(client, ns, "acme", "Accepted", "False", reason=NAME_TAKEN)
 
     async def events() -> list[Object]:
-        listed = await client.list(EVENT, ns)
+        listed = await client.list(EVENT, Scope(ns))
         return [e for e in listed.items if (e.get("regarding") or {}).get("name") == "acme"]
 
     await eventually(events, timeout=30, message="the refusal's Event")

@@ -61,7 +61,7 @@ from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import InvalidError, NotFoundError
 from crewlet_operator.kube import resources as r
-from crewlet_operator.kube.client import Client
+from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import Resource
 from reconcilers import ClusterFacts, Observed, desired_children
@@ -2606,7 +2606,7 @@ async def test_the_operator_runs_a_company_under_the_charts_rbac_and_policy(
             return CLAIM_ANNOTATION in annotations
 
         await eventually(claim_marked, timeout=60, message="the data claim's version mark")
-        secrets = (await kube_client.list(r.SECRET, namespace)).items
+        secrets = (await kube_client.list(r.SECRET, Scope(namespace))).items
         assert secrets and all(
             s["metadata"]["labels"] == {**s["metadata"]["labels"], **MANAGED} for s in secrets
         )

@@ -10,7 +10,16 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
-from crewlet_operator import CONFIG_MAP, Client, InformerOptions, Manager, Request
+from crewlet_operator import (
+    CONFIG_MAP,
+    Client,
+    Compact,
+    Decoded,
+    InformerOptions,
+    Manager,
+    Request,
+    Scope,
+)
 from crewlet_operator.testing import eventually, manager_options_for_tests, run_manager
 
 COUNT = 5
@@ -50,10 +59,8 @@ class Replica:
             .for_(
                 CONFIG_MAP,
                 options=InformerOptions(
-                    namespace=namespace,
-                    label_selector=LABEL,
-                    compact=metadata_first,
-                    metadata_first=metadata_first,
+                    scope=Scope(namespace, label_selector=LABEL),
+                    storage=Compact(metadata_first=True) if metadata_first else Decoded(),
                 ),
             )
             .complete(self._reconcile)
@@ -142,7 +149,7 @@ async def test_a_cold_standby_caches_nothing_until_it_leads(
 async def test_metadata_first_kinds_are_listed_whole_after_the_first_pass_or_on_a_standby(
     kube_client: Client, namespace: str
 ) -> None:
-    """InformerOptions.metadata_first: the leader's controller asks for the whole objects once
+    """Compact(metadata_first=True): the leader's controller asks for the whole objects once
     its first pass is done; a warm standby, which has no first pass, as soon as it follows."""
     names = await create_config_maps(kube_client, namespace)
     leader = Replica(kube_client, namespace, "leader", warm=True, metadata_first=True)

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from crewlet_operator import LEASE, Client, find_condition
+from crewlet_operator import LEASE, Client, Scope, find_condition
 from crewlet_operator.envtest import ControlPlane, install_crds, load_crds
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.wait import eventually
@@ -119,12 +119,13 @@ def moment(text: str) -> datetime:
 
 async def record_lease(client: Client, namespace: str, seen: list[Object]) -> None:
     """Every version of the Lease, as the API server stored it, in order."""
-    listed = await client.list(LEASE, namespace, field_selector=f"metadata.name={LEASE_NAME}")
+    listed = await client.list(
+        LEASE, Scope(namespace, field_selector=f"metadata.name={LEASE_NAME}")
+    )
     seen.extend(listed.items)
     async for event in client.watch(
         LEASE,
-        namespace,
-        field_selector=f"metadata.name={LEASE_NAME}",
+        Scope(namespace, field_selector=f"metadata.name={LEASE_NAME}"),
         resource_version=listed.resource_version,
         timeout_seconds=300,
     ):
@@ -143,7 +144,7 @@ async def test_the_standby_takes_over_at_expiry_and_serves_the_new_object_first(
     try:
 
         async def converged() -> bool:
-            items = (await kube_client.list(WIDGET, namespace)).items
+            items = (await kube_client.list(WIDGET, Scope(namespace))).items
             return len(items) == WIDGETS and all(
                 find_condition((w.get("status") or {}).get("conditions"), "Ready") for w in items
             )

@@ -56,6 +56,7 @@ from crewlet_operator import (
     POD,
     Client,
     Resource,
+    Scope,
 )
 from crewlet_operator.envtest import ControlPlane, binaries
 from crewlet_operator.envtest.wait import eventually
@@ -284,7 +285,7 @@ async def rolled_out(client: Client) -> Object | None:
 
 
 async def manager_pods(client: Client) -> list[Object]:
-    listed = await client.list(POD, RELEASE_NS, label_selector=MANAGER_PODS)
+    listed = await client.list(POD, Scope(RELEASE_NS, label_selector=MANAGER_PODS))
     return [p for p in listed.items if not p["metadata"].get("deletionTimestamp")]
 
 
@@ -306,7 +307,7 @@ async def check_the_rollout(client: Client) -> None:
     assert progressing["reason"] == "NewReplicaSetAvailable", progressing
 
     # A new ReplicaSet runs the new template; the old one is scaled to nothing.
-    sets = (await client.list(REPLICA_SET, RELEASE_NS, label_selector=MANAGER_PODS)).items
+    sets = (await client.list(REPLICA_SET, Scope(RELEASE_NS, label_selector=MANAGER_PODS))).items
     by_image = {image_of(s["spec"]["template"]): s for s in sets}
     assert set(by_image) == {old_image, new_image}, sorted(by_image)
     assert by_image[old_image]["spec"]["replicas"] == 0

@@ -29,20 +29,25 @@ from crewlet_operator import (
     SECRET,
     Cache,
     CheckpointReads,
+    Compact,
     EventRecorder,
     GenerationChanged,
     InformerOptions,
     InvalidError,
     LabelChanged,
     Manager,
+    MetadataOnly,
     NamedObjects,
     NotFoundError,
     OwnStatusWrites,
     OwnWrites,
+    Pages,
     Request,
     Resource,
     RestartCheckpoint,
     Result,
+    Scope,
+    Stream,
     find_condition,
     generation,
     is_being_deleted,
@@ -198,30 +203,29 @@ class CrewletControllers:
         # transient peak of a relist; memory freed after it is not all given back).
         company_options = InformerOptions(
             indexers={CLASS_INDEX: class_of, HOSTNAME_INDEX: _hostname_of},
-            compact=True,
-            page_size=COMPACT_PAGE,
+            lists=Stream(page_size=COMPACT_PAGE),
+            storage=Compact(),
         )
         labelled = InformerOptions(
-            label_selector=naming.MANAGED_BY_SELECTOR, compact=True, page_size=COMPACT_PAGE
+            scope=Scope(label_selector=naming.MANAGED_BY_SELECTOR),
+            lists=Stream(page_size=COMPACT_PAGE),
+            storage=Compact(),
         )
         # Children are cached as far as the operator applied them (and their status): what a
         # reconcile compares them with. Pruning was the dearest step of a sync (a sixth of its
         # CPU over 130,000 children), and a restart's first pass reads few of them: deferred.
         # For the same reason a start decodes a listed child only as far as its metadata, and
         # lists them in pages, which cost the API server half the CPU of a stream (see
-        # InformerOptions.stream_lists): a restart over 3,000 companies synced in 4.2 s against
+        # crewlet_operator.cache.Stream): a restart over 3,000 companies synced in 4.2 s against
         # 4.9 (four alternated pairs), with 0.5 s less of the operator's CPU. And a start lists
         # their metadata first, which is all a first pass over a checkpoint reads: the whole
         # children are listed after it, or when a reconcile needs them (_whole_children).
         owned = InformerOptions(
-            label_selector=naming.MANAGED_BY_SELECTOR,
+            scope=Scope(label_selector=naming.MANAGED_BY_SELECTOR),
             deferred_transform=keep_owned_fields_of(manager.client.field_manager),
             indexers={COMPANY_INDEX: _company_of_child},
-            compact=True,
-            page_size=LISTED_CHILDREN_PAGE,
-            lazy_lists=True,
-            stream_lists=False,
-            metadata_first=True,
+            lists=Pages(LISTED_CHILDREN_PAGE),
+            storage=Compact(lazy_lists=True, metadata_first=True),
         )
 
         # Every other object of the children's kinds, by its metadata alone: a name a child
@@ -233,10 +237,10 @@ class CrewletControllers:
         # without a limit from its watch cache, where a paged one may read every object of
         # the kind from etcd to find them.
         unlabelled = InformerOptions(
-            label_selector=naming.NOT_MANAGED_SELECTOR,
-            metadata_only=True,
+            scope=Scope(label_selector=naming.NOT_MANAGED_SELECTOR),
             transform=_identity,
-            page_size=0,
+            lists=Pages(0),
+            storage=MetadataOnly(),
         )
         for resource in self.children:
             self.namesakes.informer(resource, unlabelled)
@@ -631,19 +635,19 @@ class CrewletControllers:
         Raises:
             APIError: the first refusal, once every apply has been answered.
         """
-        if not dry_run:
-            for apply in applies:
-                self.child_echoes.writing(apply.object)
-        answers = await asyncio.gather(
-            *(self._apply(a, dry_run) for a in applies), return_exceptions=True
-        )
-        missed = False
-        if not dry_run:
-            for apply, answer in zip(applies, answers, strict=True):
-                if isinstance(answer, BaseException):
-                    missed |= self.child_echoes.abandoned(apply.object)
-                else:
-                    missed |= self.child_echoes.wrote(answer)
+        with contextlib.ExitStack() as held:
+            writes = (
+                []
+                if dry_run
+                else [held.enter_context(self.child_echoes.writing(a.object)) for a in applies]
+            )
+            answers = await asyncio.gather(
+                *(self._apply(a, dry_run) for a in applies), return_exceptions=True
+            )
+            for write, answer in zip(writes, answers, strict=False):  # no writes in a dry run
+                if not isinstance(answer, BaseException):
+                    write.done(answer)
+        missed = any(write.reconcile_again for write in writes)
         for answer in answers:
             if isinstance(answer, BaseException):
                 raise answer

@@ -11,7 +11,7 @@ import orjson
 import pytest
 from fakes import MetadataThenWhole, item_of, partial_item
 
-from crewlet_operator.cache import Cache, InformerOptions
+from crewlet_operator.cache import Cache, Compact, InformerOptions, MetadataOnly, Pages
 from crewlet_operator.cache.informer import INITIAL_EVENTS_END, Informer
 from crewlet_operator.cache.listing import item_metadata, listed_metadata, partial_item_metadata
 from crewlet_operator.errors import MetadataOnlyError
@@ -213,14 +213,14 @@ async def test_a_lazy_list_tells_the_metadata_and_reads_the_whole_object_trimmed
     touched = applied_secret("touched", ("me", "Apply"), ("kubectl", "Update"))
     end = {"metadata": {"resourceVersion": "9", "annotations": {INITIAL_EVENTS_END: "true"}}}
     client = Lines([added(ours), added(touched), orjson.dumps({"type": "BOOKMARK", "object": end})])
-    informer = Informer(client, SECRET, InformerOptions(compact=True, lazy_lists=True))  # type: ignore[arg-type]
+    informer = Informer(client, SECRET, InformerOptions(storage=Compact(lazy_lists=True)))  # type: ignore[arg-type]
     told = await told_until_synced(informer)
     assert told == {"ours": metadata_of(ours), "touched": metadata_of(touched)}
     assert informer.store.get("ns/ours") == ours
     assert informer.store.get("ns/touched") == applied_secret("touched", ("me", "Apply"))
 
 
-class Pages:
+class PagedClient:
     """A client whose lists send the given pages of items, and whose watches stay silent."""
 
     field_manager = "me"
@@ -241,8 +241,8 @@ async def test_a_lazy_list_in_pages_tells_the_metadata_and_reads_the_whole_objec
     ours = applied_secret("ours", ("me", "Apply"))
     touched = applied_secret("touched", ("me", "Apply"), ("kubectl", "Update"))
     bare = without_managed_fields()  # decoded whole, and given the kind the page names
-    client = Pages([item_of(ours), item_of(touched)], [item_of(bare)])
-    options = InformerOptions(compact=True, lazy_lists=True, stream_lists=False)
+    client = PagedClient([item_of(ours), item_of(touched)], [item_of(bare)])
+    options = InformerOptions(lists=Pages(), storage=Compact(lazy_lists=True))
     informer = Informer(client, SECRET, options)  # type: ignore[arg-type]
     told = await told_until_synced(informer)
     assert told == {"ours": metadata_of(ours), "touched": metadata_of(touched), "a": bare}
@@ -252,14 +252,10 @@ async def test_a_lazy_list_in_pages_tells_the_metadata_and_reads_the_whole_objec
     assert not informer.streams_lists
 
 
-def test_a_lazy_list_needs_a_compact_store_and_the_default_transform() -> None:
-    client = Lines([])
-    for options in (
-        InformerOptions(lazy_lists=True),
-        InformerOptions(lazy_lists=True, compact=True, transform=untouched),
-    ):
-        with pytest.raises(ValueError, match="lazy_lists needs compact=True"):
-            Informer(client, SECRET, options)  # type: ignore[arg-type]
+def test_a_lazy_list_needs_the_default_transform() -> None:
+    options = InformerOptions(transform=untouched, storage=Compact(lazy_lists=True))
+    with pytest.raises(ValueError, match=r"Compact\(lazy_lists=True\) needs the default"):
+        Informer(Lines([]), SECRET, options)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -300,9 +296,7 @@ async def test_a_metadata_first_list_syncs_on_the_metadata_then_holds_the_whole_
     )
     newer = secret_at("changed", "10")
     client = MetadataThenWhole([kept, changed, gone], [kept, newer, new])
-    options = InformerOptions(
-        compact=True, lazy_lists=True, stream_lists=False, metadata_first=True
-    )
+    options = InformerOptions(lists=Pages(), storage=Compact(lazy_lists=True, metadata_first=True))
     informer = Informer(client, SECRET, options)  # type: ignore[arg-type]
     told: list[tuple[str, str, str]] = []
 
@@ -353,7 +347,7 @@ async def test_a_metadata_first_list_syncs_on_the_metadata_then_holds_the_whole_
 
 async def test_an_empty_metadata_list_is_whole_at_once() -> None:
     client = MetadataThenWhole([], [])
-    options = InformerOptions(compact=True, stream_lists=False, metadata_first=True)
+    options = InformerOptions(lists=Pages(), storage=Compact(metadata_first=True))
     informer = Informer(client, SECRET, options)  # type: ignore[arg-type]
     task = asyncio.create_task(informer.run())
     try:
@@ -364,24 +358,6 @@ async def test_an_empty_metadata_list_is_whole_at_once() -> None:
         task.cancel()
 
 
-def test_a_metadata_first_list_needs_a_compact_store() -> None:
-    with pytest.raises(ValueError, match="metadata_first needs compact=True"):
-        Informer(Lines([]), SECRET, InformerOptions(metadata_first=True))  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize(
-    "options",
-    [
-        InformerOptions(metadata_only=True, compact=True, metadata_first=True),
-        InformerOptions(metadata_only=True, compact=True, lazy_lists=True),
-    ],
-    ids=["metadata_first", "lazy_lists"],
-)
-def test_a_metadata_only_informer_lists_nothing_else(options: InformerOptions) -> None:
-    with pytest.raises(ValueError, match="metadata_only lists nothing else"):
-        Informer(Lines([]), SECRET, options)  # type: ignore[arg-type]
-
-
 def test_a_metadata_only_informer_lists_in_pages() -> None:
-    informer = Informer(Lines([]), SECRET, InformerOptions(metadata_only=True))  # type: ignore[arg-type]
+    informer = Informer(Lines([]), SECRET, InformerOptions(storage=MetadataOnly()))  # type: ignore[arg-type]
     assert not informer.streams_lists

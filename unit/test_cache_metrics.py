@@ -7,7 +7,7 @@ import gc
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from crewlet_operator.cache import Cache, InformerOptions
+from crewlet_operator.cache import Cache, Compact, InformerOptions
 from crewlet_operator.kube.resources import CONFIG_MAP, SECRET, STATEFUL_SET, Resource
 from crewlet_operator.metrics import CachedObjectCounts
 from crewlet_operator.objects import KubeObject
@@ -105,7 +105,7 @@ def test_the_objects_held_by_their_metadata_alone_have_a_gauge_of_their_own() ->
     partial = Gauge("metadata_only", "Objects by their metadata.", ["kind"], registry=registry)
     counts = CachedObjectCounts(gauge, partial)
     cache = Cache(client=None)  # type: ignore[arg-type]  # never started: no client needed
-    options = InformerOptions(transform=untouched, compact=True, metadata_first=True)
+    options = InformerOptions(transform=untouched, storage=Compact(metadata_first=True))
     cache.informer(CONFIG_MAP, options)
     counts.track(cache)
     store = cache.informers[CONFIG_MAP].store

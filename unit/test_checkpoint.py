@@ -22,6 +22,7 @@ from crewlet_operator import (
     Controller,
     InformerOptions,
     KubeObject,
+    Pages,
     RawObjectList,
     Request,
     Resource,
@@ -163,7 +164,7 @@ async def process(
     in the Lease; the controller is not started (its first pass is to come)."""
     cache = Cache(Listed(world))  # type: ignore[arg-type]
     for resource in world:
-        cache.informer(resource, InformerOptions(stream_lists=False, indexers={APP_INDEX: _app_of}))
+        cache.informer(resource, InformerOptions(lists=Pages(), indexers={APP_INDEX: _app_of}))
     controller = Controller(name, settled, cache)
     checkpoint = RestartCheckpoint("v1", annotation=KEY)
     checkpoint.attach(controller, owned=[SECRET], found=lambda: found)

@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 import pytest
 
-from crewlet_operator import Client
+from crewlet_operator import Client, Scope
 from crewlet_operator.kube.client import _lines
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import SECRET
@@ -87,8 +87,8 @@ async def test_raw_pages_give_each_item_as_sent_and_follow_the_continue_token() 
     client = Client(RestConfig(host="https://127.0.0.1:1", token="t"))
     try:
         with mock.patch.object(client, "_send", send):
-            raw = [page async for page in client.list_raw_pages(SECRET, "ns", page_size=1)]
-            whole = [page async for page in client.list_pages(SECRET, "ns", page_size=1)]
+            raw = [page async for page in client.list_raw_pages(SECRET, Scope("ns"), page_size=1)]
+            whole = [page async for page in client.list_pages(SECRET, Scope("ns"), page_size=1)]
     finally:
         await client.close()
     assert [(p.items, p.resource_version) for p in raw] == [([FIRST], "5"), ([SECOND], "5")]
@@ -109,6 +109,6 @@ async def test_a_page_that_is_not_a_list_is_an_error_that_names_the_path() -> No
             mock.patch.object(client, "_send", send),
             pytest.raises(ValueError, match="/api/v1/namespaces/ns/secrets: not a list"),
         ):
-            [page async for page in client.list_raw_pages(SECRET, "ns")]
+            [page async for page in client.list_raw_pages(SECRET, Scope("ns"))]
     finally:
         await client.close()

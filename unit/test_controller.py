@@ -9,7 +9,7 @@ import pytest
 from fakes import MetadataThenWhole
 
 from crewlet_operator import metrics
-from crewlet_operator.cache import Cache, InformerOptions
+from crewlet_operator.cache import Cache, Compact, InformerOptions, Pages
 from crewlet_operator.controller import Controller
 from crewlet_operator.errors import NotFoundError, TerminalError
 from crewlet_operator.handler import EnqueueHandler, request_for_object, requests_for_owner
@@ -392,7 +392,7 @@ async def test_a_metadata_first_informer_is_listed_whole_once_the_first_pass_is_
         await passing.wait()
 
     c = Controller("unit-metadata-first", reconcile, Cache(client))  # type: ignore[arg-type]
-    options = InformerOptions(compact=True, stream_lists=False, metadata_first=True)
+    options = InformerOptions(lists=Pages(), storage=Compact(metadata_first=True))
     c.watch(SECRET, request_for_object, options=options)
     informer = c.cache.informers[SECRET]
     task = asyncio.create_task(informer.run())

@@ -13,6 +13,7 @@ from crewlet_operator.objects import (
     namespaced_key,
     object_key,
     resource_version_at_most,
+    resource_version_before,
 )
 from crewlet_operator.reconcile import Request
 
@@ -65,3 +66,22 @@ def test_resource_versions_compare_as_decimals_and_anything_else_as_unknown(
     version: str | None, bound: str | None, at_most: bool
 ) -> None:
     assert resource_version_at_most(version, bound) is at_most
+
+
+@pytest.mark.parametrize(
+    ("version", "other", "before"),
+    [
+        ("9", "10", True),
+        ("10", "10", False),
+        ("11", "10", False),
+        ("99", "100", True),
+        ("07", "9", False),  # not the decimal form KEP-5504 compares
+        ("9", "abc", False),
+        (None, "9", False),
+        ("9", None, False),
+    ],
+)
+def test_resource_versions_before_is_the_same_order_strict(
+    version: str | None, other: str | None, before: bool
+) -> None:
+    assert resource_version_before(version, other) is before

@@ -22,6 +22,7 @@ from crewlet_operator import (
     ManagerOptions,
     ObjectList,
     Resource,
+    Scope,
 )
 from crewlet_operator.errors import AlreadyExistsError, ConflictError, ForbiddenError, NotFoundError
 from crewlet_operator.leader import (
@@ -175,21 +176,16 @@ class FakeLeases:
         self.put(copy.deepcopy(obj))
         return await self.get(resource, meta["name"], meta["namespace"])
 
-    async def list(
-        self,
-        resource: Resource,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> ObjectList:
-        if self.deny_list and namespace is None:
+    async def list(self, resource: Resource, scope: Scope | None = None) -> ObjectList:
+        scope = scope or Scope()
+        if self.deny_list and scope.namespace is None:
             raise ForbiddenError(403, {"reason": "Forbidden", "message": "leases is forbidden"})
-        wanted = dict(term.split("=") for term in (label_selector or "").split(",") if term)
+        selector = scope.label_selector or ""
+        wanted = dict(term.split("=") for term in selector.split(",") if term)
         items = [
             copy.deepcopy(o)
             for (ns, _), o in self.leases.items()
-            if namespace in (None, ns)
+            if scope.namespace in (None, ns)
             and wanted.items() <= (o["metadata"].get("labels") or {}).items()
         ]
         return ObjectList(items, str(self.version))

@@ -104,7 +104,7 @@ class Cache:
     def object_counts(self, metadata_only: bool = False) -> dict[str, int]:
         """How many objects each informer holds, by kind (``Kind.group``): the sizes of the
         stores, read without decoding anything; with ``metadata_only``, how many of them are
-        held by their metadata alone (see ``InformerOptions.metadata_first``)."""
+        held by their metadata alone (see :attr:`.Compact.metadata_first`)."""
         return {
             resource.group_kind: (
                 informer.store.metadata_only_count if metadata_only else len(informer.store)

@@ -35,7 +35,7 @@ from crewlet_operator.errors import (
     TransportError,
 )
 from crewlet_operator.fieldset import keep_managed_fields_of
-from crewlet_operator.kube.client import Client, WatchEvent, decode_event, decode_item
+from crewlet_operator.kube.client import Client, Scope, WatchEvent, decode_event, decode_item
 from crewlet_operator.kube.resources import Resource
 from crewlet_operator.objects import KubeObject, object_key, resource_version
 
@@ -59,6 +59,91 @@ class EventHandler(Protocol):
     def on_delete(self, obj: KubeObject) -> None: ...
 
 
+@dataclass(frozen=True)
+class Stream:
+    """List by a watch that sends every object first (Kubernetes' WatchList), decoding each as
+    it comes, rather than page by page (each page decoded whole once it has come): the default.
+
+    Pages cost the API server half the CPU of a stream (it encodes and flushes every streamed
+    object as an event of its own): measured over 3,000 companies' objects, a StatefulSet's
+    list took 1.0 s of its CPU in pages of 500 against 2.0 s streamed, a Service's 0.35 against
+    1.1 s. A stream holds one object at a time where pages hold one page. An API server that
+    refuses to stream, and the metadata alone (:class:`MetadataOnly`, the first list of
+    ``Compact(metadata_first=True)``), are listed in pages of ``page_size`` either way.
+    """
+
+    page_size: int = 500
+    """Objects a page asks for, where the list is paged after all."""
+
+
+@dataclass(frozen=True)
+class Pages:
+    """List page by page, ``page_size`` objects at a time: only one page of whole objects is
+    ever held, however many are cached."""
+
+    page_size: int = 500
+    """Objects a page asks for; 0 lists them all in one answer, which the API server gives from
+    its watch cache (for a selector that few objects match)."""
+
+
+ListStrategy = Stream | Pages
+"""How an informer lists its kind: :class:`Stream` (the default) or :class:`Pages`."""
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """Keep each object decoded, as the transforms left it (the default): reads return the
+    stored objects themselves."""
+
+
+@dataclass(frozen=True)
+class Compact:
+    """Keep the objects compressed (see :mod:`crewlet_operator.cache.compact`): for kinds held
+    by the thousand, whose reads are few per reconcile. Every read returns a fresh copy.
+
+    Two ways to spend less on a start, which lists every object and reads few (each valid with
+    the other and with either :data:`ListStrategy`): ``lazy_lists`` and ``metadata_first``.
+    """
+
+    lazy_lists: bool = False
+    """Decode each object of a list (streamed or paged) only as far as its metadata, and keep the
+    JSON the API server sent (:mod:`crewlet_operator.cache.listing`): handlers and index
+    functions are told the listed objects as ``apiVersion``, ``kind`` and ``metadata`` (without
+    its ``managedFields``), and each read decodes the whole object and runs both transforms on
+    it. For built-in kinds held by the thousand of which a start reads few, with the default
+    ``transform`` (the informer raises :class:`ValueError` for another). Custom resources and
+    the watch's changes are decoded whole. One of the operator's StatefulSets decodes in 5 us
+    instead of 70 to 85."""
+    metadata_first: bool = False
+    """Start with a list of the objects' metadata alone (a ``PartialObjectMetadataList``, in
+    pages), and count as synced once it is stored; then, when asked
+    (:meth:`Informer.request_whole`, or something awaits :meth:`Informer.wait_for_whole`), list
+    the whole objects (as the :data:`ListStrategy` and ``lazy_lists`` say) and watch. A
+    controller asks for those it watches once its first pass is done, and a manager for every
+    one as soon as it finds itself a standby. Until the second list has ended, handlers are
+    told the objects' metadata, index functions and :meth:`Store.resource_version` work, reads
+    raise :class:`MetadataOnlyError`, and nothing is watched: the second list tells what
+    changed meanwhile, as a relist does. For kinds held by the thousand, of which a start needs
+    the versions alone (a restart's first pass over a checkpoint): the API server encodes a
+    StatefulSet's metadata for much less than the whole object, and the first pass does not
+    share its CPU with the whole objects' list."""
+
+
+@dataclass(frozen=True)
+class MetadataOnly:
+    """List and watch the objects' metadata alone (``PartialObjectMetadata``, as
+    controller-runtime's metadata-only informers do), in pages: for a kind of which a controller
+    needs to know which objects exist and who owns them, not what they hold, such as every
+    object of a kind in the cluster. Each is a few hundred bytes, and the API server encodes a
+    fraction of the object. Handlers, index functions and reads get ``apiVersion``, ``kind``
+    (the kind's, not ``PartialObjectMetadata``) and ``metadata`` without ``managedFields``."""
+
+
+Storage = Decoded | Compact | MetadataOnly
+"""What an informer's store keeps: :class:`Decoded` objects (the default), :class:`Compact`
+ones, or the objects' metadata alone (:class:`MetadataOnly`)."""
+
+
 @dataclass
 class InformerOptions:
     """How an informer lists and watches one kind.
@@ -71,64 +156,26 @@ class InformerOptions:
     makes is stored), and on each object of a list each time the object is read from the
     store (it is stored as ``transform`` left it: see :class:`Store`). For a costly transform
     of a kind held by the thousand, of which a restart reads few (it lists them all), and one
-    that does not shrink the objects much once compressed (``compact``). Handlers are told a
-    listed object as ``transform`` left it, and index functions must find the same values
+    that does not shrink the objects much once compressed (:class:`Compact`). Handlers are told
+    a listed object as ``transform`` left it, and index functions must find the same values
     before and after ``deferred_transform`` (let it only drop fields they do not read).
     """
 
-    namespace: str | None = None
-    label_selector: str | None = None
-    field_selector: str | None = None
+    scope: Scope = field(default_factory=Scope)
+    """The objects listed and watched: a namespace, a label and a field selector."""
     transform: Transform | None = None
     deferred_transform: Transform | None = None
     indexers: dict[str, IndexFunc] = field(default_factory=dict)
+    lists: ListStrategy = Stream()
+    """How the objects are listed: streamed (the default) or in pages."""
+    storage: Storage = Decoded()
+    """What the store keeps: the objects decoded (the default), compressed, or their metadata
+    alone."""
     watch_timeout: tuple[int, int] = (300, 600)
     """Server-side watch timeout, drawn uniformly from this range (client-go's 5 to 10 min)."""
     inactivity_timeout: float = 90.0
     """Seconds without a byte before the watch is presumed dead (bookmarks come every minute)."""
-    page_size: int = 500
-    """Objects a paged list asks for at a time; 0 lists them all in one answer, which the API
-    server gives from its watch cache (for a selector that few objects match)."""
-    stream_lists: bool = True
-    """List by a watch that sends every object first (Kubernetes' WatchList), decoding each as it
-    comes, rather than page by page (``page_size`` objects at a time, each page decoded whole
-    once it has come). Pages cost the API server half the CPU of a stream (it encodes and flushes
-    every streamed object as an event of its own): measured over 3,000 companies' objects, a
-    StatefulSet's list took 1.0 s of its CPU in pages of 500 against 2.0 s streamed, a
-    Service's 0.35 against 1.1 s. A stream holds one object at a time where pages hold one page,
-    and an API server that refuses to stream is listed in pages either way."""
-    compact: bool = False
-    """Keep the objects compressed (see :mod:`crewlet_operator.cache.compact`): for kinds held
-    by the thousand, whose reads are few per reconcile."""
     max_backoff: float = 30.0
-    lazy_lists: bool = False
-    """Decode each object of a list (streamed or paged) only as far as its metadata, and keep the
-    JSON the API server sent (:mod:`crewlet_operator.cache.listing`): handlers and index
-    functions are told the listed objects as ``apiVersion``, ``kind`` and ``metadata`` (without
-    its ``managedFields``), and each read decodes the whole object and runs both transforms on
-    it. For built-in kinds held by the thousand of which a start reads few, in a ``compact``
-    store with the default ``transform``. Custom resources and the watch's changes are decoded
-    whole. One of the operator's StatefulSets decodes in 5 us instead of 70 to 85."""
-    metadata_first: bool = False
-    """Start with a list of the objects' metadata alone (a ``PartialObjectMetadataList``, in
-    pages), and count as synced once it is stored; then, when asked
-    (:meth:`Informer.request_whole`, or something awaits :meth:`Informer.wait_for_whole`), list
-    the whole objects (as ``stream_lists`` and ``lazy_lists`` say) and watch. A controller asks
-    for those it watches once its first pass is done, and a manager for every one as soon as
-    it finds itself a standby. Until the second list has ended, handlers are told the
-    objects' metadata, index functions and :meth:`Store.resource_version` work, reads raise
-    :class:`MetadataOnlyError`, and nothing is watched: the second list tells what changed
-    meanwhile, as a relist does. For a ``compact`` store of kinds held by the thousand, of
-    which a start needs the versions alone (a restart's first pass over a checkpoint): the API
-    server encodes a StatefulSet's metadata for much less than the whole object, and the
-    first pass does not share its CPU with the whole objects' list."""
-    metadata_only: bool = False
-    """List and watch the objects' metadata alone (``PartialObjectMetadata``, as
-    controller-runtime's metadata-only informers do), in pages: for a kind of which a controller
-    needs to know which objects exist and who owns them, not what they hold, such as every
-    object of a kind in the cluster. Each is a few hundred bytes, and the API server encodes a
-    fraction of the object. Handlers, index functions and reads get ``apiVersion``, ``kind``
-    (the kind's, not ``PartialObjectMetadata``) and ``metadata`` without ``managedFields``."""
 
 
 class Informer:
@@ -138,14 +185,18 @@ class Informer:
         self.client = client
         self.resource = resource
         self.options = options or InformerOptions()
-        if self.options.lazy_lists and (not self.options.compact or self.options.transform):
-            raise ValueError("lazy_lists needs compact=True and the default transform")
-        if self.options.metadata_first and not self.options.compact:
-            raise ValueError("metadata_first needs compact=True")
-        if self.options.metadata_only and (self.options.metadata_first or self.options.lazy_lists):
-            raise ValueError("metadata_only lists nothing else: no metadata_first, no lazy_lists")
+        storage = self.options.storage
+        self._metadata_only = isinstance(storage, MetadataOnly)
+        self._lazy_lists = isinstance(storage, Compact) and storage.lazy_lists
+        self._metadata_first = isinstance(storage, Compact) and storage.metadata_first
+        if self._lazy_lists and self.options.transform is not None:
+            # A lazily listed object is transformed at each read, a custom resource's at its
+            # list too: only the default transform gives back what it has trimmed as it is.
+            raise ValueError("Compact(lazy_lists=True) needs the default transform")
         self.store = Store(
-            self.options.indexers, compact=self.options.compact, finish=self._finish_listed()
+            self.options.indexers,
+            compact=isinstance(storage, Compact),
+            finish=self._finish_listed(),
         )
         self._handlers: list[EventHandler] = []
         self._synced = asyncio.Event()
@@ -155,7 +206,7 @@ class Informer:
         self.last_error: CrewletError | None = None
         """Why the latest list or watch failed; None once a list has succeeded since."""
         self._resource_version: str | None = None
-        self.streams_lists = self.options.stream_lists and not self.options.metadata_only
+        self.streams_lists = isinstance(self.options.lists, Stream) and not self._metadata_only
         """Whether lists are streamed (WatchList): as the options say (never the metadata alone),
         and False once an API server refused it."""
         self.relists = 0
@@ -165,7 +216,7 @@ class Informer:
         """Monotonic seconds when the API server was last heard: a list, an event or a
         bookmark (see :attr:`max_silence`)."""
         self._trim = self.options.transform or keep_managed_fields_of(client.field_manager)
-        self._log = log.bind(kind=resource.group_kind, namespace=self.options.namespace)
+        self._log = log.bind(kind=resource.group_kind, namespace=self.options.scope.namespace)
 
     def add_handler(self, handler: EventHandler) -> None:
         """Register a handler; it first receives an add for every object already stored."""
@@ -203,12 +254,12 @@ class Informer:
     @property
     def has_whole(self) -> bool:
         """Whether every object is stored whole: from the first list on, except with
-        ``metadata_first``, from the end of the list of whole objects after it."""
+        ``Compact(metadata_first=True)``, from the end of the list of whole objects after it."""
         return self._whole.is_set()
 
     def request_whole(self) -> None:
-        """Have a ``metadata_first`` informer list its objects whole as soon as it has synced
-        (it waits to be asked: see ``InformerOptions.metadata_first``)."""
+        """Have a metadata-first informer list its objects whole as soon as it has synced (it
+        waits to be asked: see :attr:`Compact.metadata_first`)."""
         self._whole_wanted.set()
 
     async def wait_for_whole(self, timeout: float | None = None) -> None:
@@ -230,14 +281,14 @@ class Informer:
 
         The list is streamed (a watch whose first events are every object, Kubernetes'
         WatchList), so objects are decoded, trimmed and stored as the API server sends them,
-        while it sends the next ones; without ``stream_lists``, or with an API server that
-        refuses that, it is listed page by page.
+        while it sends the next ones; with :class:`Pages`, or with an API server that refuses
+        to stream, it is listed page by page.
         """
         failures = 0
         while True:
             listing = self._resource_version is None or not self.has_whole
             try:
-                if self.options.metadata_first and not self.has_whole:
+                if self._metadata_first and not self.has_whole:
                     if not self.has_synced:
                         await self._relist(metadata=True)
                         continue
@@ -268,20 +319,17 @@ class Informer:
                 await asyncio.sleep(delay)
 
     async def _relist(self, metadata: bool = False) -> None:
-        """A list in pages; with ``metadata``, a ``metadata_first`` informer's first list: the
+        """A list in pages; with ``metadata``, a metadata-first informer's first list: the
         objects' metadata alone."""
-        opts = self.options
         seen: set[str] = set()
         version = ""
-        partial = metadata or opts.metadata_only
+        partial = metadata or self._metadata_only
         # Page by page: only one page of whole objects is ever held, however many are cached.
         # Each item comes as its JSON, cut at its metadata for a lazy list, else decoded whole.
         async for page in self.client.list_raw_pages(
             self.resource,
-            opts.namespace,
-            label_selector=opts.label_selector,
-            field_selector=opts.field_selector,
-            page_size=opts.page_size,
+            self.options.scope,
+            page_size=self.options.lists.page_size,
             metadata_only=partial,
         ):
             version = page.resource_version
@@ -290,7 +338,7 @@ class Informer:
                     self._listed_one(
                         partial_item_metadata(item, self.resource), seen, metadata=metadata
                     )
-                elif lazy := opts.lazy_lists and item_metadata(item, self.resource):
+                elif lazy := self._lazy_lists and item_metadata(item, self.resource):
                     self._listed_one(lazy[0], seen, lazy[1])
                 else:
                     self._listed_one(decode_item(item, self.resource), seen)
@@ -307,18 +355,16 @@ class Informer:
         opts = self.options
         seen: set[str] = set()
         listing = True
-        path = self.resource.path(opts.namespace)
+        path = self.resource.path(opts.scope.namespace)
         async for line in self.client.watch_lines(
             self.resource,
-            opts.namespace,
-            label_selector=opts.label_selector,
-            field_selector=opts.field_selector,
+            opts.scope,
             timeout_seconds=random.randint(*opts.watch_timeout),
             inactivity_timeout=opts.inactivity_timeout,
             send_initial_events=True,
         ):
             self.last_event_at = time.monotonic()
-            if listing and self.options.lazy_lists and (lazy := listed_metadata(line)):
+            if listing and self._lazy_lists and (lazy := listed_metadata(line)):
                 metadata, raw = lazy
                 self._listed_one(metadata, seen, raw)
                 continue
@@ -339,8 +385,8 @@ class Informer:
     ) -> None:
         """One object of a list (paged or streamed): stored, noted as seen, and told. With
         ``raw`` (a lazy list), ``listed`` is the object's metadata and ``raw`` the whole
-        object's JSON, which its reads transform. With ``metadata`` (a ``metadata_first``
-        list), ``listed`` is all that is known of the object: its metadata."""
+        object's JSON, which its reads transform. With ``metadata`` (a metadata-first list),
+        ``listed`` is all that is known of the object: its metadata."""
         obj = listed if raw is not None or metadata else self._transform(listed)
         key = object_key(obj)
         seen.add(key)
@@ -385,13 +431,11 @@ class Informer:
         timeout = random.randint(*opts.watch_timeout)
         async for event in self.client.watch(
             self.resource,
-            opts.namespace,
+            opts.scope,
             resource_version=self._resource_version,
-            label_selector=opts.label_selector,
-            field_selector=opts.field_selector,
             timeout_seconds=timeout,
             inactivity_timeout=opts.inactivity_timeout,
-            metadata_only=opts.metadata_only,
+            metadata_only=self._metadata_only,
         ):
             self.last_event_at = time.monotonic()
             self._apply(event)
@@ -413,7 +457,7 @@ class Informer:
         self._resource_version = rv or self._resource_version
 
     def _transform(self, obj: KubeObject) -> KubeObject:
-        if self.options.metadata_only:  # a watch's PartialObjectMetadata, as a list's items are
+        if self._metadata_only:  # a watch's PartialObjectMetadata, as a list's items are
             meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
             obj = {
                 "apiVersion": self.resource.api_version,
@@ -429,7 +473,7 @@ class Informer:
         transform too on a lazy list, which stores objects as sent (the default transform gives
         back an object it has trimmed as it is)."""
         deferred = self.options.deferred_transform
-        if not self.options.lazy_lists:
+        if not self._lazy_lists:
             return deferred
         if deferred is None:
             return self._transform

@@ -14,7 +14,7 @@ import contextlib
 
 from crewlet_operator.cache.informer import EventHandler, Informer, InformerOptions
 from crewlet_operator.errors import CrewletError
-from crewlet_operator.kube.client import Client
+from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.resources import Resource
 from crewlet_operator.objects import KubeObject, namespaced_key
 
@@ -48,10 +48,7 @@ class NamedObjects:
             informer = Informer(
                 self.client,
                 self.resource,
-                InformerOptions(
-                    namespace=namespace,
-                    field_selector=f"metadata.name={name}",
-                ),
+                InformerOptions(scope=Scope(namespace, field_selector=f"metadata.name={name}")),
             )
             for handler in self._handlers:
                 informer.add_handler(handler)

@@ -1,7 +1,7 @@
 """Talking to the API server: the client, resources and connection settings."""
 
-from crewlet_operator.kube.client import Client, ObjectList, RawObjectList, WatchEvent
+from crewlet_operator.kube.client import Client, ObjectList, RawObjectList, Scope, WatchEvent
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import Resource
 
-__all__ = ["Client", "ObjectList", "RawObjectList", "Resource", "RestConfig", "WatchEvent"]
+__all__ = ["Client", "ObjectList", "RawObjectList", "Resource", "RestConfig", "Scope", "WatchEvent"]

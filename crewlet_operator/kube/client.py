@@ -104,6 +104,17 @@ def _not_ours(resource: Resource, desired: Object, observed: Object, manager: st
 
 
 @dataclass(frozen=True)
+class Scope:
+    """Which objects of a kind a list or a watch sees: those in ``namespace`` (every namespace,
+    or a cluster-scoped kind, when None) that match both selectors, each in the API server's
+    syntax (``"app=web,tier!=db"``, ``"metadata.name=acme"``; None matches every object)."""
+
+    namespace: str | None = None
+    label_selector: str | None = None
+    field_selector: str | None = None
+
+
+@dataclass(frozen=True)
 class WatchEvent:
     """One event of a watch: ``type`` is ADDED, MODIFIED, DELETED or BOOKMARK."""
 
@@ -349,26 +360,20 @@ class Client:
     async def list(
         self,
         resource: Resource,
-        namespace: str | None = None,
+        scope: Scope | None = None,
         *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
         page_size: int = 500,
         resource_version: str | None = None,
     ) -> ObjectList:
-        """Every object of a kind (paginated ``page_size`` at a time), with the list's RV.
+        """Every object of a kind in ``scope`` (every one without it), paginated ``page_size``
+        at a time, with the list's RV.
 
         Items carry their ``apiVersion`` and ``kind`` (the API server omits them in lists).
         """
         items: list[Object] = []
         version = ""
         async for page in self.list_pages(
-            resource,
-            namespace,
-            label_selector=label_selector,
-            field_selector=field_selector,
-            page_size=page_size,
-            resource_version=resource_version,
+            resource, scope, page_size=page_size, resource_version=resource_version
         ):
             items += page.items
             version = page.resource_version
@@ -377,22 +382,15 @@ class Client:
     async def list_pages(
         self,
         resource: Resource,
-        namespace: str | None = None,
+        scope: Scope | None = None,
         *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
         page_size: int = 500,
         resource_version: str | None = None,
     ) -> AsyncIterator[ObjectList]:
         """:meth:`list`, a page at a time: a caller that keeps something smaller than each
         object (a cache) never holds more than one page of whole objects."""
         async for page in self.list_raw_pages(
-            resource,
-            namespace,
-            label_selector=label_selector,
-            field_selector=field_selector,
-            page_size=page_size,
-            resource_version=resource_version,
+            resource, scope, page_size=page_size, resource_version=resource_version
         ):
             items = [decode_item(item, resource) for item in page.items]
             page.items.clear()
@@ -401,10 +399,8 @@ class Client:
     async def list_raw_pages(
         self,
         resource: Resource,
-        namespace: str | None = None,
+        scope: Scope | None = None,
         *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
         page_size: int = 500,
         resource_version: str | None = None,
         metadata_only: bool = False,
@@ -419,20 +415,22 @@ class Client:
         each item is ``{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1",
         "metadata":{...}}``, a fraction of the object for the API server to encode."""
         accept = METADATA_LIST_ACCEPT if metadata_only else "application/json"
+        scope = scope or Scope()
+        path = resource.path(scope.namespace)
         token: str | None = None
         while True:
             query: dict[str, QueryValue] = {
-                "labelSelector": label_selector,
-                "fieldSelector": field_selector,
+                "labelSelector": scope.label_selector,
+                "fieldSelector": scope.field_selector,
                 "limit": page_size,
                 "continue": token,
                 "resourceVersion": resource_version if token is None else None,
             }
-            payload = await self._send("GET", resource.path(namespace), query=query, accept=accept)
+            payload = await self._send("GET", path, query=query, accept=accept)
             try:
                 page = _RAW_PAGE.decode(payload)
             except msgspec.DecodeError as exc:
-                raise ValueError(f"GET {resource.path(namespace)}: not a list: {exc}") from exc
+                raise ValueError(f"GET {path}: not a list: {exc}") from exc
             yield RawObjectList(
                 [bytes(item) for item in page.items or ()], page.metadata.resource_version
             )
@@ -443,18 +441,17 @@ class Client:
     async def watch(
         self,
         resource: Resource,
-        namespace: str | None = None,
+        scope: Scope | None = None,
         *,
         resource_version: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
         timeout_seconds: int | None = 300,
         inactivity_timeout: float | None = 90.0,
         allow_bookmarks: bool = True,
         send_initial_events: bool = False,
         metadata_only: bool = False,
     ) -> AsyncIterator[WatchEvent]:
-        """Stream the changes after ``resource_version``.
+        """Stream the changes after ``resource_version`` to the objects in ``scope`` (every
+        object of the kind without it).
 
         With ``send_initial_events`` (a streaming list, Kubernetes' WatchList), the watch
         starts with an ``ADDED`` event for every object that exists now, then a ``BOOKMARK``
@@ -468,13 +465,11 @@ class Client:
         receives a BOOKMARK about every minute, so the 90 s default does not fire on one.
         An ``ERROR`` event raises its :class:`~crewlet_operator.errors.ApiError` (410 = relist).
         """
-        path = resource.path(namespace)
+        path = resource.path((scope or Scope()).namespace)
         async for line in self.watch_lines(
             resource,
-            namespace,
+            scope,
             resource_version=resource_version,
-            label_selector=label_selector,
-            field_selector=field_selector,
             timeout_seconds=timeout_seconds,
             inactivity_timeout=inactivity_timeout,
             allow_bookmarks=allow_bookmarks,
@@ -486,11 +481,9 @@ class Client:
     async def watch_lines(
         self,
         resource: Resource,
-        namespace: str | None = None,
+        scope: Scope | None = None,
         *,
         resource_version: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
         timeout_seconds: int | None = 300,
         inactivity_timeout: float | None = 90.0,
         allow_bookmarks: bool = True,
@@ -499,23 +492,24 @@ class Client:
     ) -> AsyncIterator[bytes]:
         """:meth:`watch`, with each event as the line of JSON the API server sent, undecoded
         (:func:`decode_event` decodes one): for a caller that decodes some events only in part,
-        such as an informer's lazy list (:class:`~crewlet_operator.cache.InformerOptions`).
+        such as an informer's lazy list (:attr:`~crewlet_operator.cache.Compact.lazy_lists`).
         With ``metadata_only``, each event's object is its metadata alone
         (``PartialObjectMetadata``, :data:`METADATA_ACCEPT`)."""
+        scope = scope or Scope()
         query: dict[str, QueryValue] = {
             "watch": True,
             "allowWatchBookmarks": allow_bookmarks or send_initial_events or None,
             "sendInitialEvents": send_initial_events or None,
             "resourceVersionMatch": "NotOlderThan" if send_initial_events else None,
             "resourceVersion": resource_version,
-            "labelSelector": label_selector,
-            "fieldSelector": field_selector,
+            "labelSelector": scope.label_selector,
+            "fieldSelector": scope.field_selector,
             "timeoutSeconds": timeout_seconds,
         }
         headers = await self._headers(
             "application/json", METADATA_ACCEPT if metadata_only else "application/json"
         )
-        path = resource.path(namespace)
+        path = resource.path(scope.namespace)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=inactivity_timeout)
         started = time.monotonic()
         try:
