@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from crewlet_operator import metrics
+from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache import Cache, Informer, InformerOptions
 from crewlet_operator.errors import CrewletError, TerminalError
 from crewlet_operator.handler import EnqueueHandler, MapFunc, request_for_object, requests_for_owner
@@ -182,11 +183,7 @@ class Controller:
         self.queue.shut_down()
         tasks = [*self._workers, *([self._sampler] if self._sampler else [])]
         self._workers, self._sampler = [], None
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)
 
     async def _worker(self, urgent_only: bool = False) -> None:
         while not self._stopping:
