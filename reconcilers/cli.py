@@ -168,6 +168,7 @@ async def run(args: argparse.Namespace) -> int:
         facts = ClusterFacts(
             gateway_api=gateway_api,
             operator_namespace=args.leader_election_namespace or default_namespace(),
+            field_manager=client.field_manager,
         )
         CrewletControllers(manager, facts)
         await manager.run(handle_signals=True)

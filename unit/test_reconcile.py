@@ -1301,6 +1301,36 @@ def test_a_field_the_operator_applied_and_no_longer_wants_is_applied_away() -> N
     assert "RETIRED_KEY" not in plan.applies[0].object["data"]
 
 
+def test_the_fields_compared_are_those_of_the_operator_s_own_field_manager() -> None:
+    """``ClusterFacts.field_manager``: what another manager applied is not the operator's to
+    take away."""
+    case = CASES["s3-static-gateway"]
+    world = converge(case.company, case.engine_class, True)
+    env = world.children[("Secret", "acme-env")]
+    env["data"]["RETIRED_KEY"] = b64("old")
+    env["metadata"]["managedFields"] = [
+        {
+            "manager": "crewlet-operator",
+            "operation": "Apply",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:data": {f"f:{key}": {} for key in env["data"]}},
+        },
+    ]
+    renamed = ClusterFacts(
+        gateway_api=True, operator_namespace="crewlet-operator-system", field_manager="renamed"
+    )
+    plan = reconcile(
+        world.with_status(case.company),
+        case.engine_class,
+        {},
+        world.observed(),
+        renamed,
+        now=LATER,
+        token_factory=never_token,
+    )
+    assert plan.empty
+
+
 def test_a_class_parsed_once_per_resource_version_still_sees_every_edit() -> None:
     company = make_company()
     first = make_class(image="ghcr.io/crewlet/crewlet-operator/engine:v0.2.0")
