@@ -37,6 +37,7 @@ from reconcilers import (
     Plan,
     desired_children,
     engine,
+    inputs,
     naming,
     reconcile,
     versions,
@@ -1343,6 +1344,24 @@ def test_a_class_parsed_once_per_resource_version_still_sees_every_edit() -> Non
         assert plan.status is not None
         images.append(plan.status["engineImage"])
     assert [i.rsplit(":", 1)[1] for i in images] == ["v0.2.0", "v0.3.0", "v0.2.0"]
+
+
+def test_a_class_content_is_judged_once_and_its_secrets_read_into_the_same_memo() -> None:
+    small = make_class(
+        storage={"size": "5Gi"}, modelKeys=[{"name": "K", "secretRef": ref("keys", "k")}]
+    )
+    small["metadata"] |= {"uid": "class-memo", "resourceVersion": "1"}
+    plan = reconcile(make_company(), small, {}, Observed(), facts(False), now=NOW)
+    assert accepted(plan)["reason"] == "InvalidClass"
+    assert referenced_secrets(small) == {("platform", "keys")}
+    content = inputs.class_content(small)
+    assert content.read is not None and content.referenced == frozenset({("platform", "keys")})
+    small["spec"]["storage"]["size"] = "50Gi"  # what an update would bring ...
+    plan = reconcile(make_company(), small, {}, Observed(), facts(False), now=NOW)
+    assert accepted(plan)["reason"] == "InvalidClass"  # ... is only read with its version
+    small["metadata"]["resourceVersion"] = "2"
+    plan = reconcile(make_company(), small, {}, Observed(), facts(False), now=NOW)
+    assert accepted(plan)["reason"] == "SecretNotFound"  # past the class, at its Secret
 
 
 # --- The verdict written ahead of the children --------------------------------------------------
