@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import structlog
 
 from crewlet_operator import metrics
+from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache import Cache, Informer, InformerOptions
 from crewlet_operator.checkpoint import RestartCheckpoint
 from crewlet_operator.errors import CrewletError, TerminalError
@@ -180,11 +181,7 @@ class Controller:
         self.queue.shut_down()
         tasks = [*self._workers, *([self._sampler] if self._sampler else [])]
         self._workers, self._sampler = [], None
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)
 
     async def _worker(self, urgent_only: bool = False) -> None:
         while not self._stopping:

@@ -35,6 +35,7 @@ from typing import Any
 import structlog
 
 from crewlet_operator import metrics
+from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.errors import (
     CrewletError,
     ForbiddenError,
@@ -292,11 +293,7 @@ class LeaderElector:
                     async with asyncio.timeout(self._next_try_in()):
                         await self._changed.wait()
         finally:
-            for watcher in watchers:
-                watcher.cancel()
-            for watcher in watchers:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
+            await cancel_and_wait(*watchers)
         self._lead(True)
         self._log.info("acquired the lease; leading")
 

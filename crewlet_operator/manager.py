@@ -20,7 +20,6 @@ raises :class:`LeadershipLostError` so the process exits and restarts clean.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import signal
 from collections.abc import Awaitable, Callable, Mapping
@@ -30,6 +29,7 @@ from typing import Protocol
 
 import structlog
 
+from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache import Cache, InformerOptions
 from crewlet_operator.controller import Builder, Controller
 from crewlet_operator.errors import HealthCheckFailed
@@ -344,12 +344,8 @@ class Manager:
         """Await ``awaitable`` unless a stop is requested first; True when it finished."""
         task = asyncio.ensure_future(awaitable)
         stopper = asyncio.create_task(self._stop.wait())
-        done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        for pending in (task, stopper):
-            if pending not in done:
-                pending.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await pending
+        done, pending = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        await cancel_and_wait(*pending)
         if task in done:
             task.result()  # re-raise a failure
             return True
@@ -360,9 +356,7 @@ class Manager:
         if self._holding is not None:
             # Renewals end before the drain, as they always have: a leader that loses the
             # lease while draining could not be stopped from writing any more.
-            self._holding.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._holding
+            await cancel_and_wait(self._holding)
         if lost:
             await asyncio.gather(*(c.abort() for c in controllers))
         else:

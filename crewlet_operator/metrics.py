@@ -19,13 +19,14 @@ declared without it; the exposed names are exactly the ones in the comments.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import time
 import weakref
 from typing import TYPE_CHECKING, Final, Literal, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from crewlet_operator._tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -282,9 +283,7 @@ class EventLoopLag:
         """Stop sampling."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
     async def _sample(self) -> None:
         while True:

@@ -29,10 +29,9 @@ SUPPORTED_MINOR = "37"
 
 
 MAX_CONCURRENT_RECONCILES = 4
-"""Workers per controller. Measured by the bench's convergence figure (1,000 Companies in one
-burst, each company's children applied in two concurrent waves): 4 workers converged in 35.0 s,
-16 in 37.8 s (more CPU for the same writes); the API server's own best, a plain script at 4,
-16 or 64, was 28.7 s. Four reconciles' waves keep this API server as busy as it can be."""
+"""Workers per controller. Four reconciles' waves of child applies keep the API server as busy
+as it can be; more cost CPU for the same writes (16 converged a burst of 1,000 Companies 8%
+slower). Measurements: bench/NOTES.md, "Workers per controller"."""
 
 
 def served_minor(version: Mapping[str, Any]) -> str:
@@ -175,6 +174,7 @@ async def run(args: argparse.Namespace) -> int:
         facts = ClusterFacts(
             gateway_api=gateway_api,
             operator_namespace=args.leader_election_namespace or default_namespace(),
+            field_manager=client.field_manager,
         )
         CrewletControllers(manager, facts)
         await manager.run(handle_signals=True)
@@ -190,12 +190,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point."""
     args = parse_args(argv)
     configure_logging(args.log_level, args.log_format)
-    # asyncio's own loop. uvloop was measured and left out: the operator took a fifth less CPU
-    # in a burst of 1,000 Companies (13.9 and 14.7 s against 17.7), but its RSS over 10,000
-    # held 218 to 255 MiB where asyncio's held 205 to 209 (thirteen starts on two worlds,
-    # alternated; glibc's mmap threshold and a single arena made no difference, and trimming
-    # the heap when idle did not lower the sync's peak: docs/scaling.md), and memory is what a
-    # replica is sized by (256 MiB at 10,000).
+    # asyncio's own loop. uvloop was measured and left out: it took a fifth less CPU in a
+    # burst, but held more memory over 10,000 companies, and memory is what a replica is sized
+    # by. Measurements: bench/NOTES.md, "asyncio's loop, not uvloop".
     return asyncio.run(run(args))
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from crewlet_operator import DEFAULT_FIELD_MANAGER, Resource, apply_would_change, is_controlled_by
+from crewlet_operator import Resource, apply_would_change, is_controlled_by
 from crewlet_operator import name as object_name
 from reconcilers import children, inputs, status, versions
 from reconcilers.children import Desired
@@ -79,7 +79,7 @@ def reconcile(
     except Refused as refusal:
         return _refused_plan(company, observed, refusal, now)
     plan = Plan(
-        applies=_changed(desired.children, observed),
+        applies=_changed(desired.children, observed, facts.field_manager),
         deletes=_unwanted(ctx, desired),
         complete=not desired.files_left_out,
     )
@@ -126,13 +126,13 @@ def _refused_plan(
     )
 
 
-def _changed(desired: list[Apply], observed: Observed) -> list[Apply]:
-    """Only the children whose apply would change what exists, each with the object it lands
-    on (None: it creates the child)."""
+def _changed(desired: list[Apply], observed: Observed, field_manager: str) -> list[Apply]:
+    """Only the children whose apply as ``field_manager`` would change what exists, each with
+    the object it lands on (None: it creates the child)."""
     changed = []
     for child in desired:
         existing = observed.children.get((child.resource.kind, object_name(child.object)))
-        if apply_would_change(child.object, existing, DEFAULT_FIELD_MANAGER):
+        if apply_would_change(child.object, existing, field_manager):
             changed.append(Apply(child.resource, child.object, existing))
     return changed
 

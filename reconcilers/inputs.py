@@ -82,6 +82,9 @@ class Inputs:
     """The Company, parsed."""
     engine_class: EngineClass
     """The EngineClass it names, parsed."""
+    class_unfit: Refused | None
+    """Why the class cannot be run as it asks, found as it was read (:class:`ClassContent`)
+    and refused in its turn (:func:`check_class`), or None."""
     observed: Observed
     """What exists, from the caches."""
     facts: ClusterFacts
@@ -159,10 +162,10 @@ def read_inputs(
             f"EngineClass {class_name} does not exist: create it, or set spec.className to an "
             f"existing class",
         )
-    parsed_class = _parse_class(class_name, engine_class)
+    parsed_class, unfit = _read_class(class_name, engine_class)
     if namespace_labels is not None:
         _check_namespace_allowed(parsed_class, class_name, raw, namespace_labels)
-    return Inputs(raw, parsed_company, parsed_class, observed, facts, token_factory)
+    return Inputs(raw, parsed_company, parsed_class, unfit, observed, facts, token_factory)
 
 
 def _parse_company(raw: Object) -> Company:
@@ -172,34 +175,72 @@ def _parse_company(raw: Object) -> Company:
         raise Refused(INVALID_SPEC, f"the Company is invalid: {_errors(error)}") from None
 
 
-_PARSED_CLASSES: dict[tuple[str, str], EngineClass] = {}
-"""Parsed EngineClasses by (uid, resourceVersion): a class is read by every reconcile of its
-companies, and one resourceVersion is one content. Bounded by the classes in use."""
+@dataclass
+class ClassContent:
+    """What is read of one content of an EngineClass, each part once, when first asked for."""
+
+    read: tuple[EngineClass, Refused | None] | Refused | None = None
+    """The class parsed with what :func:`check_class` finds in it, or why it does not fit its
+    model (both ``InvalidClass``)."""
+    referenced: frozenset[tuple[str, str]] | None = None
+    """``(namespace, name)`` of every Secret it references
+    (:func:`reconcilers.references.referenced_secrets`)."""
 
 
-def _parse_class(class_name: str, raw: Object) -> EngineClass:
-    meta = raw.get("metadata") or {}
+_CLASS_CONTENTS: dict[tuple[str, str], ClassContent] = {}
+"""The one memo of what is read of a class, by its (uid, resourceVersion), one resourceVersion
+being one content: every reconcile of a company reads its class (a start, 10,000 times of a few
+classes). Bounded by the classes in use."""
+
+
+def class_content(engine_class: Object) -> ClassContent:
+    """The memo's entry for the class's content; a fresh one, kept nowhere, for a class without
+    a uid and a resourceVersion (never stored, as in a unit test)."""
+    meta = engine_class.get("metadata") or {}
     uid, version = meta.get("uid"), meta.get("resourceVersion")
     if not (isinstance(uid, str) and isinstance(version, str)):
-        return _validate_class(class_name, raw)
-    parsed = _PARSED_CLASSES.get((uid, version))
-    if parsed is None:
-        parsed = _validate_class(class_name, raw)
-        if len(_PARSED_CLASSES) >= 256:
-            _PARSED_CLASSES.clear()
-        _PARSED_CLASSES[(uid, version)] = parsed
-    return parsed
+        return ClassContent()
+    content = _CLASS_CONTENTS.get((uid, version))
+    if content is None:
+        if len(_CLASS_CONTENTS) >= 256:
+            _CLASS_CONTENTS.clear()
+        content = _CLASS_CONTENTS[(uid, version)] = ClassContent()
+    return content
 
 
-def _validate_class(class_name: str, raw: Object) -> EngineClass:
+def _read_class(class_name: str, raw: Object) -> tuple[EngineClass, Refused | None]:
+    """The class parsed, and why it cannot be run as it asks (None: it can).
+
+    Raises:
+        Refused: ``InvalidClass``, the class does not fit its model.
+    """
+    content = class_content(raw)
+    if content.read is None:
+        content.read = _parse_and_check_class(class_name, raw)
+    if isinstance(content.read, Refused):
+        raise Refused(content.read.reason, content.read.message)
+    return content.read
+
+
+def _parse_and_check_class(
+    class_name: str, raw: Object
+) -> tuple[EngineClass, Refused | None] | Refused:
+    """Refusals are returned, not raised, to be kept with the content as a parse is."""
     try:
-        return EngineClass.model_validate(raw)
+        parsed = EngineClass.model_validate(raw)
     except ValidationError as error:
-        raise Refused(
+        return Refused(
             INVALID_CLASS,
             f"EngineClass {class_name} is invalid: {_errors(error)}; ask the platform's "
             f"administrators to fix it, or use another class",
-        ) from None
+        )
+    try:
+        _check_storage(parsed, class_name)
+        _check_resources(parsed, class_name)
+        _check_env_names(parsed, class_name)
+    except Refused as unfit:
+        return parsed, unfit
+    return parsed, None
 
 
 def _errors(error: ValidationError) -> str:
@@ -261,36 +302,20 @@ def refuse_downgrade(ctx: Inputs) -> semver.Version | None:
 # -- what the class asks for -------------------------------------------------------------------
 
 
-_CHECKED_CLASSES: dict[int, tuple[EngineClass, Refused | None]] = {}
-"""What :func:`check_class` found, by parsed class (the parsed classes are cached, so every
-company of one class content shares one): a start checks each company's class again."""
-
-
 def check_class(ctx: Inputs) -> None:
-    """What the CRD's schema cannot judge: the volume's floor, quantities, variable names.
+    """What the CRD's schema cannot judge: the volume's floor, quantities, variable names
+    (judged once per class content, as it is read).
 
     Raises:
         Refused: ``InvalidClass``, naming the field to fix.
     """
-    found = _CHECKED_CLASSES.get(id(ctx.engine_class))
-    if found is None or found[0] is not ctx.engine_class:
-        refusal: Refused | None = None
-        try:
-            _check_storage(ctx)
-            _check_resources(ctx)
-            _check_env_names(ctx)
-        except Refused as refused:
-            refusal = refused
-        if len(_CHECKED_CLASSES) >= 256:
-            _CHECKED_CLASSES.clear()
-        found = _CHECKED_CLASSES[id(ctx.engine_class)] = (ctx.engine_class, refusal)
-    if found[1] is not None:
-        raise Refused(found[1].reason, found[1].message)
+    if ctx.class_unfit is not None:
+        raise Refused(ctx.class_unfit.reason, ctx.class_unfit.message)
 
 
-def _check_storage(ctx: Inputs) -> None:
+def _check_storage(engine_class: EngineClass, class_name: str) -> None:
     """The data volume's size parses and is at least the floor (12Gi, or 9Gi with S3)."""
-    spec = ctx.engine_class.spec
+    spec = engine_class.spec
     floor = MIN_STORAGE_WITH_S3 if spec.files.s3 is not None else MIN_STORAGE
     try:
         size = parse_quantity(spec.storage.size)
@@ -299,16 +324,16 @@ def _check_storage(ctx: Inputs) -> None:
     if size is None or size < parse_quantity(floor):
         raise Refused(
             INVALID_CLASS,
-            f"EngineClass {ctx.class_name} asks for a data volume of {spec.storage.size!r}; "
+            f"EngineClass {class_name} asks for a data volume of {spec.storage.size!r}; "
             f"the engine needs at least {floor}{' (files in S3)' if floor != MIN_STORAGE else ''}"
             f": ask the platform's administrators to fix spec.storage.size",
         )
 
 
-def _check_resources(ctx: Inputs) -> None:
+def _check_resources(engine_class: EngineClass, class_name: str) -> None:
     """Every request and limit is a quantity: the API server cannot even decode a StatefulSet
     holding another (a 500, not a 422 naming the field), so the reconcile names it."""
-    resources = ctx.engine_class.spec.resources
+    resources = engine_class.spec.resources
     for component, requirements in ((DATA, resources.data), (SEATS, resources.seats)):
         for section in ("requests", "limits"):
             for resource, amount in ((requirements or {}).get(section) or {}).items():
@@ -317,16 +342,16 @@ def _check_resources(ctx: Inputs) -> None:
                 except (TypeError, ValueError):
                     raise Refused(
                         INVALID_CLASS,
-                        f"EngineClass {ctx.class_name}: spec.resources.{component}.{section}."
+                        f"EngineClass {class_name}: spec.resources.{component}.{section}."
                         f"{resource} is {amount!r}, not a Kubernetes quantity (e.g. 500m, 2Gi); "
                         f"ask the platform's administrators to fix the class",
                     ) from None
 
 
-def _check_env_names(ctx: Inputs) -> None:
+def _check_env_names(engine_class: EngineClass, class_name: str) -> None:
     """No variable the operator sets itself, none set twice (the last one would silently win
     inside the pod), and each ``spec.env`` entry either a value or a Secret's key."""
-    spec = ctx.engine_class.spec
+    spec = engine_class.spec
     names = [k.name for k in spec.model_keys] + [e.name for e in spec.env]
     seen: set[str] = set()
     for name in names:
@@ -334,7 +359,7 @@ def _check_env_names(ctx: Inputs) -> None:
             why = "is set by the operator" if name in engine.RESERVED_ENV else "is set twice"
             raise Refused(
                 INVALID_CLASS,
-                f"EngineClass {ctx.class_name}: environment variable {name} {why} (spec.env, "
+                f"EngineClass {class_name}: environment variable {name} {why} (spec.env, "
                 f"spec.modelKeys); ask the platform's administrators to fix the class",
             )
         seen.add(name)
@@ -342,7 +367,7 @@ def _check_env_names(ctx: Inputs) -> None:
         if (entry.value is None) == (entry.secret_ref is None):
             raise Refused(
                 INVALID_CLASS,
-                f"EngineClass {ctx.class_name}: spec.env {entry.name} needs exactly one of "
+                f"EngineClass {class_name}: spec.env {entry.name} needs exactly one of "
                 f"value and secretRef; ask the platform's administrators to fix the class",
             )
 

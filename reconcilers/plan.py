@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crewlet_operator import (
+    DEFAULT_FIELD_MANAGER,
     HTTP_ROUTE,
     INGRESS,
     NETWORK_POLICY,
@@ -42,12 +43,15 @@ GATEWAY_CHILD_RESOURCES = (HTTP_ROUTE,)
 
 @dataclass(frozen=True)
 class ClusterFacts:
-    """What the operator learnt about the cluster at start-up."""
+    """What the operator learnt about the cluster at start-up, and who it writes as there."""
 
     gateway_api: bool
     """Whether gateway.networking.k8s.io/v1 HTTPRoute was served when the operator started."""
     operator_namespace: str
     """The operator's own namespace (admitted to the engine's API port)."""
+    field_manager: str = DEFAULT_FIELD_MANAGER
+    """The field manager the operator's client applies as: a child is compared with what that
+    manager owns of it (the client's ``field_manager``)."""
 
 
 def child_resources(facts: ClusterFacts) -> list[Resource]:

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from reconcilers.api.v1alpha1 import EngineClassSpec, SecretKeyRef
+from reconcilers.inputs import class_content
 
 
 def secret_refs(engine_class: dict[str, Any]) -> list[SecretKeyRef]:
@@ -26,22 +27,10 @@ def secret_refs(engine_class: dict[str, Any]) -> list[SecretKeyRef]:
     return refs
 
 
-_REFERENCED: dict[tuple[str, str], frozenset[tuple[str, str]]] = {}
-"""What :func:`referenced_secrets` found, by the class's (uid, resourceVersion): every
-reconcile of a company asks, and one resourceVersion is one content (a start asks 10,000 times
-of a few classes). Bounded by the classes in use."""
-
-
 def referenced_secrets(engine_class: dict[str, Any]) -> frozenset[tuple[str, str]]:
-    """``(namespace, name)`` of every Secret the class references."""
-    meta = engine_class.get("metadata") or {}
-    uid, version = meta.get("uid"), meta.get("resourceVersion")
-    if not (isinstance(uid, str) and isinstance(version, str)):
-        return frozenset((r.namespace, r.name) for r in secret_refs(engine_class))
-    found = _REFERENCED.get((uid, version))
-    if found is None:
-        found = frozenset((r.namespace, r.name) for r in secret_refs(engine_class))
-        if len(_REFERENCED) >= 256:
-            _REFERENCED.clear()
-        _REFERENCED[(uid, version)] = found
-    return found
+    """``(namespace, name)`` of every Secret the class references, read once per content
+    (:func:`reconcilers.inputs.class_content`): every reconcile of a company asks."""
+    content = class_content(engine_class)
+    if content.referenced is None:
+        content.referenced = frozenset((r.namespace, r.name) for r in secret_refs(engine_class))
+    return content.referenced

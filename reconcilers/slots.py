@@ -11,29 +11,18 @@ from types import TracebackType
 
 CHILD_APPLIES_IN_FLIGHT = 32
 """Children applies and Events in flight at once, across every worker; status writes and the
-admission's dry runs take no slot. Measured with the bench (convergence and latency figures,
-one machine): 16 held a new company's verdict to 0.17 s (p99) but capped a burst at the API
-server's 16-writer floor, 1.16x its best; 64 matched the best floor (with 16 workers) but let
-verdicts wait behind the applies (p99 0.48 s); 32 did both (0.88x the best floor, p99 0.83 s
-on a machine slowed to 1.6x its floor)."""
+admission's dry runs take no slot. Enough for a burst to keep up with the API server's best
+floor, few enough that a new company's verdict does not wait behind the applies (16 capped a
+burst at 1.16x the best floor). Measurements: bench/NOTES.md, "The children's apply slots"."""
 CHILD_APPLIES_WHILE_VERDICTS_WAIT = 2
 """Children applies (and Events: the recorder shares these slots) in flight at once while
 :data:`VERDICTS_PRESSING` verdicts or more are on their way (from a verdict's reconcile until
 its status is written): a verdict waits on the API server, and the backlog's applies are most
-of what the API server is busy with. At 100 creates a second about 5 are on their way when a
-status write takes ~50 ms; 8 or more means the writes have slowed (the API server's garbage
-collection slows them tenfold for seconds, and what it is asked meanwhile slows them more).
-Measured with the bench's latency figure, 64 verdict workers, narrowed to 8 and not at all:
-status writes took 0.03 s on average (0.12 s not narrowed) outside a collection and 0.4 to
-0.5 s (0.6 to 0.9 s) in one, the verdicts' p50 0.09 s (0.32 s); the backlog converged 1.06x
-its floor in both. Narrowed to 8 with the Events apart, a collection still held verdicts for
-0.8 to 1.2 s; at 2 with the Events inside, 1.1 s (p99; 116 of the load's 3,030 a second or
-more, the creates answered within 0.2 s). Narrowing as soon as verdicts flow (one begun within
-the last second) was tried and dropped: at 8, p99 1.68 s and the backlog 1.22x its floor; at 2,
-p50 0.06 s but p99 1.26 s, and a burst of 1,000 converged 1.33x its floor (its verdicts flow
-for seconds). Through the load the machine's two cores stayed busy either way (the API server
-about one, the operator half of one), so a collection's extra third of a core slowed
-everything whatever the children were held to."""
+of what the API server is busy with. That many on their way means the status writes have
+slowed, mostly while the API server collects its garbage; narrowed then, to 2 with the Events
+inside, the verdicts fared best through a collection. Narrowing as soon as verdicts flow was
+tried and dropped: a burst then converged 1.33x its floor, its verdicts flowing for seconds.
+Measurements: bench/NOTES.md, "The children's apply slots"."""
 VERDICTS_PRESSING = 8
 """Verdicts on their way from which the children's applies narrow
 (:data:`CHILD_APPLIES_WHILE_VERDICTS_WAIT`): half of

@@ -38,6 +38,7 @@ from reconcilers import (
     Plan,
     desired_children,
     engine,
+    inputs,
     naming,
     reconcile,
     versions,
@@ -1323,6 +1324,36 @@ def test_a_field_the_operator_applied_and_no_longer_wants_is_applied_away() -> N
     assert "RETIRED_KEY" not in plan.applies[0].object["data"]
 
 
+def test_the_fields_compared_are_those_of_the_operator_s_own_field_manager() -> None:
+    """``ClusterFacts.field_manager``: what another manager applied is not the operator's to
+    take away."""
+    case = CASES["s3-static-gateway"]
+    world = converge(case.company, case.engine_class, True)
+    env = world.children[("Secret", "acme-env")]
+    env["data"]["RETIRED_KEY"] = b64("old")
+    env["metadata"]["managedFields"] = [
+        {
+            "manager": "crewlet-operator",
+            "operation": "Apply",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:data": {f"f:{key}": {} for key in env["data"]}},
+        },
+    ]
+    renamed = ClusterFacts(
+        gateway_api=True, operator_namespace="crewlet-operator-system", field_manager="renamed"
+    )
+    plan = reconcile(
+        world.with_status(case.company),
+        case.engine_class,
+        {},
+        world.observed(),
+        renamed,
+        now=LATER,
+        token_factory=never_token,
+    )
+    assert plan.empty
+
+
 def test_a_class_parsed_once_per_resource_version_still_sees_every_edit() -> None:
     company = make_company()
     first = make_class(image="ghcr.io/crewlet/crewlet-operator/engine:v0.2.0")
@@ -1335,6 +1366,24 @@ def test_a_class_parsed_once_per_resource_version_still_sees_every_edit() -> Non
         assert plan.status is not None
         images.append(plan.status["engineImage"])
     assert [i.rsplit(":", 1)[1] for i in images] == ["v0.2.0", "v0.3.0", "v0.2.0"]
+
+
+def test_a_class_content_is_judged_once_and_its_secrets_read_into_the_same_memo() -> None:
+    small = make_class(
+        storage={"size": "5Gi"}, modelKeys=[{"name": "K", "secretRef": ref("keys", "k")}]
+    )
+    small["metadata"] |= {"uid": "class-memo", "resourceVersion": "1"}
+    plan = reconcile(make_company(), small, {}, Observed(), facts(False), now=NOW)
+    assert accepted(plan)["reason"] == "InvalidClass"
+    assert referenced_secrets(small) == {("platform", "keys")}
+    content = inputs.class_content(small)
+    assert content.read is not None and content.referenced == frozenset({("platform", "keys")})
+    small["spec"]["storage"]["size"] = "50Gi"  # what an update would bring ...
+    plan = reconcile(make_company(), small, {}, Observed(), facts(False), now=NOW)
+    assert accepted(plan)["reason"] == "InvalidClass"  # ... is only read with its version
+    small["metadata"]["resourceVersion"] = "2"
+    plan = reconcile(make_company(), small, {}, Observed(), facts(False), now=NOW)
+    assert accepted(plan)["reason"] == "SecretNotFound"  # past the class, at its Secret
 
 
 # --- The verdict written ahead of the children --------------------------------------------------

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
 import time
 from dataclasses import replace
 from typing import Any
 
 from crewlet_operator import metrics
+from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache.informer import Informer, InformerOptions
 from crewlet_operator.cache.store import NAMESPACE_INDEX
 from crewlet_operator.errors import NoInformerError
@@ -80,11 +80,7 @@ class Cache:
         metrics.CACHED_OBJECT_COUNTS.untrack(self)
         tasks = list(self._tasks.values())
         self._tasks.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)
 
     async def wait_for_sync(self, timeout: float | None = None) -> None:
         """Wait until every informer has stored its first list."""

@@ -1,16 +1,13 @@
 """Objects kept compressed in a cache: a tenth of their memory, for a few microseconds per read.
 
-A decoded Kubernetes object costs about five times its JSON in Python dicts and strings, and
+A decoded Kubernetes object costs several times its JSON in Python dicts and strings, and
 objects of one kind differ little from each other. :class:`CompactCodec` keeps each object as
 its JSON compressed with zstd, primed with a dictionary: the JSON of the first object the store
-held, so what every object of the kind shares costs almost nothing (a StatefulSet of 44 KiB as
-dicts becomes about 600 bytes).
+held, so what every object of the kind shares costs almost nothing.
 
 zstd rather than zlib: the dictionary is digested once per store, where zlib primes it again for
-every object. Measured on the bench's own children (13 a company), at zstd's default level:
-25-30 against 116 us to pack an object, 11 against 23 us to unpack one, and 2.5 against 2.6 KiB
-a company. A start packs every object the API server sends and a first pass unpacks every one
-again; :data:`_LEVEL` says why the level is lower now.
+every object, and a start packs every object the API server sends (a first pass unpacks every
+one again). :data:`_LEVEL` says which level. Measurements: bench/NOTES.md, "Compact caches".
 """
 
 from __future__ import annotations
@@ -23,11 +20,9 @@ from crewlet_operator.objects import KubeObject
 _LEVEL = -1
 """The first of zstd's fast levels (negative ones trade size for speed). A start packs every
 object it lists, so packing is on the path to the caches' sync, where the operator's CPU and the
-API server's share two cores: on the bench's children against the default level 3, a
-StatefulSet packs in 7.4 against 10.6 us and a Secret in 5.9 against 11.8, they unpack two to
-three times as fast, and they keep 400 against 304 and 508 against 416 bytes (a Company's 13
-children about 0.6 KiB more, 6 MiB over 10,000). Lower levels pack a company about as fast
-and larger."""
+API server's share the machine: against the default level (3) objects pack and unpack faster,
+for some 6 MiB more over 10,000 companies; lower levels pack about as fast, and larger.
+Measurements: bench/NOTES.md, "Compact caches: zstd's level"."""
 
 
 class CompactCodec:
@@ -54,7 +49,7 @@ class CompactCodec:
             self._unpacker = zstandard.ZstdDecompressor(dict_data=dictionary)
         # Copied to a bytes of its own size: zstd answers in a buffer of the worst case (about
         # the JSON's size), whose unused tail the allocator cannot give back while the pack
-        # lives (the operator's RSS over 10,000 companies was 466 MiB, 199 MiB with the copy).
+        # lives (without the copy the RSS over 10,000 companies more than doubled: bench/NOTES.md).
         return bytes(memoryview(self._packer.compress(text)))
 
     def unpack(self, packed: bytes) -> KubeObject:

@@ -10,8 +10,8 @@ on the way out.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
+from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache.informer import EventHandler, Informer, InformerOptions
 from crewlet_operator.errors import CrewletError
 from crewlet_operator.kube.client import Client, Scope
@@ -105,8 +105,4 @@ class NamedObjects:
         tasks = list(self._tasks.values())
         self._tasks.clear()
         self._informers.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 import time
 from collections.abc import Callable
@@ -12,6 +11,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.metrics import REGISTRY
 from crewlet_operator.serving.auth import DelegatingAuth, ReviewClient
 from crewlet_operator.serving.certificates import (
@@ -118,9 +118,7 @@ class MetricsServer(Server):
     async def stop(self) -> None:
         """Stop listening and watching the certificate."""
         if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
+            await cancel_and_wait(self._watcher)
             self._watcher = None
         self._rotating = None
         self._certificate_pem = None
