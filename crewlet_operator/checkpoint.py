@@ -328,6 +328,21 @@ class RestartCheckpoint:
         """The first kind of which an object ``reads`` declares is newer than the checkpoint
         (or ``reads.uncovered``, or a named object unreadable), "" for an object that must
         exist and does not, or None."""
+        changed = self._cached_changed(checkpoint, reads)
+        if changed is not None:
+            return changed
+        for watched, ns, name in reads.named:
+            try:
+                found = await watched.read(ns, name, timeout=self.read_timeout)
+            except (ForbiddenError, UnauthorizedError):
+                return watched.resource.kind
+            kind = watched.resource.group_kind
+            if not checkpoint.named_unchanged(kind, namespaced_key(ns, name), found):
+                return watched.resource.kind
+        return None
+
+    def _cached_changed(self, checkpoint: Checkpoint, reads: CheckpointReads) -> str | None:
+        """:meth:`_changed_since` for what the cache holds (all but the named objects)."""
         informers = self._attachment().controller.cache.informers
         if any(key not in informers[r].store for r, key in reads.objects):
             return ""
@@ -348,12 +363,4 @@ class RestartCheckpoint:
             keys = store.keys_by_index(index, value)
             if not checkpoint.unchanged(resource.group_kind, map(store.resource_version, keys)):
                 return resource.kind
-        for watched, ns, name in reads.named:
-            try:
-                found = await watched.read(ns, name, timeout=self.read_timeout)
-            except (ForbiddenError, UnauthorizedError):
-                return watched.resource.kind
-            kind = watched.resource.group_kind
-            if not checkpoint.named_unchanged(kind, namespaced_key(ns, name), found):
-                return watched.resource.kind
         return None
