@@ -48,7 +48,6 @@ from crewlet_operator import (
     Result,
     Scope,
     Stream,
-    find_condition,
     generation,
     is_being_deleted,
     is_controlled_by,
@@ -62,7 +61,6 @@ from crewlet_operator import (
 )
 from reconcilers import hostnames, naming
 from reconcilers.admission import Admissions
-from reconcilers.api.conditions import HOSTNAME_TAKEN, NAME_TAKEN
 from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from reconcilers.checkpoint import ANNOTATION, LINES, code_version
 from reconcilers.class_controller import (
@@ -76,6 +74,15 @@ from reconcilers.class_controller import (
 )
 from reconcilers.company import reconcile
 from reconcilers.hostnames import hostname
+from reconcilers.indexes import (
+    COMPANY_INDEX,
+    HOSTNAME_INDEX,
+    company_of_child,
+    hostname_changed,
+    hostname_of,
+    namesake_identity,
+    refused_for_others,
+)
 from reconcilers.plan import (
     CHILD_RESOURCES,
     Apply,
@@ -91,8 +98,6 @@ from reconcilers.steps import Order, Steps, labelled_namesake, render_files, ste
 
 log = structlog.get_logger("crewlet_operator.company")
 
-COMPANY_INDEX = "company"
-HOSTNAME_INDEX = "hostname"
 LABELLED_NAMESAKE_RECHECK = 30.0
 """Seconds after which a company is reconciled again while an object labelled as the
 operator's, but another company's, holds one of its names (labels copied by hand): no event
@@ -113,16 +118,8 @@ aging still serves every company's children within 50 s of service behind later 
 VERDICT_WORKERS = 16
 """Company workers reserved for creates and changes (the queue's normal priority and above),
 beside ``--max-concurrent-reconciles``, while the backlog's children hold every other worker.
-The verdicts of 100 creates a second keep ``100 x`` a status write's seconds of them busy: 5
-at the ~50 ms a write takes under a backlog's load; 16 keep up with writes of up to 160 ms.
-Measured with 8 and then 16 (the bench's latency figure, one full run each): a pile-up of
-verdicts late by up to 2.2 s and 1.8 s, about 20 s into the load, while the creates themselves
-were answered within 0.25 and 0.37 s; so what the verdicts wait on then is not a free worker,
-but the API server's garbage collection, which slows its status writes tenfold for about 3 s
-(docs/scaling.md). 64 drained such a pile-up three times faster but wrote its latest verdict no
-sooner; measured again with the Events and the applies bounded (reconcilers.slots), 64 took the
-verdicts of a collection at once where 16 queued them for up to 0.44 s, but each of their
-writes then took twice as long (0.5 s against 0.25 s): the same time from create to verdict."""
+The verdicts of 100 creates a second keep ``100 x`` a status write's seconds of them busy: 16
+keep up with writes of up to 160 ms (bench/NOTES.md, "Workers reserved for verdicts")."""
 REPORTING_CONTROLLER = "crewlet-operator"
 """The Events' ``reportingController``."""
 Object = dict[str, Any]
@@ -132,36 +129,6 @@ WRITTEN_RESOURCES = frozenset(
 )
 """Plurals of the kinds the operator writes without the Gateway API (its Lease aside): what a
 resync must not touch."""
-
-
-def _company_of_child(child: Object) -> list[str]:
-    # Read in place (labels() copies): an index function runs for each of a sync's children.
-    company = ((child.get("metadata") or {}).get("labels") or {}).get(naming.COMPANY_LABEL)
-    return [f"{namespace(child)}/{company}"] if company else []
-
-
-def _hostname_of(company: Object) -> list[str]:
-    name = hostname(company)
-    return [name] if name else []
-
-
-def _hostname_changed(old: Object, new: Object) -> bool:
-    return hostname(old) != hostname(new)
-
-
-def _identity(obj: Object) -> Object:
-    """What a namesake is kept as: who it is and who controls it."""
-    meta = obj.get("metadata") or {}
-    return {
-        "apiVersion": obj.get("apiVersion"),
-        "kind": obj.get("kind"),
-        "metadata": {k: meta[k] for k in _NAMESAKE_METADATA if k in meta},
-    }
-
-
-_NAMESAKE_METADATA = ("name", "namespace", "uid", "resourceVersion", "ownerReferences")
-_CONTESTED = frozenset({NAME_TAKEN, HOSTNAME_TAKEN})
-"""Refusals that hang on other objects than the company's own (a restart judges them again)."""
 
 
 class CrewletControllers:
@@ -202,7 +169,7 @@ class CrewletControllers:
         # and listed in small pages (a page of whole StatefulSets is ~4 MiB of dicts at 100, the
         # transient peak of a relist; memory freed after it is not all given back).
         company_options = InformerOptions(
-            indexers={CLASS_INDEX: class_of, HOSTNAME_INDEX: _hostname_of},
+            indexers={CLASS_INDEX: class_of, HOSTNAME_INDEX: hostname_of},
             lists=Stream(page_size=COMPACT_PAGE),
             storage=Compact(),
         )
@@ -212,18 +179,15 @@ class CrewletControllers:
             storage=Compact(),
         )
         # Children are cached as far as the operator applied them (and their status): what a
-        # reconcile compares them with. Pruning was the dearest step of a sync (a sixth of its
-        # CPU over 130,000 children), and a restart's first pass reads few of them: deferred.
-        # For the same reason a start decodes a listed child only as far as its metadata, and
-        # lists them in pages, which cost the API server half the CPU of a stream (see
-        # crewlet_operator.cache.Stream): a restart over 3,000 companies synced in 4.2 s against
-        # 4.9 (four alternated pairs), with 0.5 s less of the operator's CPU. And a start lists
-        # their metadata first, which is all a first pass over a checkpoint reads: the whole
-        # children are listed after it, or when a reconcile needs them (_whole_children).
+        # reconcile compares them with, pruned only when read (a restart's first pass reads
+        # few). A start lists them in pages (half the API server's CPU of a stream), decodes
+        # each only as far as its metadata, and lists their metadata first, which is all a
+        # first pass over a checkpoint reads: the whole children follow it, or come when a
+        # reconcile needs them (_whole_children). bench/NOTES.md, "Informer lists".
         owned = InformerOptions(
             scope=Scope(label_selector=naming.MANAGED_BY_SELECTOR),
             deferred_transform=keep_owned_fields_of(manager.client.field_manager),
-            indexers={COMPANY_INDEX: _company_of_child},
+            indexers={COMPANY_INDEX: company_of_child},
             lists=Pages(LISTED_CHILDREN_PAGE),
             storage=Compact(lazy_lists=True, metadata_first=True),
         )
@@ -238,7 +202,7 @@ class CrewletControllers:
         # the kind from etcd to find them.
         unlabelled = InformerOptions(
             scope=Scope(label_selector=naming.NOT_MANAGED_SELECTOR),
-            transform=_identity,
+            transform=namesake_identity,
             lists=Pages(0),
             storage=MetadataOnly(),
         )
@@ -266,7 +230,7 @@ class CrewletControllers:
         builder.watches(
             COMPANY,
             self._hostname_peers,
-            predicates=[new_predicate_funcs(create=lambda _: False, update=_hostname_changed)],
+            predicates=[new_predicate_funcs(create=lambda _: False, update=hostname_changed)],
             options=company_options,
         )
         self.company_controller = (
@@ -335,7 +299,7 @@ class CrewletControllers:
             cached = self.cache.list(resource, index=(COMPANY_INDEX, key))
             # The children this process applied last may not have reached the cache yet.
             for child in self.child_echoes.newest(resource.kind, cached, ns):
-                if _company_of_child(child) == [key]:
+                if company_of_child(child) == [key]:
                     children[(resource.kind, name(child))] = child
         namesakes = await self._namesakes(company, children)
         secrets: dict[tuple[str, str], Object | None] = {}
@@ -465,8 +429,7 @@ class CrewletControllers:
         """Whether what the company may do hangs on objects not its own, which a checkpoint
         does not cover: it was refused for one, another company asks for its hostname, or an
         object not labelled as its child holds one of its children's names."""
-        accepted = find_condition((company.get("status") or {}).get("conditions"), "Accepted")
-        if accepted is not None and accepted.get("reason") in _CONTESTED:
+        if refused_for_others(company):
             return True
         wanted = hostname(company)
         if wanted and len(self.cache.keys(COMPANY, (HOSTNAME_INDEX, wanted))) > 1:

@@ -1,0 +1,56 @@
+"""How the Company controller finds what a company reads in its caches: the indexes over
+companies and children, what an object holding a child's name is kept as, and which refusals
+hang on objects other than the company's own. Pure: the controller wires them."""
+
+from __future__ import annotations
+
+from crewlet_operator import find_condition, namespace
+from reconcilers import naming
+from reconcilers.api.conditions import ACCEPTED, HOSTNAME_TAKEN, NAME_TAKEN
+from reconcilers.hostnames import hostname
+from reconcilers.plan import Object
+
+COMPANY_INDEX = "company"
+"""Children by their company (``namespace/name``), from the company label."""
+HOSTNAME_INDEX = "hostname"
+"""Companies by the webhook hostname they ask for."""
+NAMESAKE_METADATA = ("name", "namespace", "uid", "resourceVersion", "ownerReferences")
+"""What is kept of an object that may hold a child's name: who it is and who controls it."""
+CONTESTED = frozenset({NAME_TAKEN, HOSTNAME_TAKEN})
+"""Refusals that hang on other objects than the company's own."""
+
+
+def company_of_child(child: Object) -> list[str]:
+    """The index function of :data:`COMPANY_INDEX`."""
+    # Read in place (labels() copies): an index function runs for each of a sync's children.
+    company = ((child.get("metadata") or {}).get("labels") or {}).get(naming.COMPANY_LABEL)
+    return [f"{namespace(child)}/{company}"] if company else []
+
+
+def hostname_of(company: Object) -> list[str]:
+    """The index function of :data:`HOSTNAME_INDEX`."""
+    wanted = hostname(company)
+    return [wanted] if wanted else []
+
+
+def hostname_changed(old: Object, new: Object) -> bool:
+    """Whether an update gave a company another webhook hostname (or took it away)."""
+    return hostname(old) != hostname(new)
+
+
+def namesake_identity(obj: Object) -> Object:
+    """What the cache keeps of an object not labelled as the operator's: its
+    :data:`NAMESAKE_METADATA`."""
+    meta = obj.get("metadata") or {}
+    return {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": {k: meta[k] for k in NAMESAKE_METADATA if k in meta},
+    }
+
+
+def refused_for_others(company: Object) -> bool:
+    """Whether the company's stored verdict refuses it for objects not its own
+    (:data:`CONTESTED`), which a restart checkpoint does not cover."""
+    accepted = find_condition((company.get("status") or {}).get("conditions"), ACCEPTED)
+    return accepted is not None and accepted.get("reason") in CONTESTED

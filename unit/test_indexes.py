@@ -1,0 +1,98 @@
+"""How the Company controller finds what a company reads (reconcilers.indexes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from reconcilers.indexes import (
+    company_of_child,
+    hostname_changed,
+    hostname_of,
+    namesake_identity,
+    refused_for_others,
+)
+from reconcilers.plan import Object
+
+
+def company(hostname: str | None = None, reason: str | None = None) -> Object:
+    spec: Object = {"className": "standard"}
+    if hostname is not None:
+        spec["webhookHostname"] = hostname
+    status: Object = {}
+    if reason is not None:
+        status["conditions"] = [{"type": "Accepted", "status": "False", "reason": reason}]
+    return {"metadata": {"name": "acme", "namespace": "team-a"}, "spec": spec, "status": status}
+
+
+def test_a_child_is_indexed_under_the_company_its_label_names() -> None:
+    child = {"metadata": {"namespace": "team-a", "labels": {"crewlet.ai/company": "acme"}}}
+    assert company_of_child(child) == ["team-a/acme"]
+    assert company_of_child({"metadata": {"namespace": "team-a", "labels": {}}}) == []
+    assert company_of_child({"metadata": {"namespace": "team-a"}}) == []
+
+
+def test_a_company_is_indexed_under_the_hostname_it_asks_for() -> None:
+    assert hostname_of(company("hooks.example.com")) == ["hooks.example.com"]
+    assert hostname_of(company()) == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "changed"),
+    [
+        (None, "a.example.com", True),
+        ("a.example.com", "b.example.com", True),
+        ("a.example.com", None, True),
+        ("a.example.com", "a.example.com", False),
+        (None, None, False),
+    ],
+)
+def test_a_hostname_change_is_one_given_taken_or_replaced(
+    old: str | None, new: str | None, changed: bool
+) -> None:
+    assert hostname_changed(company(old), company(new)) is changed
+
+
+def test_a_namesake_is_kept_as_who_it_is_and_who_controls_it() -> None:
+    owners = [{"kind": "Company", "name": "x", "uid": "u1", "controller": True}]
+    obj = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "acme-env",
+            "namespace": "team-a",
+            "uid": "u2",
+            "resourceVersion": "7",
+            "ownerReferences": owners,
+            "labels": {"team": "a"},
+            "annotations": {"note": "n"},
+            "managedFields": [{"manager": "kubectl"}],
+        },
+        "data": {"token": "c2VjcmV0"},
+    }
+    assert namesake_identity(obj) == {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "acme-env",
+            "namespace": "team-a",
+            "uid": "u2",
+            "resourceVersion": "7",
+            "ownerReferences": owners,
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("reason", "contested"),
+    [
+        ("NameTaken", True),
+        ("HostnameTaken", True),
+        ("InvalidClass", False),
+        ("ClassNotFound", False),
+        (None, False),
+    ],
+)
+def test_only_refusals_for_others_objects_are_contested(
+    reason: str | None, contested: bool
+) -> None:
+    assert refused_for_others(company(reason=reason)) is contested
