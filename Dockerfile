@@ -5,14 +5,13 @@ FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY crewlet_operator ./crewlet_operator
-COPY reconcilers ./reconcilers
-COPY daemon ./daemon
+COPY crewlet-operator-daemon ./crewlet-operator-daemon
 # Both distributions: the library and the daemon on it (which takes the library from here).
-RUN pip wheel --no-cache-dir --wheel-dir /wheels . ./daemon
+RUN pip wheel --no-cache-dir --wheel-dir /wheels . ./crewlet-operator-daemon
 
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 USER 65532:65532
-ENTRYPOINT ["crewlet-operator"]
+ENTRYPOINT ["crewlet-operator-daemon"]

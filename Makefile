@@ -19,10 +19,10 @@ NAMESPACE ?= crewlet-operator-system
 help: ## List the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml daemon/pyproject.toml
+$(STAMP): pyproject.toml crewlet-operator-daemon/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]' -e ./daemon
+	$(BIN)/pip install --quiet -e '.[dev]' -e ./crewlet-operator-daemon
 	touch $(STAMP)
 
 .PHONY: venv
@@ -77,7 +77,7 @@ run: venv bins ## Control plane + CRDs + the operator + a sample company (Ready)
 
 .PHONY: manifests
 manifests: venv ## Regenerate the CRDs (manifests/crds and the chart's copies) from the pydantic models, the chart's schema and README
-	$(BIN)/python -m reconcilers.api manifests/crds
+	$(BIN)/python -m crewlet_operator_daemon.api manifests/crds
 	$(BIN)/python hack/chart_crds.py
 	$(BIN)/python hack/chart_schema.py
 	$(BIN)/python hack/chart_readme.py

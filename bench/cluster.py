@@ -30,7 +30,7 @@ from crewlet_operator import (
 )
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.wait import eventually
-from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 
 ROOT = Path(__file__).resolve().parent.parent
 PLATFORM = "crewlet-platform"

@@ -1,4 +1,4 @@
-"""The operator as users run it: ``python -m reconcilers.cli`` in its own process.
+"""The operator as users run it: ``python -m crewlet_operator_daemon.cli`` in its own process.
 
 Metrics are served over plain HTTP (``--metrics-secure=false``) so that the bench can scrape
 them without a token; everything else is the daemon's default, leader election included.
@@ -22,7 +22,7 @@ import aiohttp
 from bench.cluster import PLATFORM
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.process import ManagedProcess
-from reconcilers.cli import MAX_CONCURRENT_RECONCILES
+from crewlet_operator_daemon.cli import MAX_CONCURRENT_RECONCILES
 
 WORKERS = int(os.environ.get("BENCH_WORKERS") or MAX_CONCURRENT_RECONCILES)
 """``--max-concurrent-reconciles``: the daemon's default unless ``BENCH_WORKERS`` says
@@ -137,7 +137,7 @@ class Daemon:
             command += ["-m", "cProfile", "-o", str(log_dir / f"{name}.prof")]
         command += [
             "-m",
-            "reconcilers.cli",
+            "crewlet_operator_daemon.cli",
             "--kubeconfig",
             str(kubeconfig),
             "--leader-election-namespace",

@@ -1,8 +1,8 @@
 """The floor: what the API server itself needs to apply Companies' children.
 
 A plain script applies exactly the objects the operator would write, rendered by the
-reconciler's own :func:`~reconcilers.company.desired_children` for Companies that exist (so
-byte-identical, owner references included), through the same client, ``workers`` companies at
+reconciler's own :func:`~crewlet_operator_daemon.company.desired_children` for Companies that exist
+(so byte-identical, owner references included), through the same client, ``workers`` companies at
 a time, each company's children in order. Nothing else: no cache, no diff, no status.
 
 The same script builds large worlds quickly (:func:`fill`): it applies the children, then the
@@ -21,9 +21,9 @@ from typing import Any
 from bench.cluster import MODEL_KEYS, PLATFORM, Cluster, each
 from bench.progress import Progress
 from crewlet_operator import condition, set_condition
-from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
-from reconcilers.company import desired_children, reconcile
-from reconcilers.plan import Apply, ClusterFacts, Observed
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon.company import desired_children, reconcile
+from crewlet_operator_daemon.plan import Apply, ClusterFacts, Observed
 
 FACTS = ClusterFacts(gateway_api=False, operator_namespace=PLATFORM)
 """What the daemon learns at start-up on this control plane (no Gateway API)."""

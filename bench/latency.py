@@ -33,7 +33,7 @@ from bench.progress import Key, Progress
 from bench.report import Figure
 from bench.session import FILL_WORKERS, WRITTEN, Session, writes_between
 from crewlet_operator import NORMAL_PRIORITY, ApiError, TransportError, name, namespace
-from reconcilers.api.v1alpha1 import COMPANY
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY
 
 TARGET_P99 = 1.0
 TARGET_BACKLOG_RATIO = 1.25

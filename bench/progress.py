@@ -32,12 +32,12 @@ from crewlet_operator import (
     namespace,
 )
 from crewlet_operator.objects import resource_version
-from reconcilers import naming
-from reconcilers.api.v1alpha1 import COMPANY
+from crewlet_operator_daemon import naming
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY
 
 CHILDREN: dict[Resource, int] = {
     SERVICE_ACCOUNT: 1,
-    SECRET: 3,  # config, env, api-token (reconcilers/naming.py)
+    SECRET: 3,  # config, env, api-token (crewlet-operator-daemon/crewlet_operator_daemon/naming.py)
     STATEFUL_SET: 2,
     SERVICE: 3,
     POD_DISRUPTION_BUDGET: 2,

@@ -6,11 +6,11 @@
 3, memory: the operator's RSS (VmRSS a few seconds after a restart's first pass, and VmHWM)
    at two sizes; bytes per Company is the slope between them.
 6, start-up: process start to /readyz 200 (caches synced: the children by their metadata, see
-   reconcilers.controller), to every child held whole, and to the first pass done, the
+   crewlet_operator_daemon.controller), to every child held whole, and to the first pass done, the
    writes of that pass, and peak over steady RSS: of the first process over a world filled
    with none running (every company rendered), and of a restart after it (the checkpoint of
-   reconcilers.checkpoint). Its times are judged on the restart, the start-up of the issue
-   ("a restart costs up to two minutes"); the first process's are printed beside them, not
+   crewlet_operator_daemon.checkpoint). Its times are judged on the restart, the start-up of the
+   issue ("a restart costs up to two minutes"); the first process's are printed beside them, not
    judged: a new version must render every company to learn what it would write (so would
    the issue's own suggestion, an inputs digest that includes the operator's version). Both
    must write nothing and keep their peak RSS. Beside it, what the world costs to read: its
@@ -18,8 +18,8 @@
    listed in pages of 100 as informers did (paged lists are read from etcd, history and all)
    and streamed (from the API server's watch cache); and the reader's floor: every kind the
    operator caches read at once, as its informers read it until synced (its children's
-   metadata in pages of reconcilers.controller.LISTED_CHILDREN_PAGE, the others streamed),
-   by readers that only
+   metadata in pages of crewlet_operator_daemon.controller.LISTED_CHILDREN_PAGE, the others
+   streamed), by readers that only
    read the bytes (no decoding): what the API server alone takes to send the world, the
    least a sync can take on this machine. And the CPU each side spent until the sync, the
    operator's and the control plane's, beside what the machine's cores had meanwhile: when
@@ -43,11 +43,11 @@ from crewlet_operator import NAMESPACE, PERSISTENT_VOLUME_CLAIM, STATEFUL_SET, R
 from crewlet_operator.cache.informer import INITIAL_EVENTS_END
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.kube.client import METADATA_LIST_ACCEPT
-from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
-from reconcilers.cli import gateway_api_served
-from reconcilers.controller import LISTED_CHILDREN_PAGE
-from reconcilers.naming import MANAGED_BY_SELECTOR
-from reconcilers.plan import CHILD_RESOURCES, GATEWAY_CHILD_RESOURCES
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon.cli import gateway_api_served
+from crewlet_operator_daemon.controller import LISTED_CHILDREN_PAGE
+from crewlet_operator_daemon.naming import MANAGED_BY_SELECTOR
+from crewlet_operator_daemon.plan import CHILD_RESOURCES, GATEWAY_CHILD_RESOURCES
 
 MEMORY_LIMIT = 256 * MIB
 SYNC_LIMIT = 10.0
@@ -133,8 +133,8 @@ async def startup(session: Session) -> Figure:
     # The world was filled with no operator running: the first process renders every company
     # (the first start of a new version looks the same). The next one restarts over the world
     # the first left, as a rolling update, a rescheduled pod or a crash does, and resumes from
-    # its checkpoint (reconcilers.checkpoint). The times are judged on the restart; both must
-    # write nothing and keep their peak (see the module's docstring).
+    # its checkpoint (crewlet_operator_daemon.checkpoint). The times are judged on the restart; both
+    # must write nothing and keep their peak (see the module's docstring).
     cold = await session.restart()
     result = await session.restart()
     scale = max(1.0, TARGET_COMPANIES / result.companies)
@@ -205,7 +205,7 @@ async def _world(session: Session) -> dict[str, object]:
         if event.type == "BOOKMARK" and annotations.get(INITIAL_EVENTS_END) == "true":
             break
     streamed = time.monotonic() - started
-    # What the operator caches (reconcilers.controller.CrewletControllers), by selector.
+    # What the operator caches (crewlet_operator_daemon.controller.CrewletControllers), by selector.
     streamed_kinds: list[tuple[Resource, str | None]] = [
         (COMPANY, None),
         (ENGINE_CLASS, None),

@@ -28,7 +28,7 @@ from bench.daemon import (
     until,
 )
 from bench.scale import Scale
-from reconcilers.controller import WRITTEN_RESOURCES
+from crewlet_operator_daemon.controller import WRITTEN_RESOURCES
 
 FILL_WORKERS = 16
 """Companies whose children the bench pre-creates at once (enough to keep the server busy)."""

@@ -1,6 +1,6 @@
 """Helpers shared by the e2e modules that run the operator daemon as a process.
 
-The daemon runs as users run it: ``python -m reconcilers.cli`` with its own flags, in a
+The daemon runs as users run it: ``python -m crewlet_operator_daemon.cli`` with its own flags, in a
 :class:`~crewlet_operator.envtest.process.ManagedProcess` that dies with the test run. The fault,
 bad-input and data-safety modules each run their own control plane (:func:`own_control_plane`)
 so that killing etcd or the API server, or deleting the CRDs, disturbs no other module.
@@ -56,9 +56,9 @@ from crewlet_operator.kube.resources import (
     VALIDATING_ADMISSION_POLICY,
     VALIDATING_ADMISSION_POLICY_BINDING,
 )
-from reconcilers import naming
-from reconcilers.api.v1alpha1 import COMPANY
-from reconcilers.naming import DATA, SEATS
+from crewlet_operator_daemon import naming
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY
+from crewlet_operator_daemon.naming import DATA, SEATS
 
 ROOT = Path(__file__).parent.parent
 IMAGE = "ghcr.io/crewlet/crewlet-operator/engine:v0.2.0"
@@ -97,7 +97,7 @@ class Operator:
             [
                 sys.executable,
                 "-m",
-                "reconcilers.cli",
+                "crewlet_operator_daemon.cli",
                 "--kubeconfig",
                 str(kubeconfig),
                 f"--leader-elect={'true' if leader_elect else 'false'}",

@@ -41,10 +41,10 @@ from operator_helpers import (
 from crewlet_operator import DEFAULT_FIELD_MANAGER, EVENT, LEASE, NAMESPACE, Client, Scope
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.wait import eventually
-from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
-from reconcilers.cli import gateway_api_served
-from reconcilers.company import reconcile
-from reconcilers.plan import ClusterFacts, Observed
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon.cli import gateway_api_served
+from crewlet_operator_daemon.company import reconcile
+from crewlet_operator_daemon.plan import ClusterFacts, Observed
 
 BACKLOG = 240
 NO_SEATS = {"seats": {"replicas": 0}}

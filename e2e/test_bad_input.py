@@ -54,8 +54,8 @@ from crewlet_operator import (
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.crds import install_crds
 from crewlet_operator.envtest.wait import eventually
-from reconcilers.api.crds import all_crds
-from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS, MAX_COMPANY_NAME_LENGTH
+from crewlet_operator_daemon.api.crds import all_crds
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS, MAX_COMPANY_NAME_LENGTH
 
 TENANT = "tenant"
 GOOD = "good"

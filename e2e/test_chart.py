@@ -36,8 +36,8 @@ from crewlet_operator.kube import resources as r
 from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.serving import DelegatingAuth, UserInfo
-from reconcilers import ClusterFacts, Observed, desired_children
-from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon import ClusterFacts, Observed, desired_children
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "crewlet-operator"

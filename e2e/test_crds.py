@@ -23,8 +23,8 @@ from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import BadRequestError, InvalidError, NotFoundError
 from crewlet_operator.kube import resources as r
 from crewlet_operator.kube.client import Client
-from reconcilers.api.crds import all_crds, engine_class_crd
-from reconcilers.api.v1alpha1 import (
+from crewlet_operator_daemon.api.crds import all_crds, engine_class_crd
+from crewlet_operator_daemon.api.v1alpha1 import (
     COMPANY,
     ENGINE_CLASS,
     MAX_COMPANY_NAME_LENGTH,

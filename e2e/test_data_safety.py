@@ -5,8 +5,9 @@ nor change it beyond raising its engine-version high-water mark. This module run
 the chart runs it (the manager's token, under dist/install.yaml's RBAC and admission policy, with
 leader election in the chart's namespace) on a control plane of its own, whose audit log records
 every write; the last test reads it: across the whole module, the operator's user never deleted
-a PersistentVolumeClaim. (That is the unit-free check that no code path in reconcilers/ or
-crewlet_operator/ deletes one: whatever the code, the API server saw no such request.)
+a PersistentVolumeClaim. (That is the unit-free check that no code path in
+crewlet-operator-daemon/crewlet_operator_daemon/ or crewlet_operator/ deletes one: whatever the
+code, the API server saw no such request.)
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ from crewlet_operator import (
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
-from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
-from reconcilers.versions import CLAIM_ANNOTATION
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon.versions import CLAIM_ANNOTATION
 
 V2 = "ghcr.io/crewlet/crewlet-operator/engine:v0.2.0"
 V3 = "ghcr.io/crewlet/crewlet-operator/engine:v0.3.0"

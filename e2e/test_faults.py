@@ -69,7 +69,7 @@ from crewlet_operator import (
 )
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.wait import eventually
-from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 
 BURST = 300
 NAMESPACES = ("burst-a", "burst-b", "burst-c")

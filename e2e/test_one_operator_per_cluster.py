@@ -50,7 +50,7 @@ from operator_helpers import (
 from crewlet_operator import LEASE, Client
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.wait import eventually
-from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 
 SECOND_NAMESPACE = "second-system"
 NS = "companies"

@@ -56,12 +56,12 @@ from crewlet_operator import (
 from crewlet_operator.envtest import KWOK_NODE, ControlPlane, binaries
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually, no_namespace_terminating
-from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
-from reconcilers.checkpoint import ANNOTATION
-from reconcilers.controller import WRITTEN_RESOURCES
-from reconcilers.naming import CONFIG_HASH_ANNOTATION as CONFIG_HASH
-from reconcilers.naming import MANAGED_BY_SELECTOR
-from reconcilers.versions import CLAIM_ANNOTATION
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon.checkpoint import ANNOTATION
+from crewlet_operator_daemon.controller import WRITTEN_RESOURCES
+from crewlet_operator_daemon.naming import CONFIG_HASH_ANNOTATION as CONFIG_HASH
+from crewlet_operator_daemon.naming import MANAGED_BY_SELECTOR
+from crewlet_operator_daemon.versions import CLAIM_ANNOTATION
 
 MANAGER_VALUES = {"managerWrites": {"gateways": [{"namespace": PLATFORM, "name": "public"}]}}
 """The chart's values the manager runs under: the webhook route test's class attaches its
@@ -522,8 +522,8 @@ async def test_a_restart_renders_again_only_what_changed_since_the_leaders_check
     control_plane: ControlPlane,
     tmp_path: Path,
 ) -> None:
-    """The leader leaves a checkpoint in its Lease (reconcilers.checkpoint), and the next
-    process renders only the companies something changed for since, as the manager, under the
+    """The leader leaves a checkpoint in its Lease (crewlet_operator_daemon.checkpoint), and the
+    next process renders only the companies something changed for since, as the manager, under the
     chart's RBAC and policy. A restart with nothing changed skips every company and writes
     nothing; a child edited by someone else, a referenced Secret's new data and a class's new
     spec, each made while no operator ran, are applied, while the company nothing changed for

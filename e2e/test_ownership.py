@@ -51,9 +51,9 @@ from crewlet_operator import (
 )
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.wait import eventually
-from reconcilers import naming
-from reconcilers.api.conditions import HOSTNAME_TAKEN, NAME_TAKEN
-from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon import naming
+from crewlet_operator_daemon.api.conditions import HOSTNAME_TAKEN, NAME_TAKEN
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 
 Object = dict[str, Any]
 CLASS = "owned"

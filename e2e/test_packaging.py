@@ -2,10 +2,11 @@
 them.
 
 - ``crewlet-operator`` (the repository's root): the library alone. A platform team gets no
-  ``reconcilers`` package and none of the operator's own dependencies, and the examples' envtest
-  suite (the Tenant controller) runs from a copy of examples/ with nothing but that install.
-- ``crewlet-operator-daemon`` (daemon/): the operator on the library; its ``crewlet-operator``
-  command runs and its data files (the engine's schema) are installed.
+  ``crewlet_operator_daemon`` package and none of the operator's own dependencies, and the
+  examples' envtest suite (the Tenant controller) runs from a copy of examples/ with nothing but
+  that install.
+- ``crewlet-operator-daemon`` (crewlet-operator-daemon/): the operator on the library; its
+  ``crewlet-operator-daemon`` command runs and its data files (the engine's schema) are installed.
 
 The sources are copied first, so that pip's in-tree build writes nothing into the checkout.
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ("pyproject.toml", "README.md", "crewlet_operator", "reconcilers", "daemon")
+SOURCES = ("pyproject.toml", "README.md", "crewlet_operator", "crewlet-operator-daemon")
 PIP_TIMEOUT = 900
 
 
@@ -84,7 +85,7 @@ def test_the_library_installs_without_the_operator(library_only: Path) -> None:
     assert not {"jsonschema-rs", "jsonschema_rs", "semver"} & names, names
     assert importable(library_only, "crewlet_operator")
     assert importable(library_only, "crewlet_operator.envtest.pytest_plugin")
-    assert not importable(library_only, "reconcilers")
+    assert not importable(library_only, "crewlet_operator_daemon")
 
 
 def test_the_examples_suite_runs_on_the_library_alone(
@@ -106,14 +107,14 @@ def test_the_daemon_installs_on_the_library(
 ) -> None:
     python = virtualenv(tmp_path_factory.mktemp("daemon-venv"))
     # One command, so that pip takes the library it depends on from the same sources.
-    run(python, "-m", "pip", "install", "--quiet", sources, sources / "daemon")
-    command = python.parent / "crewlet-operator"
+    run(python, "-m", "pip", "install", "--quiet", sources, sources / "crewlet-operator-daemon")
+    command = python.parent / "crewlet-operator-daemon"
     assert "--leader-elect" in run(command, "--help", timeout=60)
     schema = run(
         python,
         "-c",
-        "from reconcilers import engine; print(engine.schema()['$schema'])",
+        "from crewlet_operator_daemon import engine; print(engine.schema()['$schema'])",
         timeout=60,
     )
     assert schema.strip() == "https://json-schema.org/draft/2020-12/schema"
-    assert importable(python, "reconcilers.api.crds")
+    assert importable(python, "crewlet_operator_daemon.api.crds")

@@ -22,10 +22,11 @@ The install page is the contract:
 and issue 35 asks for more: "The manager's policy as an allowlist of the shapes the operator
 writes, not a list of bad things". So the manager's policy is tested on a table of cases
 (:data:`CASES`): each writes one of the objects the operator renders for a company
-(``reconcilers.company.desired_children``, never a hand-written imitation), as it is (admitted)
-or changed into what a stolen manager token would write (denied, with the message that says what
-is allowed). Each runs as the manager twice, impersonated and with its ServiceAccount's own token,
-and every denied write is admitted for another ServiceAccount: the policy leaves others alone.
+(``crewlet_operator_daemon.company.desired_children``, never a hand-written imitation), as it is
+(admitted) or changed into what a stolen manager token would write (denied, with the message that
+says what is allowed). Each runs as the manager twice, impersonated and with its ServiceAccount's
+own token, and every denied write is admitted for another ServiceAccount: the policy leaves others
+alone.
 
 For the tenant provisioner, "a ValidatingAdmissionPolicy that holds the subjects, and no one
 else, to this: ..." (quoted at each test below).
@@ -64,9 +65,9 @@ from crewlet_operator.kube import resources as r
 from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import Resource
-from reconcilers import ClusterFacts, Observed, desired_children
-from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
-from reconcilers.versions import CLAIM_ANNOTATION
+from crewlet_operator_daemon import ClusterFacts, Observed, desired_children
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon.versions import CLAIM_ANNOTATION
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "crewlet-operator"
@@ -2575,7 +2576,7 @@ async def test_the_operator_runs_a_company_under_the_charts_rbac_and_policy(
             daemon = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "reconcilers.cli",
+                "crewlet_operator_daemon.cli",
                 "--kubeconfig",
                 str(kubeconfig),
                 "--leader-elect",

@@ -37,8 +37,8 @@ from crewlet_operator import SECRET, Client, find_condition
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.crds import install_crds
 from crewlet_operator.envtest.wait import eventually
-from reconcilers.api.crds import all_crds
-from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon.api.crds import all_crds
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 
 NS = "refusals"
 KEYS = "keys"
@@ -150,8 +150,9 @@ async def test_a_child_the_api_server_refuses_is_reported_and_nothing_half_writt
     assert (await children_by_company(client, NS)).get((NS, case)) is None
 
 
-# An EngineClass the model cannot parse references no Secret (reconcilers.references): observe,
-# the class reconcile and the Secret event mapper go on, and the reconcile says InvalidClass.
+# An EngineClass the model cannot parse references no Secret (crewlet_operator_daemon.references):
+# observe, the class reconcile and the Secret event mapper go on, and the reconcile says
+# InvalidClass.
 async def test_an_unparseable_stored_class_is_reported_not_panicked_on(
     client: Client, daemon: Operator
 ) -> None:

@@ -61,7 +61,7 @@ from crewlet_operator import (
 from crewlet_operator.envtest import ControlPlane, binaries
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.metrics import RECONCILE_RESULTS
-from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 
 REPLICA_SET = Resource("apps", "v1", "ReplicaSet", "replicasets")
 CLASS = "upgrade"

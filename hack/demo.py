@@ -21,7 +21,7 @@ from crewlet_operator.envtest import ControlPlane, binaries
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.process import StopSignals
 from crewlet_operator.envtest.wait import eventually
-from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,7 +60,7 @@ def main() -> int:
                 [
                     sys.executable,
                     "-m",
-                    "reconcilers.cli",
+                    "crewlet_operator_daemon.cli",
                     "--kubeconfig",
                     str(plane.kubeconfig),
                     "--leader-election-namespace",

@@ -1,5 +1,5 @@
-"""One dry run a class generation (reconcilers.admission): a burst of new companies of a class
-nobody has run yet waits for the first one's, and a refused one admits nobody."""
+"""One dry run a class generation (crewlet_operator_daemon.admission): a burst of new companies of a
+class nobody has run yet waits for the first one's, and a refused one admits nobody."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from reconcilers.admission import Admissions
+from crewlet_operator_daemon.admission import Admissions
 
 
 class DryRuns:

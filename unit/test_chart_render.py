@@ -481,7 +481,7 @@ def test_deployment_renders_the_defaults(render: Callable[..., list[Doc]]) -> No
 
 
 def test_the_daemon_accepts_every_flag_the_chart_passes(render: Callable[..., list[Doc]]) -> None:
-    from reconcilers.cli import parse_args  # noqa: PLC0415 (the daemon's own parser)
+    from crewlet_operator_daemon.cli import parse_args  # noqa: PLC0415 (the daemon's own parser)
 
     for values in ({}, ALL_FEATURES, {"metrics": {"enabled": False}}):
         args = parse_args(manager_container(render(values))["args"])

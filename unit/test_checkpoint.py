@@ -1,6 +1,6 @@
 """The restart checkpoint (crewlet_operator.checkpoint): what a leader leaves in its Lease, what
 a next process of another version, or a garbled one, makes of it, and how that process judges
-what a reconcile reads; and the operator's version of it (reconcilers.checkpoint)."""
+what a reconcile reads; and the operator's version of it (crewlet_operator_daemon.checkpoint)."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ from crewlet_operator import (
     RestartCheckpoint,
     Result,
 )
-from reconcilers.checkpoint import code_version
-from reconcilers.plan import ClusterFacts
+from crewlet_operator_daemon.checkpoint import code_version
+from crewlet_operator_daemon.plan import ClusterFacts
 
 KEY = "example.com/checkpoint"
 CHECKPOINT = Checkpoint(

@@ -8,7 +8,12 @@ from typing import Any
 import pytest
 
 from crewlet_operator import LeaderElectionConfig
-from reconcilers.cli import LEASE_LABELS, manager_options, parse_args, unsupported_kubernetes
+from crewlet_operator_daemon.cli import (
+    LEASE_LABELS,
+    manager_options,
+    parse_args,
+    unsupported_kubernetes,
+)
 
 
 def test_defaults_are_controller_runtimes() -> None:

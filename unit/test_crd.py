@@ -22,10 +22,10 @@ from crewlet_operator.crd import (
     render,
     write,
 )
-from reconcilers.api import v1alpha1
-from reconcilers.api.__main__ import main
-from reconcilers.api.crds import HEADER, all_crds
-from reconcilers.api.v1alpha1 import Company, EngineClass
+from crewlet_operator_daemon.api import v1alpha1
+from crewlet_operator_daemon.api.__main__ import main
+from crewlet_operator_daemon.api.crds import HEADER, all_crds
+from crewlet_operator_daemon.api.v1alpha1 import Company, EngineClass
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests" / "crds"
 CRDS = {crd["spec"]["names"]["kind"]: crd for crd in all_crds()}

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from reconcilers import ClusterFacts, Observed, desired_children, engine
-from reconcilers.api.v1alpha1 import S3Files
+from crewlet_operator_daemon import ClusterFacts, Observed, desired_children, engine
+from crewlet_operator_daemon.api.v1alpha1 import S3Files
 
 SCHEMA_COPY = Path(engine.__file__).parent / "schema" / "bootstrap.schema.json"
 GIB = 1 << 30

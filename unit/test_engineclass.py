@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from crewlet_operator import find_condition
-from reconcilers.api.conditions import REFERENCES_RESOLVED
-from reconcilers.engineclass import COUNT_INTERVAL, class_status
+from crewlet_operator_daemon.api.conditions import REFERENCES_RESOLVED
+from crewlet_operator_daemon.engineclass import COUNT_INTERVAL, class_status
 
 Object = dict[str, Any]
 

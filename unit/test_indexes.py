@@ -1,17 +1,17 @@
-"""How the Company controller finds what a company reads (reconcilers.indexes)."""
+"""How the Company controller finds what a company reads (crewlet_operator_daemon.indexes)."""
 
 from __future__ import annotations
 
 import pytest
 
-from reconcilers.indexes import (
+from crewlet_operator_daemon.indexes import (
     company_of_child,
     hostname_changed,
     hostname_of,
     namesake_identity,
     refused_for_others,
 )
-from reconcilers.plan import Object
+from crewlet_operator_daemon.plan import Object
 
 
 def company(hostname: str | None = None, reason: str | None = None) -> Object:

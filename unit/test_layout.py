@@ -47,7 +47,7 @@ def test_nothing_reads_a_path_outside_the_repository() -> None:
 # -- the library knows nothing about Crewlet -------------------------------------------------------
 
 LIBRARY = ROOT / "crewlet_operator"
-OPERATOR = ROOT / "reconcilers"
+OPERATOR = ROOT / "crewlet-operator-daemon" / "crewlet_operator_daemon"
 OPERATOR_GROUP = "crewlet.ai"
 LIBRARY_MODULES_THE_OPERATOR_MAY_IMPORT = {
     # The CRD generator (the library's controller-gen) is a module of its own, not re-exported:
@@ -72,7 +72,7 @@ def test_the_library_never_imports_the_operator() -> None:
         f"{path.relative_to(ROOT)} imports {module}"
         for path in sorted(LIBRARY.rglob("*.py"))
         for module in imported_modules(path)
-        if module == "reconcilers" or module.startswith("reconcilers.")
+        if module == "crewlet_operator_daemon" or module.startswith("crewlet_operator_daemon.")
     ]
     assert offenders == []
 
@@ -105,12 +105,12 @@ def test_the_operator_uses_the_librarys_public_face() -> None:
 # The operator's modules that talk to the API server, run on the event loop or read files:
 # every other module of the operator (but its API) decides, and is pure.
 OPERATOR_IO = {
-    "reconcilers.admission",
-    "reconcilers.checkpoint",
-    "reconcilers.class_controller",
-    "reconcilers.cli",
-    "reconcilers.controller",
-    "reconcilers.slots",
+    "crewlet_operator_daemon.admission",
+    "crewlet_operator_daemon.checkpoint",
+    "crewlet_operator_daemon.class_controller",
+    "crewlet_operator_daemon.cli",
+    "crewlet_operator_daemon.controller",
+    "crewlet_operator_daemon.slots",
 }
 # What a decision may not reach: the event loop and the HTTP client under the library's client,
 # cache, controller and manager.
@@ -138,11 +138,11 @@ def library_faces() -> dict[str, str]:
 def test_every_operator_module_does_io_or_decides() -> None:
     """A new module is sorted into one or the other, so that the checks below reach it."""
     modules = {
-        f"reconcilers.{path.stem if path.is_file() else path.name}"
+        f"crewlet_operator_daemon.{path.stem if path.is_file() else path.name}"
         for path in OPERATOR.iterdir()
         if (path.suffix == ".py" and path.stem != "__init__") or (path / "__init__.py").exists()
     }
-    assert decision_modules() == modules - OPERATOR_IO - {"reconcilers.api"}
+    assert decision_modules() == modules - OPERATOR_IO - {"crewlet_operator_daemon.api"}
 
 
 def test_the_decisions_take_nothing_that_does_io_from_the_library() -> None:
@@ -154,7 +154,7 @@ def test_the_decisions_take_nothing_that_does_io_from_the_library() -> None:
     faces = library_faces()
     offenders = []
     for module in sorted(decision_modules()):
-        path = ROOT / (module.replace(".", "/") + ".py")
+        path = OPERATOR.parent / (module.replace(".", "/") + ".py")
         for node in ast.walk(ast.parse(path.read_text())):
             if not (isinstance(node, ast.ImportFrom) and node.module and node.level == 0):
                 continue
@@ -168,9 +168,10 @@ def test_the_decisions_take_nothing_that_does_io_from_the_library() -> None:
 def test_importing_the_api_loads_no_validator() -> None:
     """The API models (``make manifests``, the CRD tests) load no JSON Schema validator: the
     engine imports jsonschema_rs when it first validates. import-linter sees only the import
-    lines, not what importing the package ``reconcilers`` (the models' parent) loads."""
+    lines, not what importing the package ``crewlet_operator_daemon`` (the models' parent) loads."""
     probe = (
-        "import sys, reconcilers.api.conditions, reconcilers.api.crds, reconcilers.api.v1alpha1;"
+        "import sys, crewlet_operator_daemon.api.conditions, crewlet_operator_daemon.api.crds, "
+        "crewlet_operator_daemon.api.v1alpha1;"
         "print('jsonschema_rs' in sys.modules)"
     )
     loaded = subprocess.run(
@@ -183,9 +184,12 @@ def test_importing_the_api_loads_no_validator() -> None:
 
 
 def test_the_daemon_depends_on_the_library_at_its_own_version() -> None:
-    """daemon/pyproject.toml pins the library it was tested with: the same version."""
+    """crewlet-operator-daemon/pyproject.toml pins the library it was tested with: the same
+    version."""
     library = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    daemon = tomllib.loads((ROOT / "daemon" / "pyproject.toml").read_text())["project"]
+    daemon = tomllib.loads((ROOT / "crewlet-operator-daemon" / "pyproject.toml").read_text())[
+        "project"
+    ]
     assert daemon["version"] == library["version"]
     assert f"{library['name']}=={library['version']}" in daemon["dependencies"]
     # The operator's own dependencies are the daemon's, not the library's.

@@ -32,7 +32,7 @@ from crewlet_operator import (
     hash_of,
 )
 from crewlet_operator import name as object_name
-from reconcilers import (
+from crewlet_operator_daemon import (
     ClusterFacts,
     Observed,
     Plan,
@@ -43,8 +43,8 @@ from reconcilers import (
     reconcile,
     versions,
 )
-from reconcilers.references import referenced_secrets, secret_refs
-from reconcilers.status import verdict
+from crewlet_operator_daemon.references import referenced_secrets, secret_refs
+from crewlet_operator_daemon.status import verdict
 
 Object = dict[str, Any]
 

@@ -7,7 +7,7 @@ import contextlib
 
 import pytest
 
-from reconcilers.slots import (
+from crewlet_operator_daemon.slots import (
     CHILD_APPLIES_IN_FLIGHT,
     CHILD_APPLIES_WHILE_VERDICTS_WAIT,
     VERDICTS_PRESSING,

@@ -1,14 +1,21 @@
-"""What a reconcile writes now of a Company's plan (reconcilers.steps): one test per row of
-its decision table, and the pure helpers beside it."""
+"""What a reconcile writes now of a Company's plan (crewlet_operator_daemon.steps): one test per row
+of its decision table, and the pure helpers beside it."""
 
 from __future__ import annotations
 
 import pytest
 
 from crewlet_operator import SECRET, SERVICE, STATEFUL_SET
-from reconcilers.plan import Apply, Delete, Object, Observed, Plan
-from reconcilers.status import Condition
-from reconcilers.steps import Order, Steps, labelled_namesake, render_files, steps, waves
+from crewlet_operator_daemon.plan import Apply, Delete, Object, Observed, Plan
+from crewlet_operator_daemon.status import Condition
+from crewlet_operator_daemon.steps import (
+    Order,
+    Steps,
+    labelled_namesake,
+    render_files,
+    steps,
+    waves,
+)
 
 ACCEPTED: Condition = {"status": "True", "reason": "Accepted", "message": "runs as asked"}
 REFUSED: Condition = {"status": "False", "reason": "ClassNotFound", "message": "no class"}

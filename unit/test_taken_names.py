@@ -16,9 +16,17 @@ from typing import Any
 import pytest
 
 from crewlet_operator import HTTP_ROUTE, INGRESS, controller_reference, find_condition
-from reconcilers import ClusterFacts, Observed, Plan, desired_children, hostnames, naming, reconcile
-from reconcilers.api.conditions import HOSTNAME_TAKEN, NAME_TAKEN
-from reconcilers.plan import CHILD_RESOURCES, GATEWAY_CHILD_RESOURCES
+from crewlet_operator_daemon import (
+    ClusterFacts,
+    Observed,
+    Plan,
+    desired_children,
+    hostnames,
+    naming,
+    reconcile,
+)
+from crewlet_operator_daemon.api.conditions import HOSTNAME_TAKEN, NAME_TAKEN
+from crewlet_operator_daemon.plan import CHILD_RESOURCES, GATEWAY_CHILD_RESOURCES
 
 Object = dict[str, Any]
 
@@ -205,7 +213,7 @@ def test_a_name_maps_back_to_the_company_whose_child_it_would_be(
     assert naming.companies_named_by(kind, name) == companies
 
 
-# -- who holds a hostname (reconcilers.hostnames) ----------------------------------------------
+# -- who holds a hostname (crewlet_operator_daemon.hostnames) ------------------------------------
 
 
 def claimant(ns: str, name: str, created: str, hostname: str = "shared.example") -> Object:

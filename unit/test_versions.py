@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 import semver
 
-from reconcilers import versions
-from reconcilers.plan import Observed
+from crewlet_operator_daemon import versions
+from crewlet_operator_daemon.plan import Observed
 
 Object = dict[str, Any]
 

@@ -2,8 +2,8 @@
 start it, with what the figure needs to follow it: how many Company reconciles the process has
 completed, and its memory and CPU.
 
-- ``crewlet-operator``: ``python -m reconcilers.cli``, exactly as the other figures run it
-  (:class:`bench.daemon.Daemon`); its reconciles from ``controller_runtime_reconcile_total``.
+- ``crewlet-operator``: ``python -m crewlet_operator_daemon.cli``, exactly as the other figures run
+  it (:class:`bench.daemon.Daemon`); its reconciles from ``controller_runtime_reconcile_total``.
 - ``controller-runtime``: ``controller-runtime/main.go``, leader election on, the same number
   of workers as ours; its reconciles from the same metric, which controller-runtime serves.
 - ``kopf``: ``kopf run --standalone --all-namespaces kopf_operator.py``; kopf serves no metrics,

@@ -43,7 +43,7 @@ from bench.progress import CHILDREN, Progress
 from bench.report import MIB, Figure
 from bench.session import SETTLE, WRITTEN, Session
 from crewlet_operator import Resource, find_condition
-from reconcilers.api.v1alpha1 import COMPANY
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY
 
 TARGET = "every contender converges and the peers apply the template's children"
 ONLY = "BENCH_PEERS"

@@ -2,14 +2,14 @@
 with every per-Company value replaced by a placeholder (:mod:`bench.peers.placeholders`).
 
 Generated when the figure runs, never committed, so it cannot drift from the reconciler: two
-Companies of the same EngineClass are rendered by :func:`reconcilers.company.desired_children`
-exactly as :mod:`bench.floor` renders them (the same cluster facts and model-key Secret; the
-token from the peers' own rule). The first one's namespace, name, uid and token become
-placeholders; then the template is filled in for the second one, and every value that still
-differs is a value derived from the others (the hashes of the rendered config and Secrets, in
-annotations) and becomes a ``digest`` placeholder. Anything else that differs, and anything
-filling the template in does not reproduce, is a :class:`TemplateError`: a per-Company value
-the peers do not know.
+Companies of the same EngineClass are rendered by
+:func:`crewlet_operator_daemon.company.desired_children` exactly as :mod:`bench.floor` renders them
+(the same cluster facts and model-key Secret; the token from the peers' own rule). The first one's
+namespace, name, uid and token become placeholders; then the template is filled in for the second
+one, and every value that still differs is a value derived from the others (the hashes of the
+rendered config and Secrets, in annotations) and becomes a ``digest`` placeholder. Anything else
+that differs, and anything filling the template in does not reproduce, is a :class:`TemplateError`:
+a per-Company value the peers do not know.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import Any
 from bench.cluster import MODEL_KEYS, PLATFORM
 from bench.floor import FACTS
 from bench.peers import placeholders
-from reconcilers.api.v1alpha1 import COMPANY
-from reconcilers.company import desired_children
-from reconcilers.plan import Observed
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY
+from crewlet_operator_daemon.company import desired_children
+from crewlet_operator_daemon.plan import Observed
 
 Object = dict[str, Any]
 LeafPath = tuple[str | int, ...]

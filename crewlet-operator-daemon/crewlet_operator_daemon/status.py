@@ -16,12 +16,12 @@ import semver
 from crewlet_operator import STATEFUL_SET, condition, find_condition, set_condition
 from crewlet_operator import generation as object_generation
 from crewlet_operator import name as object_name
-from reconcilers import naming, versions
-from reconcilers.api.conditions import ACCEPTED, READY, SUSPENDED
-from reconcilers.children import Desired
-from reconcilers.inputs import Inputs, Refused
-from reconcilers.naming import DATA
-from reconcilers.plan import Object, Plan
+from crewlet_operator_daemon import naming, versions
+from crewlet_operator_daemon.api.conditions import ACCEPTED, READY, SUSPENDED
+from crewlet_operator_daemon.children import Desired
+from crewlet_operator_daemon.inputs import Inputs, Refused
+from crewlet_operator_daemon.naming import DATA
+from crewlet_operator_daemon.plan import Object, Plan
 
 # Reasons more than one condition gives.
 _NOT_ACCEPTED = "NotAccepted"

@@ -22,9 +22,9 @@ import semver
 
 from crewlet_operator import STATEFUL_SET
 from crewlet_operator import name as object_name
-from reconcilers import engine, naming
-from reconcilers.naming import DATA
-from reconcilers.plan import Object, Observed
+from crewlet_operator_daemon import engine, naming
+from crewlet_operator_daemon.naming import DATA
+from crewlet_operator_daemon.plan import Object, Observed
 
 CLAIM_ANNOTATION = "crewlet.ai/highest-engine-version"
 """Annotation on the data claim: the highest engine version the volume has been opened by."""

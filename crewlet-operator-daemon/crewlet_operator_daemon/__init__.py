@@ -7,7 +7,7 @@
 version ordering and the high-water mark in :mod:`.versions`.
 """
 
-from reconcilers.company import desired_children, reconcile
-from reconcilers.plan import Apply, ClusterFacts, Delete, Observed, Plan
+from crewlet_operator_daemon.company import desired_children, reconcile
+from crewlet_operator_daemon.plan import Apply, ClusterFacts, Delete, Observed, Plan
 
 __all__ = ["Apply", "ClusterFacts", "Delete", "Observed", "Plan", "desired_children", "reconcile"]

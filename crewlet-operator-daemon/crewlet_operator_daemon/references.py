@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from reconcilers.api.v1alpha1 import EngineClassSpec, SecretKeyRef
-from reconcilers.inputs import class_content
+from crewlet_operator_daemon.api.v1alpha1 import EngineClassSpec, SecretKeyRef
+from crewlet_operator_daemon.inputs import class_content
 
 
 def secret_refs(engine_class: dict[str, Any]) -> list[SecretKeyRef]:
@@ -29,7 +29,7 @@ def secret_refs(engine_class: dict[str, Any]) -> list[SecretKeyRef]:
 
 def referenced_secrets(engine_class: dict[str, Any]) -> frozenset[tuple[str, str]]:
     """``(namespace, name)`` of every Secret the class references, read once per content
-    (:func:`reconcilers.inputs.class_content`): every reconcile of a company asks."""
+    (:func:`crewlet_operator_daemon.inputs.class_content`): every reconcile of a company asks."""
     content = class_content(engine_class)
     if content.referenced is None:
         content.referenced = frozenset((r.namespace, r.name) for r in secret_refs(engine_class))

@@ -1,5 +1,5 @@
 """The thin controllers around the pure Crewlet reconcile: gather the inputs from the caches,
-call :func:`reconcilers.company.reconcile`, and execute its plan.
+call :func:`crewlet_operator_daemon.company.reconcile`, and execute its plan.
 
 What is cached, and why it stays small: Companies and EngineClasses (all of them: they are the
 operator's own kinds), Namespaces (for ``allowedNamespaces``), and children only when they carry
@@ -59,11 +59,11 @@ from crewlet_operator import (
     new_predicate_funcs,
     uid,
 )
-from reconcilers import hostnames, naming
-from reconcilers.admission import Admissions
-from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
-from reconcilers.checkpoint import ANNOTATION, LINES, code_version
-from reconcilers.class_controller import (
+from crewlet_operator_daemon import hostnames, naming
+from crewlet_operator_daemon.admission import Admissions
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon.checkpoint import ANNOTATION, LINES, code_version
+from crewlet_operator_daemon.class_controller import (
     CLASS_INDEX,
     SECRET_ANSWER_TIMEOUT,
     EngineClassController,
@@ -72,9 +72,9 @@ from reconcilers.class_controller import (
     read_references,
     write_status,
 )
-from reconcilers.company import reconcile
-from reconcilers.hostnames import hostname
-from reconcilers.indexes import (
+from crewlet_operator_daemon.company import reconcile
+from crewlet_operator_daemon.hostnames import hostname
+from crewlet_operator_daemon.indexes import (
     COMPANY_INDEX,
     HOSTNAME_INDEX,
     company_of_child,
@@ -83,7 +83,7 @@ from reconcilers.indexes import (
     namesake_identity,
     refused_for_others,
 )
-from reconcilers.plan import (
+from crewlet_operator_daemon.plan import (
     CHILD_RESOURCES,
     Apply,
     ClusterFacts,
@@ -91,10 +91,17 @@ from reconcilers.plan import (
     Plan,
     child_resources,
 )
-from reconcilers.references import referenced_secrets
-from reconcilers.slots import ApplySlots
-from reconcilers.status import current_verdict, verdict
-from reconcilers.steps import Order, Steps, labelled_namesake, render_files, steps, waves
+from crewlet_operator_daemon.references import referenced_secrets
+from crewlet_operator_daemon.slots import ApplySlots
+from crewlet_operator_daemon.status import current_verdict, verdict
+from crewlet_operator_daemon.steps import (
+    Order,
+    Steps,
+    labelled_namesake,
+    render_files,
+    steps,
+    waves,
+)
 
 log = structlog.get_logger("crewlet_operator.company")
 
@@ -163,8 +170,8 @@ class CrewletControllers:
             read_timeout=SECRET_ANSWER_TIMEOUT,
             lines=LINES,
         )
-        """The restart checkpoint (reconcilers.checkpoint); :meth:`_reads` declares what it
-        judges."""
+        """The restart checkpoint (crewlet_operator_daemon.checkpoint); :meth:`_reads` declares what
+        it judges."""
         # Companies and children are held by the thousand and read a few at a time: compact,
         # and listed in small pages (a page of whole StatefulSets is ~4 MiB of dicts at 100, the
         # transient peak of a relist; memory freed after it is not all given back).
@@ -194,8 +201,8 @@ class CrewletControllers:
 
         # Every other object of the children's kinds, by its metadata alone: a name a child
         # would take may be held by a tenant's own object, which the label-scoped caches never
-        # see. The company then waits (reconcilers.inputs.refuse_taken_names), and hears when
-        # the name is free.
+        # see. The company then waits (crewlet_operator_daemon.inputs.refuse_taken_names), and hears
+        # when the name is free.
         self.namesakes = Cache(manager.client)
         # Listed whole, not in pages: few objects match, and the API server answers a list
         # without a limit from its watch cache, where a paged one may read every object of
@@ -349,7 +356,7 @@ class CrewletControllers:
 
     async def _hostname_holder(self, company: Object) -> str | None:
         """The Company that holds ``company``'s webhook hostname, when another one does
-        (:func:`reconcilers.hostnames.holder`, from the claimants and their routes)."""
+        (:func:`crewlet_operator_daemon.hostnames.holder`, from the claimants and their routes)."""
         wanted = hostname(company)
         if not wanted:
             return None
@@ -399,7 +406,7 @@ class CrewletControllers:
             return Result(requeue_after=LABELLED_NAMESAKE_RECHECK)
         return result
 
-    # -- the restart checkpoint (reconcilers.checkpoint) ------------------------------------------
+    # -- the restart checkpoint (crewlet_operator_daemon.checkpoint) ----------------------------
     def _reads(
         self, request: Request, company: Object, engine_class: Object | None
     ) -> CheckpointReads:
@@ -448,18 +455,19 @@ class CrewletControllers:
         observed: Observed,
         decide: Callable[..., Plan],
     ) -> Result | None:
-        """Decide the company's plan and write what :func:`reconcilers.steps.steps` says to
-        write of it now, and nothing else; ``decide(observed, render_files=...)`` is the pure
+        """Decide the company's plan and write what :func:`crewlet_operator_daemon.steps.steps` says
+        to write of it now, and nothing else; ``decide(observed, render_files=...)`` is the pure
         reconcile over everything but what was observed.
 
         Each change of verdict is an Event on the Company, so ``kubectl describe company`` says
         why. While many verdicts are on their way, the children's applies narrow
-        (:class:`~reconcilers.slots.ApplySlots`): the verdicts wait on the same API server.
+        (:class:`~crewlet_operator_daemon.slots.ApplySlots`): the verdicts wait on the same API
+        server.
 
         A child the API server refuses (a class field only it can judge, such as a toleration
         or a storage class name) is an input of the reconcile like any other refusal
-        (:attr:`~reconcilers.plan.Observed.rejection`), and leaves nothing half-written: until
-        one company of a class's generation has been admitted (by a dry run or by being
+        (:attr:`~crewlet_operator_daemon.plan.Observed.rejection`), and leaves nothing half-written:
+        until one company of a class's generation has been admitted (by a dry run or by being
         written), its children are first applied as a dry run, before any verdict. The
         company is tried again after a growing backoff: some refusals pass by themselves (a
         Service's "failed to allocate IP" while etcd is away is a 422 too), and no event would
@@ -558,7 +566,8 @@ class CrewletControllers:
         of a company of the class's generation. Once is enough: what it can refuse comes from
         the class, and the verdicts of a burst come before any company's children are written
         (else each would be dry-run: 13 requests more a company); the companies of a burst
-        that need it at once wait for the first one's (:class:`~reconcilers.admission.Admissions`).
+        that need it at once wait for the first one's
+        (:class:`~crewlet_operator_daemon.admission.Admissions`).
 
         Raises:
             InvalidError: the API server refused a child; nothing was written.
@@ -617,9 +626,9 @@ class CrewletControllers:
         return missed
 
     async def _apply(self, apply: Apply, dry_run: bool) -> Object:
-        """Apply one child when a slot is free (:class:`~reconcilers.slots.ApplySlots`: fewer
-        while verdicts wait). Status writes and the admission's dry runs take none: they are on
-        the verdict's path, which never queues behind a backlog's children."""
+        """Apply one child when a slot is free (:class:`~crewlet_operator_daemon.slots.ApplySlots`:
+        fewer while verdicts wait). Status writes and the admission's dry runs take none: they are
+        on the verdict's path, which never queues behind a backlog's children."""
         if dry_run:
             return await self.client.apply_owned(
                 apply.resource, apply.object, apply.existing, dry_run=True

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from crewlet_operator import is_being_deleted, is_controlled_by, namespaced_key
 from crewlet_operator import name as object_name
 from crewlet_operator import namespace as object_namespace
-from reconcilers.plan import Object
+from crewlet_operator_daemon.plan import Object
 
 
 def hostname(company: Object) -> str:

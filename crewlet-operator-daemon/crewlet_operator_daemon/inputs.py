@@ -1,8 +1,8 @@
 """A Company's inputs, read and judged: the company, its EngineClass, its namespace, its Secrets.
 
 Everything that can refuse a company is here, with messages that say what to do; the reasons
-``Accepted=False`` carries are API, in :mod:`reconcilers.api.conditions`. Refusals come in the
-order a person would fix them: the company itself (``InvalidSpec``, ``InvalidName``,
+``Accepted=False`` carries are API, in :mod:`crewlet_operator_daemon.api.conditions`. Refusals come
+in the order a person would fix them: the company itself (``InvalidSpec``, ``InvalidName``,
 ``HostnameTaken``), then its class (``ClassNotFound``, ``InvalidClass``, ``ClassNotAllowed``),
 the engine version (``DowngradeRefused``), what the class asks for (``InvalidClass`` again, for
 what the CRD's schema cannot judge, and for what the API server refused of a child rendered
@@ -27,8 +27,8 @@ from crewlet_operator import (
     parse_quantity,
 )
 from crewlet_operator import name as object_name
-from reconcilers import engine, naming, versions
-from reconcilers.api.conditions import (
+from crewlet_operator_daemon import engine, naming, versions
+from crewlet_operator_daemon.api.conditions import (
     CLASS_NOT_ALLOWED,
     CLASS_NOT_FOUND,
     DOWNGRADE_REFUSED,
@@ -40,15 +40,15 @@ from reconcilers.api.conditions import (
     SECRET_NOT_FOUND,
     SECRET_UNREADABLE,
 )
-from reconcilers.api.v1alpha1 import (
+from crewlet_operator_daemon.api.v1alpha1 import (
     MIN_STORAGE,
     MIN_STORAGE_WITH_S3,
     Company,
     EngineClass,
     SecretKeyRef,
 )
-from reconcilers.naming import DATA, SEATS
-from reconcilers.plan import Apply, ClusterFacts, Object, Observed
+from crewlet_operator_daemon.naming import DATA, SEATS
+from crewlet_operator_daemon.plan import Apply, ClusterFacts, Object, Observed
 
 TokenFactory = Callable[[], str]
 """Makes the operator's API token for a company that has none yet."""
@@ -184,7 +184,7 @@ class ClassContent:
     model (both ``InvalidClass``)."""
     referenced: frozenset[tuple[str, str]] | None = None
     """``(namespace, name)`` of every Secret it references
-    (:func:`reconcilers.references.referenced_secrets`)."""
+    (:func:`crewlet_operator_daemon.references.referenced_secrets`)."""
 
 
 _CLASS_CONTENTS: dict[tuple[str, str], ClassContent] = {}

@@ -26,7 +26,7 @@ Measurements: bench/NOTES.md, "The children's apply slots"."""
 VERDICTS_PRESSING = 8
 """Verdicts on their way from which the children's applies narrow
 (:data:`CHILD_APPLIES_WHILE_VERDICTS_WAIT`): half of
-:data:`reconcilers.controller.VERDICT_WORKERS`."""
+:data:`crewlet_operator_daemon.controller.VERDICT_WORKERS`."""
 
 
 class Slots:

@@ -21,8 +21,8 @@ from crewlet_operator import (
     configure_logging,
     default_namespace,
 )
-from reconcilers.controller import CrewletControllers
-from reconcilers.plan import ClusterFacts
+from crewlet_operator_daemon.controller import CrewletControllers
+from crewlet_operator_daemon.plan import ClusterFacts
 
 SUPPORTED_MINOR = "37"
 """The Kubernetes minor the operator is tested against (the install page supports one)."""
@@ -69,7 +69,7 @@ would otherwise lead too, and reconcile the same companies. With them, it waits 
 install's Lease is held and live, and writes nothing. With ``--leader-elect=false`` there is no
 Lease, and no such check: the chart's default elects a leader."""
 
-log = structlog.get_logger("reconcilers.cli")
+log = structlog.get_logger("crewlet_operator_daemon.cli")
 
 
 def _bool(value: str) -> bool:

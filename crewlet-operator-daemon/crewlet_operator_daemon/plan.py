@@ -1,9 +1,9 @@
 """The contract between the pure Crewlet reconcile function and the controller around it.
 
 The controller gathers the inputs from its caches (no request is made to build them), calls
-:func:`reconcilers.company.reconcile`, and executes the :class:`Plan` it returns: applies,
-deletes, the status write and the claim annotation. The function does no I/O, so every decision
-it makes is unit-tested on plain dicts.
+:func:`crewlet_operator_daemon.company.reconcile`, and executes the :class:`Plan` it returns:
+applies, deletes, the status write and the claim annotation. The function does no I/O, so every
+decision it makes is unit-tested on plain dicts.
 """
 
 from __future__ import annotations
@@ -121,8 +121,8 @@ class Plan:
     """Annotations to set on the data claim (the engine-version high-water mark)."""
     complete: bool = True
     """Whether the applies may be written: False when a new company's config files were left
-    out (:func:`reconcilers.company.reconcile` with ``render_files=False``); its status is the
-    complete plan's all the same."""
+    out (:func:`crewlet_operator_daemon.company.reconcile` with ``render_files=False``); its status
+    is the complete plan's all the same."""
 
     @property
     def empty(self) -> bool:

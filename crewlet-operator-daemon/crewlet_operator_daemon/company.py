@@ -4,15 +4,16 @@ A pure function: the controller gathers the inputs from its caches and executes 
 decision is made here, in the order the install page promises:
 
 1. Refusals first (``Accepted=False`` with a reason and a message that says what to do; see
-   :mod:`reconcilers.inputs`). A refused company's children are left exactly as they are:
-   nothing is applied, nothing deleted, so a running engine keeps running on what it was given
+   :mod:`crewlet_operator_daemon.inputs`). A refused company's children are left exactly as they
+   are: nothing is applied, nothing deleted, so a running engine keeps running on what it was given
    last. A name held by an object the company does not control is a refusal too
    (``NameTaken``): the operator never writes what it did not make.
-2. Otherwise the complete desired set of children is built (:mod:`reconcilers.children`), and
-   only the children that differ from what exists are applied; owned children that are no longer
-   wanted (a webhook route of the other kind) are deleted. A volume claim is never deleted.
-3. The status (:mod:`reconcilers.status`) and the high-water mark on the data claim
-   (:mod:`reconcilers.versions`).
+2. Otherwise the complete desired set of children is built
+   (:mod:`crewlet_operator_daemon.children`), and only the children that differ from what exists are
+   applied; owned children that are no longer wanted (a webhook route of the other kind) are
+   deleted. A volume claim is never deleted.
+3. The status (:mod:`crewlet_operator_daemon.status`) and the high-water mark on the data claim
+   (:mod:`crewlet_operator_daemon.versions`).
 
 So ``reconcile`` over what it desired itself returns an empty plan: nothing is written when
 nothing changed.
@@ -24,10 +25,10 @@ from datetime import datetime
 
 from crewlet_operator import Resource, apply_would_change, is_controlled_by
 from crewlet_operator import name as object_name
-from reconcilers import children, inputs, status, versions
-from reconcilers.children import Desired
-from reconcilers.inputs import Inputs, Refused, TokenFactory, new_token
-from reconcilers.plan import (
+from crewlet_operator_daemon import children, inputs, status, versions
+from crewlet_operator_daemon.children import Desired
+from crewlet_operator_daemon.inputs import Inputs, Refused, TokenFactory, new_token
+from crewlet_operator_daemon.plan import (
     CHILD_RESOURCES,
     GATEWAY_CHILD_RESOURCES,
     Apply,
@@ -64,7 +65,7 @@ def reconcile(
     the operator's API token, only when no ``<company>-api-token`` Secret exists yet.
     ``render_files=False`` decides the same status for less (a company's verdict, written ahead
     of its children): a company with no config Secret yet has its crewlet.yaml files checked
-    but not written out, and the plan is not :attr:`~reconcilers.plan.Plan.complete`.
+    but not written out, and the plan is not :attr:`~crewlet_operator_daemon.plan.Plan.complete`.
     """
     if company.get("metadata", {}).get("deletionTimestamp"):
         return Plan()  # The garbage collector removes the children; nothing to decide.

@@ -4,8 +4,8 @@ applies for it.
 A ServiceAccount, three Secrets (the operator's API token, the copies of the class's Secret keys,
 both components' crewlet.yaml), a NetworkPolicy, a headless Service, a PodDisruptionBudget and a
 StatefulSet per component (data and seats), the API Service and the webhook route (an HTTPRoute
-or an Ingress). What the class asks for is judged first (:mod:`reconcilers.inputs`); the one
-refusal found while building is a crewlet.yaml the engine's schema refuses (a bug of the
+or an Ingress). What the class asks for is judged first (:mod:`crewlet_operator_daemon.inputs`); the
+one refusal found while building is a crewlet.yaml the engine's schema refuses (a bug of the
 operator).
 """
 
@@ -30,11 +30,11 @@ from crewlet_operator import (
     parse_quantity,
     semantic_subset,
 )
-from reconcilers import engine, inputs, naming
-from reconcilers.api.conditions import ENGINE_CONFIG_INVALID
-from reconcilers.inputs import Inputs, Refused, SecretCopy
-from reconcilers.naming import DATA, SEATS, Component
-from reconcilers.plan import Apply, Object
+from crewlet_operator_daemon import engine, inputs, naming
+from crewlet_operator_daemon.api.conditions import ENGINE_CONFIG_INVALID
+from crewlet_operator_daemon.inputs import Inputs, Refused, SecretCopy
+from crewlet_operator_daemon.naming import DATA, SEATS, Component
+from crewlet_operator_daemon.plan import Apply, Object
 
 # The engine pods' volumes besides the data claim, each named by a volume and its mount.
 _CONFIG_VOLUME = "config"
@@ -65,7 +65,8 @@ def build(ctx: Inputs, *, render_files: bool = True) -> Desired:
     needs, at half the cost.
 
     Raises:
-        Refused: what the class asks for cannot be run (:func:`reconcilers.inputs.check_class`),
+        Refused: what the class asks for cannot be run
+        (:func:`crewlet_operator_daemon.inputs.check_class`),
             a referenced Secret is missing or unreadable, or a crewlet.yaml is refused.
     """
     inputs.check_class(ctx)

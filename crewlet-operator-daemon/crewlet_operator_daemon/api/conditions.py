@@ -3,7 +3,7 @@
 
 They are API, read by people, ``kubectl`` columns and other controllers, so they sit with the
 models, below every module that decides them: this module imports nothing of the operator.
-:mod:`reconcilers.inputs` says in which order the refusals are judged.
+:mod:`crewlet_operator_daemon.inputs` says in which order the refusals are judged.
 """
 
 # --- Condition types -------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """What to write now of a Company's plan, and in which order: pure, no I/O.
 
-:func:`reconcilers.company.reconcile` decides *what* a company should be; this module decides
-*when* each part of it is written. A company whose verdict changes (a new one, or one whose
+:func:`crewlet_operator_daemon.company.reconcile` decides *what* a company should be; this module
+decides *when* each part of it is written. A company whose verdict changes (a new one, or one whose
 class or spec changed what it is told: accepted or why not, and the message) hears it first:
 its status is written on its own, with an Event, and its children come when the queue comes
 back to it at the children's (low) priority. So a burst of new tenants hears Accepted, or why
@@ -31,9 +31,9 @@ import enum
 from dataclasses import dataclass
 
 from crewlet_operator import STATEFUL_SET, is_controlled_by, labels
-from reconcilers import naming
-from reconcilers.plan import Apply, Object, Observed, Plan
-from reconcilers.status import Condition, verdict
+from crewlet_operator_daemon import naming
+from crewlet_operator_daemon.plan import Apply, Object, Observed, Plan
+from crewlet_operator_daemon.status import Condition, verdict
 
 
 class Order(enum.Enum):
@@ -54,7 +54,7 @@ class Steps:
     order: Order
     news: bool
     """The plan's verdict is news to the company: an Event says it, and its writes go ahead of
-    the children's (:class:`~reconcilers.slots.ApplySlots`)."""
+    the children's (:class:`~crewlet_operator_daemon.slots.ApplySlots`)."""
     announced: Condition | None
     """The verdict the company's children wait behind once this step is written (LATER and
     VERDICT_FIRST), or None (ALL: nothing waits)."""
@@ -78,12 +78,12 @@ def steps(
 ) -> Steps:
     """Decide what to write now of ``plan`` (the module's table).
 
-    ``stored`` is the verdict in the company's status (:func:`reconcilers.status.verdict`),
-    ``current`` the same when it was decided for the company's current generation
-    (:func:`reconcilers.status.current_verdict`), ``announced`` the verdict its children wait
-    behind since an earlier step (None when none do), and ``admitted`` whether the API server
-    has admitted the children of a company of its class's generation (a dry run), so that a
-    verdict written first needs no files.
+    ``stored`` is the verdict in the company's status
+    (:func:`crewlet_operator_daemon.status.verdict`), ``current`` the same when it was decided for
+    the company's current generation (:func:`crewlet_operator_daemon.status.current_verdict`),
+    ``announced`` the verdict its children wait behind since an earlier step (None when none do),
+    and ``admitted`` whether the API server has admitted the children of a company of its class's
+    generation (a dry run), so that a verdict written first needs no files.
     """
     decided = verdict(plan.status)
     news = decided is not None and decided not in (stored, announced)

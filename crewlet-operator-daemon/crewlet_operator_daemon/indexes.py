@@ -5,10 +5,10 @@ hang on objects other than the company's own. Pure: the controller wires them.""
 from __future__ import annotations
 
 from crewlet_operator import find_condition, namespace
-from reconcilers import naming
-from reconcilers.api.conditions import ACCEPTED, HOSTNAME_TAKEN, NAME_TAKEN
-from reconcilers.hostnames import hostname
-from reconcilers.plan import Object
+from crewlet_operator_daemon import naming
+from crewlet_operator_daemon.api.conditions import ACCEPTED, HOSTNAME_TAKEN, NAME_TAKEN
+from crewlet_operator_daemon.hostnames import hostname
+from crewlet_operator_daemon.plan import Object
 
 COMPANY_INDEX = "company"
 """Children by their company (``namespace/name``), from the company label."""

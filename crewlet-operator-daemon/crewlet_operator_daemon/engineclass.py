@@ -12,9 +12,13 @@ from typing import NamedTuple
 
 from crewlet_operator import condition, set_condition
 from crewlet_operator import generation as object_generation
-from reconcilers.api.conditions import REFERENCES_RESOLVED, SECRET_NOT_FOUND, SECRET_UNREADABLE
-from reconcilers.plan import Object
-from reconcilers.references import secret_refs
+from crewlet_operator_daemon.api.conditions import (
+    REFERENCES_RESOLVED,
+    SECRET_NOT_FOUND,
+    SECRET_UNREADABLE,
+)
+from crewlet_operator_daemon.plan import Object
+from crewlet_operator_daemon.references import secret_refs
 
 COUNT_INTERVAL = 1.0
 """Seconds between two writes of a class's status that change only its companies count: a

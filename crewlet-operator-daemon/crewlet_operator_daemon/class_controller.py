@@ -1,6 +1,6 @@
 """The EngineClass controller: a class's status (how many companies name it, and whether the
-Secrets it references resolve), decided by :func:`reconcilers.engineclass.class_status`; and
-what it shares with the Company controller: the companies' index by class, the reads of a
+Secrets it references resolve), decided by :func:`crewlet_operator_daemon.engineclass.class_status`;
+and what it shares with the Company controller: the companies' index by class, the reads of a
 class's Secrets and the status writes."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from crewlet_operator import (
     UnauthorizedError,
     new_predicate_funcs,
 )
-from reconcilers.api.v1alpha1 import COMPANY, ENGINE_CLASS
-from reconcilers.engineclass import class_status
-from reconcilers.references import referenced_secrets
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon.engineclass import class_status
+from crewlet_operator_daemon.references import referenced_secrets
 
 Object = dict[str, Any]
 

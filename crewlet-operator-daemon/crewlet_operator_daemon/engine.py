@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from reconcilers import naming
+from crewlet_operator_daemon import naming
 
 if TYPE_CHECKING:
     import jsonschema_rs
 
-    from reconcilers.api.v1alpha1 import S3Files
+    from crewlet_operator_daemon.api.v1alpha1 import S3Files
 
 Config = dict[str, Any]
 
@@ -248,7 +248,11 @@ def to_yaml(config: Config) -> str:
 @cache
 def schema() -> dict[str, Any]:
     """The engine's crewlet.yaml schema (draft 2020-12), read once from the package."""
-    text = resources.files("reconcilers").joinpath("schema", "bootstrap.schema.json").read_text()
+    text = (
+        resources.files("crewlet_operator_daemon")
+        .joinpath("schema", "bootstrap.schema.json")
+        .read_text()
+    )
     loaded: dict[str, Any] = json.loads(text)
     return loaded
 

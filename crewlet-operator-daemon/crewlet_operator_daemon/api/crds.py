@@ -1,22 +1,22 @@
 """The crewlet.ai CRDs, generated from the models of :mod:`.v1alpha1` by the library's
 generator (:func:`crewlet_operator.crd.crd_for`).
 
-``python -m reconcilers.api DIR`` (``make manifests``) writes them to ``manifests/crds``; a unit
-test fails when the committed files differ from what the models generate.
+``python -m crewlet_operator_daemon.api DIR`` (``make manifests``) writes them to
+``manifests/crds``; a unit test fails when the committed files differ from what the models generate.
 """
 
 from __future__ import annotations
 
 from crewlet_operator.crd import AGE_COLUMN, JsonSchema, condition_column, crd_for
-from reconcilers.api import v1alpha1
-from reconcilers.api.conditions import ACCEPTED, READY, REFERENCES_RESOLVED
-from reconcilers.api.v1alpha1 import GROUP, VERSION
+from crewlet_operator_daemon.api import v1alpha1
+from crewlet_operator_daemon.api.conditions import ACCEPTED, READY, REFERENCES_RESOLVED
+from crewlet_operator_daemon.api.v1alpha1 import GROUP, VERSION
 
 CATEGORIES = ("crewlet",)
 """``kubectl get crewlet`` lists every kind of the group."""
 
 HEADER = """\
-# Generated from reconcilers/api/v1alpha1.py by `python -m reconcilers.api`.
+# Generated from crewlet_operator_daemon/api/v1alpha1.py by `python -m crewlet_operator_daemon.api`.
 # Do not edit: change the pydantic models and run `make manifests`, which regenerates it.
 """
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from reconcilers.api.v1alpha1 import DNS1035_LABEL_PATTERN, MAX_COMPANY_NAME_LENGTH
+from crewlet_operator_daemon.api.v1alpha1 import DNS1035_LABEL_PATTERN, MAX_COMPANY_NAME_LENGTH
 
 Component = Literal["data", "seats"]
 DATA: Component = "data"
@@ -54,8 +54,8 @@ def name_problem(company: str) -> str | None:
 
     A Company's own name is a DNS subdomain (it may hold dots, or start with a digit), which is
     wider than what a Service or a StatefulSet's pods accept. The CRD refuses both on create
-    (:data:`~reconcilers.api.v1alpha1.MAX_COMPANY_NAME_LENGTH` says why that length); a Company
-    stored before it did is refused here.
+    (:data:`~crewlet_operator_daemon.api.v1alpha1.MAX_COMPANY_NAME_LENGTH` says why that length); a
+    Company stored before it did is refused here.
     """
     if len(company) > MAX_COMPANY_NAME_LENGTH:
         return (

@@ -1,4 +1,4 @@
-"""``python -m reconcilers.api DIR``: write the crewlet.ai CRDs into DIR.
+"""``python -m crewlet_operator_daemon.api DIR``: write the crewlet.ai CRDs into DIR.
 
 ``make manifests`` runs it with ``manifests/crds``. With ``--check``, write nothing and exit 1
 when DIR differs from what the models generate (what CI's drift test checks too).
@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 
 from crewlet_operator.crd import drift, write
-from reconcilers.api.crds import HEADER, all_crds
+from crewlet_operator_daemon.api.crds import HEADER, all_crds
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m reconcilers.api",
+        prog="python -m crewlet_operator_daemon.api",
         description="Generate the crewlet.ai CustomResourceDefinitions from the pydantic models.",
     )
     parser.add_argument("directory", type=Path, help="where to write them, e.g. manifests/crds")

@@ -16,9 +16,9 @@ import hashlib
 from pathlib import Path
 
 import crewlet_operator
-import reconcilers
+import crewlet_operator_daemon
 from crewlet_operator import CheckpointLines
-from reconcilers.plan import ClusterFacts
+from crewlet_operator_daemon.plan import ClusterFacts
 
 ANNOTATION = "crewlet.ai/restart-checkpoint"
 """The Lease annotation that holds the checkpoint (JSON)."""
@@ -40,7 +40,7 @@ def code_version(facts: ClusterFacts) -> str:
     and of the library it runs on, and the cluster facts it learnt at start. A checkpoint of
     another version is ignored (an upgrade reconciles every company in full)."""
     digest = hashlib.sha256(repr(facts).encode())
-    for package in (reconcilers, crewlet_operator):
+    for package in (crewlet_operator_daemon, crewlet_operator):
         root = Path(str(package.__file__)).parent
         for source in sorted(root.rglob("*.py")):
             digest.update(str(source.relative_to(root)).encode())
