@@ -58,7 +58,7 @@ e2e: venv bins ## Tests against a real local control plane (e2e/ and the example
 
 # The library's public modules: the package (its public face) and the modules it does not
 # re-export (unit/test_api_reference.py reads this list).
-API_MODULES := crewlet_operator crewlet_operator.crd crewlet_operator.testing crewlet_operator.envtest crewlet_operator.envtest.pytest_plugin
+API_MODULES := crewlet_operator crewlet_operator.crd crewlet_operator.rbac crewlet_operator.testing crewlet_operator.envtest crewlet_operator.envtest.pytest_plugin
 
 .PHONY: docs
 docs: venv ## The library's API reference, from its docstrings (pdoc; warnings are errors), into build/api

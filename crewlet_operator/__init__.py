@@ -9,6 +9,7 @@ The pieces, one concept a module (as controller-runtime has one package a concep
 :mod:`.controller` (controller and builder), :mod:`.manager`, :mod:`.checkpoint` (restarts
 that redo nothing), :mod:`.leader`, :mod:`.serving`, :mod:`.conditions`, :mod:`.owners`,
 :mod:`.diff`, :mod:`.predicate`, :mod:`.writes` (a controller's own writes), :mod:`.events`,
+:mod:`.rbac` (the RBAC the controllers declare),
 :mod:`.metrics`, :mod:`.envtest` (a real local
 control plane for tests).
 """
@@ -188,6 +189,7 @@ from crewlet_operator.ratelimit import (
     RateLimiter,
     default_controller_rate_limiter,
 )
+from crewlet_operator.rbac import PolicyRule
 from crewlet_operator.reconcile import ReconcileFunc, Reconciler, Request, Result
 from crewlet_operator.serving import HealthServer, MetricsServer
 from crewlet_operator.workqueue import (
@@ -298,6 +300,7 @@ __all__ = [
     "OwnStatusWrites",
     "OwnWrites",
     "Pages",
+    "PolicyRule",
     "Predicate",
     "ProcessFailedError",
     "QueueShutDown",

@@ -25,6 +25,7 @@ from crewlet_operator.handler import EnqueueHandler, MapFunc, request_for_object
 from crewlet_operator.kube.resources import Resource
 from crewlet_operator.predicate import Predicate
 from crewlet_operator.ratelimit import RateLimiter
+from crewlet_operator.rbac import EVENT_RULE, READ_VERBS, WRITE_VERBS, PolicyRule
 from crewlet_operator.reconcile import ReconcileFunc, Reconciler, Request, Result, as_reconcile_func
 from crewlet_operator.workqueue import QueueShutDown, RateLimitingQueue
 
@@ -82,6 +83,9 @@ class Controller:
         self._touching = True
         self._failed: set[Request] = set()
         self._informers: list[Informer] = []
+        self.rbac_rules: list[PolicyRule] = []
+        """The RBAC rules this controller needs: ``get``, ``list`` and ``watch`` on each kind
+        it watches, and what :meth:`add_rbac_rules` adds (see :mod:`crewlet_operator.rbac`)."""
         self._workers: list[asyncio.Task[None]] = []
         self._sampler: asyncio.Task[None] | None = None
         self._stopping = False
@@ -102,6 +106,12 @@ class Controller:
         informer = self.cache.informer(resource, options)
         informer.add_handler(self.enqueue_handler(mapper, predicates, initial=initial))
         self._informers.append(informer)
+        self.rbac_rules.append(PolicyRule.on(resource, *READ_VERBS))
+
+    def add_rbac_rules(self, *rules: PolicyRule) -> None:
+        """Declare rules this controller needs beyond its watches (the writes it makes, the
+        informers it reads through :meth:`enqueue_handler`): see :mod:`crewlet_operator.rbac`."""
+        self.rbac_rules.extend(rules)
 
     def enqueue_handler(
         self, mapper: MapFunc, predicates: Sequence[Predicate] = (), *, initial: bool = True
@@ -318,6 +328,7 @@ class Builder:
             .watches(SECRET, lambda s: [Request("ns", "w")]) \\
             .with_options(max_concurrent_reconciles=4, reserved_workers=2) \\
             .with_checkpoint(RestartCheckpoint(version, annotation="example.com/checkpoint")) \\
+            .with_rbac(status=True, events=True) \\
             .complete(reconcile)
     """
 
@@ -331,6 +342,8 @@ class Builder:
         ] = []
         self._options: dict[str, Any] = {}
         self._checkpoint: RestartCheckpoint | None = None
+        self._rbac: list[PolicyRule] = []
+        self._status = self._finalizer = self._events = False
 
     def for_(
         self,
@@ -395,6 +408,46 @@ class Builder:
         self._checkpoint = checkpoint
         return self
 
+    def with_rbac(
+        self,
+        *rules: PolicyRule,
+        status: bool = False,
+        finalizer: bool = False,
+        events: bool = False,
+    ) -> Builder:
+        """Declare what the controller writes beyond its owned kinds, for the RBAC generated
+        from the controllers (:mod:`crewlet_operator.rbac`); each call adds to the last.
+
+        :param rules: Rules of your own (``PolicyRule.on(SECRET, "get")``).
+        :param status: It writes the primary's status: ``get``, ``update`` and ``patch`` on
+            ``<primary>/status`` (``apply_status`` patches it).
+        :param finalizer: It puts a :class:`~crewlet_operator.finalizer.Finalizer` on the
+            primary: ``patch`` on it.
+        :param events: It records Events (:class:`~crewlet_operator.events.EventRecorder`):
+            ``create`` and ``patch`` on events.k8s.io's.
+        """
+        self._rbac.extend(rules)
+        self._status |= status
+        self._finalizer |= finalizer
+        self._events |= events
+        return self
+
+    def _write_rules(self, primary: Resource) -> list[PolicyRule]:
+        """The rules of :meth:`owns` and :meth:`with_rbac` (the watches add their own)."""
+        rules = [PolicyRule.on(resource, *WRITE_VERBS) for resource, _, _ in self._owns]
+        if self._owns:
+            # The library's controller references block their owner's deletion, which the
+            # OwnerReferencesPermissionEnforcement admission plugin allows only to whoever may
+            # update the owner's finalizers.
+            rules.append(PolicyRule.on(primary, "update", subresource="finalizers"))
+        if self._status:
+            rules.append(PolicyRule.on(primary, "get", "update", "patch", subresource="status"))
+        if self._finalizer:
+            rules.append(PolicyRule.on(primary, "patch"))
+        if self._events:
+            rules.append(EVENT_RULE)
+        return [*rules, *self._rbac]
+
     def complete(self, reconciler: Reconciler | ReconcileFunc) -> Controller:
         """Create the controller, register its watches and add it to the manager."""
         if self._for is None:
@@ -420,5 +473,6 @@ class Builder:
                 found=lambda: manager.lease_annotations_found,
             )
             manager.add_lease_annotations(self._checkpoint.annotations)
+        controller.add_rbac_rules(*self._write_rules(primary))
         self._manager.add_controller(controller)
         return controller

@@ -38,6 +38,7 @@ from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.mapper import RESTMapper
 from crewlet_operator.leader import LeaderElectionConfig, LeaderElector, default_identity
 from crewlet_operator.metrics import EventLoopLag
+from crewlet_operator.rbac import PolicyRule
 from crewlet_operator.serving import HealthServer, MetricsServer
 
 log = structlog.get_logger("crewlet_operator.manager")
@@ -127,6 +128,8 @@ class Manager:
         """Kinds to resources by discovery, shared by the controllers."""
         self.controllers: list[Controller] = []
         self.runnables: list[Runnable] = []
+        self.rbac_rules: list[PolicyRule] = []
+        """Rules added with :meth:`add_rbac_rules`."""
         self._lease_words: list[Callable[[], Mapping[str, str]]] = []
         self.started = asyncio.Event()
         """Set once the caches have synced and this replica's controllers run (a follower's
@@ -179,6 +182,11 @@ class Manager:
     def add(self, runnable: Runnable) -> None:
         """Start ``runnable`` with the cache and stop it after the controllers."""
         self.runnables.append(runnable)
+
+    def add_rbac_rules(self, *rules: PolicyRule) -> None:
+        """Declare rules the process needs beyond its controllers' (what its runnables read
+        or write, say), for the RBAC generated from it: see :mod:`crewlet_operator.rbac`."""
+        self.rbac_rules.extend(rules)
 
     def stop(self) -> None:
         """Ask :meth:`run` to shut down gracefully (safe to call from a signal handler)."""
