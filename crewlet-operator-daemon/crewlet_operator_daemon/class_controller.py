@@ -99,6 +99,7 @@ class EngineClassController:
                 predicates=[new_predicate_funcs(update=_class_changed)],
                 options=company_options,
             )
+            .with_rbac(status=True)
             .complete(self.reconcile)
         )
 

@@ -42,6 +42,7 @@ from crewlet_operator import (
     OwnStatusWrites,
     OwnWrites,
     Pages,
+    PolicyRule,
     Request,
     Resource,
     RestartCheckpoint,
@@ -239,6 +240,14 @@ class CrewletControllers:
             self._hostname_peers,
             predicates=[new_predicate_funcs(create=lambda _: False, update=hostname_changed)],
             options=company_options,
+        )
+        # What it writes beyond its children, and the Secrets its classes name (watched one
+        # by one): declared for the RBAC the chart is checked against (unit/test_chart_rbac.py).
+        builder.with_rbac(
+            PolicyRule.on(PERSISTENT_VOLUME_CLAIM, "patch"),
+            PolicyRule.on(SECRET, "get", "list", "watch"),
+            status=True,
+            events=True,
         )
         self.company_controller = (
             builder.with_options(reserved_workers=VERDICT_WORKERS)

@@ -1,0 +1,122 @@
+"""The chart grants what the operator's own controllers declare (issue 37, point 4).
+
+The operator's manager is built as the daemon builds it, from the chart's rendered Deployment
+arguments, with a client it never calls; :func:`crewlet_operator.rbac.manager_rules` reads its
+controllers' declarations, and every rule must be granted by the roles the chart binds to the
+manager's ServiceAccount: a verb missing from the chart fails here, not in a cluster.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+import yaml
+
+from crewlet_operator import Client, Manager, PolicyRule
+from crewlet_operator.envtest import binaries
+from crewlet_operator.rbac import manager_rules, ungranted
+from crewlet_operator_daemon.cli import manager_options, parse_args
+from crewlet_operator_daemon.controller import CrewletControllers
+from crewlet_operator_daemon.plan import ClusterFacts
+
+CHART = Path(__file__).resolve().parent.parent / "charts" / "crewlet-operator"
+RELEASE = "crewlet-operator"
+NAMESPACE = "crewlet-operator-system"
+
+Doc = dict[str, Any]
+
+
+def rendered() -> list[Doc]:
+    """``helm template`` the chart with its default values."""
+    result = subprocess.run(
+        [str(binaries.find("helm")), "template", RELEASE, str(CHART), "--namespace", NAMESPACE],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env={"HOME": "/nonexistent", "PATH": "/usr/bin:/bin", "KUBECONFIG": "/nonexistent"},
+    )
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[Doc]:
+    return rendered()
+
+
+def the_deployment(docs: list[Doc]) -> Doc:
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    return deployment
+
+
+def operator_manager(docs: list[Doc], gateway_api: bool) -> Manager:
+    """The daemon's manager and controllers, as ``crewlet_operator_daemon.cli.run`` builds them
+    from the chart's arguments; nothing here reaches the client."""
+    (container,) = the_deployment(docs)["spec"]["template"]["spec"]["containers"]
+    args = parse_args(container["args"])
+    client = cast(Client, SimpleNamespace(field_manager="crewlet-operator"))
+    manager = Manager(client, manager_options(args))
+    facts = ClusterFacts(
+        gateway_api=gateway_api,
+        operator_namespace=args.leader_election_namespace,
+        field_manager=client.field_manager,
+    )
+    CrewletControllers(manager, facts)
+    return manager
+
+
+def granted(docs: list[Doc], kind: str, namespace: str | None) -> list[PolicyRule]:
+    """The rules of the roles the chart binds to the manager's ServiceAccount with bindings of
+    ``kind`` (ClusterRoleBinding, or RoleBinding in ``namespace``)."""
+    account = the_deployment(docs)["spec"]["template"]["spec"]["serviceAccountName"]
+    roles = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"].endswith("Role")}
+    rules = []
+    for binding in docs:
+        if binding["kind"] != kind or binding["metadata"].get("namespace") != namespace:
+            continue
+        subjects = binding.get("subjects") or []
+        if not any(
+            s["kind"] == "ServiceAccount" and s["name"] == account and s["namespace"] == NAMESPACE
+            for s in subjects
+        ):
+            continue
+        ref = binding["roleRef"]
+        role = roles[(ref["kind"], ref["name"])]
+        assert role["metadata"].get("namespace") == namespace, ref
+        rules += [PolicyRule.from_dict(r) for r in role["rules"]]
+    return rules
+
+
+@pytest.mark.parametrize("gateway_api", [True, False], ids=["gateway-api", "ingress"])
+def test_the_chart_grants_what_the_controllers_declare(docs: list[Doc], gateway_api: bool) -> None:
+    required = manager_rules(operator_manager(docs, gateway_api))
+    assert required.lease_namespace == NAMESPACE, "the Lease lives in the release's namespace"
+    everywhere = granted(docs, "ClusterRoleBinding", None)
+    missing = ungranted(required.cluster, everywhere)
+    assert missing == [], f"not in the chart's ClusterRoles: {[r.to_dict() for r in missing]}"
+    in_namespace = everywhere + granted(docs, "RoleBinding", NAMESPACE)
+    missing = ungranted(required.lease, in_namespace)
+    assert missing == [], f"not granted on the Lease: {[r.to_dict() for r in missing]}"
+
+
+def test_the_declarations_name_every_kind_the_operator_touches(docs: list[Doc]) -> None:
+    """The check above is only as good as the declarations: each controller declares its
+    primary's status, the company its children's writes and its Events."""
+    rules = manager_rules(operator_manager(docs, gateway_api=True)).cluster
+    needed = [
+        ("crewlet.ai", "companies/status", "patch"),
+        ("crewlet.ai", "engineclasses/status", "patch"),
+        ("crewlet.ai", "companies/finalizers", "update"),
+        ("apps", "statefulsets", "delete"),
+        ("gateway.networking.k8s.io", "httproutes", "create"),
+        ("", "persistentvolumeclaims", "patch"),
+        ("", "namespaces", "watch"),
+        ("events.k8s.io", "events", "create"),
+        ("coordination.k8s.io", "leases", "list"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
+    ]
+    assert [n for n in needed if not any(r.grants(*n) for r in rules)] == []
