@@ -112,3 +112,10 @@ async def test_a_page_that_is_not_a_list_is_an_error_that_names_the_path() -> No
             [page async for page in client.list_raw_pages(SECRET, Scope("ns"))]
     finally:
         await client.close()
+
+
+def test_a_namespace_alone_is_a_scope() -> None:
+    assert Scope.of("ns") == Scope(namespace="ns")
+    assert Scope.of(None) == Scope()
+    selected = Scope("ns", label_selector="app=web")
+    assert Scope.of(selected) is selected

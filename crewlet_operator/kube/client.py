@@ -113,6 +113,14 @@ class Scope:
     label_selector: str | None = None
     field_selector: str | None = None
 
+    @classmethod
+    def of(cls, scope: Scope | str | None) -> Scope:
+        """``scope`` as a Scope: a namespace's name alone scopes to that namespace, and None
+        to every object."""
+        if isinstance(scope, Scope):
+            return scope
+        return cls(namespace=scope)
+
 
 @dataclass(frozen=True)
 class WatchEvent:
@@ -360,7 +368,7 @@ class Client:
     async def list(
         self,
         resource: Resource,
-        scope: Scope | None = None,
+        scope: Scope | str | None = None,
         *,
         page_size: int = 500,
         resource_version: str | None = None,
@@ -382,7 +390,7 @@ class Client:
     async def list_pages(
         self,
         resource: Resource,
-        scope: Scope | None = None,
+        scope: Scope | str | None = None,
         *,
         page_size: int = 500,
         resource_version: str | None = None,
@@ -399,7 +407,7 @@ class Client:
     async def list_raw_pages(
         self,
         resource: Resource,
-        scope: Scope | None = None,
+        scope: Scope | str | None = None,
         *,
         page_size: int = 500,
         resource_version: str | None = None,
@@ -415,7 +423,7 @@ class Client:
         each item is ``{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1",
         "metadata":{...}}``, a fraction of the object for the API server to encode."""
         accept = METADATA_LIST_ACCEPT if metadata_only else "application/json"
-        scope = scope or Scope()
+        scope = Scope.of(scope)
         path = resource.path(scope.namespace)
         token: str | None = None
         while True:
@@ -441,7 +449,7 @@ class Client:
     async def watch(
         self,
         resource: Resource,
-        scope: Scope | None = None,
+        scope: Scope | str | None = None,
         *,
         resource_version: str | None = None,
         timeout_seconds: int | None = 300,
@@ -465,7 +473,7 @@ class Client:
         receives a BOOKMARK about every minute, so the 90 s default does not fire on one.
         An ``ERROR`` event raises its :class:`~crewlet_operator.errors.ApiError` (410 = relist).
         """
-        path = resource.path((scope or Scope()).namespace)
+        path = resource.path(Scope.of(scope).namespace)
         async for line in self.watch_lines(
             resource,
             scope,
@@ -481,7 +489,7 @@ class Client:
     async def watch_lines(
         self,
         resource: Resource,
-        scope: Scope | None = None,
+        scope: Scope | str | None = None,
         *,
         resource_version: str | None = None,
         timeout_seconds: int | None = 300,
@@ -495,7 +503,7 @@ class Client:
         such as an informer's lazy list (:attr:`~crewlet_operator.cache.Compact.lazy_lists`).
         With ``metadata_only``, each event's object is its metadata alone
         (``PartialObjectMetadata``, :data:`METADATA_ACCEPT`)."""
-        scope = scope or Scope()
+        scope = Scope.of(scope)
         query: dict[str, QueryValue] = {
             "watch": True,
             "allowWatchBookmarks": allow_bookmarks or send_initial_events or None,
