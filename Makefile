@@ -68,7 +68,7 @@ docs: venv ## The library's API reference, from its docstrings (pdoc; warnings a
 test: lint docs unit e2e ## Everything CI runs: lint, type-check, the API reference, unit, e2e
 
 .PHONY: bench
-bench: venv bins ## The figures DESIGN.md holds us to (BENCH_SCALE=small for a quick run; FIGURES="resync memory" for some)
+bench: venv bins ## Measure the figures bench/README.md sets targets for (BENCH_SCALE=small for a quick run; FIGURES="resync memory" for some)
 	$(BIN)/python -m bench $(FIGURES)
 
 .PHONY: run

@@ -1,1 +1,2 @@
-"""Benchmarks: the figures DESIGN.md holds the operator to, measured on a local control plane."""
+"""Benchmarks: the operator's figures, measured on a local control plane; bench/README.md
+gives each one's target."""

@@ -1,5 +1,5 @@
 """``python -m bench [FIGURE ...] [--profile]``: start a local control plane, run the operator
-as a separate process, and print the figures of DESIGN.md ("Figures we hold ourselves to").
+as a separate process, and print the figures (each one's target: bench/README.md).
 
 Figures, in the order they are printed: convergence, resync, memory, latency, failover,
 startup (all of them unless some are named), and peers (only when named).

@@ -1,4 +1,4 @@
-"""How big the run is: ``BENCH_SCALE=full`` (the default: the sizes DESIGN.md names) or
+"""How big the run is: ``BENCH_SCALE=full`` (the default: the sizes the targets name) or
 ``BENCH_SCALE=small`` (a quick run on the same code paths; its figures are not the targets')."""
 
 from __future__ import annotations
