@@ -25,7 +25,8 @@ INSTALL = DOCS / "install.md"
 VALUES = ROOT / "charts" / "crewlet-operator" / "values.yaml"
 INSTALL_PAGE = DOCS / "contract" / "install-page.txt"
 
-# Every page the install page names (and the library's), with its title.
+# Every page the install page names (and the library's, the repository's and the bench's),
+# with its title.
 PAGES: dict[str, str] = {
     "docs/install.md": "Installing the Operator",
     "docs/quickstart.md": "Quickstart",
@@ -38,6 +39,10 @@ PAGES: dict[str, str] = {
     "docs/scaling.md": "Scaling the operator",
     "docs/security.md": "Security: what the operator's token can do",
     "RELEASING.md": "Releasing",
+    "CHANGELOG.md": "Changelog",
+    "CONTRIBUTING.md": "Contributing",
+    "bench/README.md": "Benchmarks",
+    "bench/NOTES.md": "Bench notes",
 }
 # How the install page refers to each page it names.
 PAGE_REFERENCES: dict[str, str] = {
@@ -91,7 +96,13 @@ def install_page() -> str:
 
 
 def documents() -> list[Path]:
-    return [ROOT / "README.md", ROOT / "RELEASING.md", *sorted(DOCS.glob("*.md"))]
+    top = [ROOT / name for name in ("README.md", "RELEASING.md", "CHANGELOG.md", "CONTRIBUTING.md")]
+    return [
+        *top,
+        *sorted(DOCS.glob("*.md")),
+        ROOT / "bench" / "README.md",
+        ROOT / "bench" / "NOTES.md",
+    ]
 
 
 def prose(markdown: str) -> str:
