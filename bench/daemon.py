@@ -83,7 +83,8 @@ GC_COUNT = "go_gc_duration_seconds_count"
 
 def gc_cycles(metrics: list[Sample]) -> int:
     """Garbage collections a Go process (the API server) has finished (:data:`GC_COUNT` of its
-    /metrics): a mark phase slows its writes for seconds and costs it CPU (docs/scaling.md)."""
+    /metrics): a mark phase slows its writes for seconds and costs it CPU (bench/NOTES.md,
+    "A new company's verdict under load")."""
     counts = [v for name, _, v in metrics if name == GC_COUNT]
     if not counts:
         raise ValueError(f"no {GC_COUNT} in the API server's /metrics")

@@ -249,7 +249,7 @@ class VerdictWriter:
 async def verdict_floor(session: Session) -> dict[str, object]:
     """The same load in the same world, the operator stopped, its companies told their
     verdicts by a :class:`VerdictWriter` in the bench, and the API server made to collect its
-    garbage at the load's middle (a collection slows its writes for seconds: docs/scaling.md);
+    garbage at the load's middle (a collection slows its writes for seconds: bench/NOTES.md);
     then its Companies are deleted, so the world is as it was."""
     load = await Load.allocate(session, "floor-")
     server_before = await session.server_metrics()
