@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 import structlog
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
 from crewlet_operator.errors import ConflictError, NotFoundError
 from crewlet_operator.kube.client import Client
@@ -99,33 +100,38 @@ class Finalizer:
         again on a conflict. Returns the patched object, or None when it is gone (or, adding,
         when it has begun to be deleted: no finalizer may be added then)."""
         current = obj
-        conflicts = 0
-        while True:
-            meta = current.get("metadata") or {}
-            finalizers = [f for f in meta.get("finalizers") or [] if f != self.finalizer]
-            if add:
-                finalizers.append(self.finalizer)
-            patch = {
-                "metadata": {
-                    "finalizers": finalizers,
-                    "resourceVersion": meta.get("resourceVersion"),
+        # Retried at once on a conflict, CONFLICT_RETRIES patches in all, the last conflict
+        # raised as it is; each retry first reads the object again.
+        conflicts = AsyncRetrying(
+            retry=retry_if_exception_type(ConflictError),
+            stop=stop_after_attempt(CONFLICT_RETRIES),
+            reraise=True,
+        )
+        async for attempt in conflicts:
+            with attempt:
+                if attempt.retry_state.attempt_number > 1:
+                    try:
+                        current = await self.client.get(self.resource, name(obj), namespace(obj))
+                    except NotFoundError:
+                        return None
+                    if add and is_being_deleted(current):
+                        return None
+                    if has_finalizer(current, self.finalizer) == add:
+                        return current
+                meta = current.get("metadata") or {}
+                finalizers = [f for f in meta.get("finalizers") or [] if f != self.finalizer]
+                if add:
+                    finalizers.append(self.finalizer)
+                patch = {
+                    "metadata": {
+                        "finalizers": finalizers,
+                        "resourceVersion": meta.get("resourceVersion"),
+                    }
                 }
-            }
-            try:
-                return await self.client.patch(
-                    self.resource, name(current), patch, namespace(current)
-                )
-            except NotFoundError:
-                return None
-            except ConflictError:
-                conflicts += 1
-                if conflicts == CONFLICT_RETRIES:
-                    raise
-            try:
-                current = await self.client.get(self.resource, name(obj), namespace(obj))
-            except NotFoundError:
-                return None
-            if add and is_being_deleted(current):
-                return None
-            if has_finalizer(current, self.finalizer) == add:
-                return current
+                try:
+                    return await self.client.patch(
+                        self.resource, name(current), patch, namespace(current)
+                    )
+                except NotFoundError:
+                    return None
+        raise AssertionError("unreachable: the last conflict is raised")

@@ -33,6 +33,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_result,
+    wait_fixed,
+)
 
 from crewlet_operator import metrics
 from crewlet_operator._tasks import cancel_and_wait
@@ -280,18 +286,27 @@ class LeaderElector:
                     name="rival leases watch",
                 )
             )
+
+        def lost(state: RetryCallState) -> None:
+            # A lost attempt: a standby from now on (said once), and wait for a change from here.
+            nonlocal on_follow
+            if on_follow is not None:
+                on_follow()
+                on_follow = None
+            self._changed.clear()
+
+        # The campaign's policy: attempts until one leads, never giving up, each after the
+        # jittered retry period or at the observed lease's expiry (the wait), or as soon as a
+        # watched Lease changes (the sleep). An exception is not retried: _campaign turns the
+        # API's errors into a lost attempt, so what escapes it (a cancellation) ends the loop.
+        campaign = AsyncRetrying(
+            retry=retry_if_result(lambda led: not led),
+            after=lost,
+            wait=lambda state: self._next_try_in(),
+            sleep=self._until_changed,
+        )
         try:
-            while not await self._campaign():
-                if on_follow is not None:
-                    on_follow()
-                    on_follow = None
-                self._changed.clear()
-                # asyncio.timeout, never wait_for, in the campaign and the renewals: on Python
-                # 3.11 wait_for swallows a cancellation that lands as the awaited call ends,
-                # and a stopping manager's loop would then run on.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._next_try_in()):
-                        await self._changed.wait()
+            await campaign(self._campaign)
         finally:
             await cancel_and_wait(*watchers)
         self._lead(True)
@@ -352,16 +367,11 @@ class LeaderElector:
         ``renew_deadline``, or when another install's live Lease comes before this one (the
         caller must stop acting immediately)."""
         last_renewed = time.monotonic()
+        # A ticker, not a retry: a renewal every retry period for as long as this replica
+        # leads. Each renewal's failed attempts are the retry policy (_renew).
         while True:
             await asyncio.sleep(self.config.retry_period)
-            deadline = last_renewed + self.config.renew_deadline
-            remaining = deadline - time.monotonic()
-            renewed = False
-            if remaining > 0:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(remaining):
-                        renewed = await self._try()
-            if renewed:
+            if await self._renew(last_renewed + self.config.renew_deadline):
                 last_renewed = time.monotonic()
                 rival = await self._ahead()
                 if rival is not None:
@@ -375,11 +385,43 @@ class LeaderElector:
                     )
                     self._block(rival)
                     return
-            elif time.monotonic() >= deadline:
+            else:
                 self._lead(False)
                 self._holds = False
                 self._log.error("could not renew the lease within the deadline; stepping down")
                 return
+
+    async def _renew(self, deadline: float) -> bool:
+        """One renewal: an attempt now, then one every ``retry_period`` while the last failed,
+        until one succeeds (True) or ``deadline`` (monotonic seconds) has passed (False). Each
+        attempt is cut off at the deadline."""
+
+        async def attempt() -> bool:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            # asyncio.timeout, never wait_for, in the campaign and the renewals: on Python
+            # 3.11 wait_for swallows a cancellation that lands as the awaited call ends, and
+            # a stopping manager's loop would then run on.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    return await self._try()
+            return False
+
+        renewal = AsyncRetrying(
+            retry=retry_if_result(lambda renewed: not renewed),
+            wait=wait_fixed(self.config.retry_period),
+            stop=lambda state: time.monotonic() >= deadline,
+            retry_error_callback=lambda state: False,
+        )
+        renewed: bool = await renewal(attempt)
+        return renewed
+
+    async def _until_changed(self, seconds: float) -> None:
+        """The campaign's sleep: ``seconds``, or less when a watched Lease changes."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._changed.wait()
 
     async def _ahead(self) -> RivalLease | None:
         """A live rival whose Lease comes before this leader's, or None. A list that fails or
@@ -557,6 +599,9 @@ class LeaderElector:
     async def _watch(self, scope: Scope, *, denied: str) -> None:
         """Wake the acquire loop whenever a Lease in ``scope`` changes (a release is taken at
         once); ``denied`` is the warning, said once, when the watch is refused."""
+        # A watch loop, not a retry policy (no tenacity): a watch that ends (every 60 s) is
+        # listed and watched again at once, a failure pauses one retry period, and it runs
+        # until cancelled, with no attempt to count and no outcome to return.
         while True:
             try:
                 listed = await self.client.list(LEASE, scope)

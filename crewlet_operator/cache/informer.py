@@ -284,6 +284,10 @@ class Informer:
         while it sends the next ones; with :class:`Pages`, or with an API server that refuses
         to stream, it is listed page by page.
         """
+        # A watch loop with its own resume semantics, not a retry policy (no tenacity): a watch
+        # that ends resumes from the last resourceVersion, a 410 relists, a refused stream falls
+        # back to pages, none of them counted as failures; only what is left backs off, and a
+        # watch that ran well resets that count, so no attempt count or stop applies.
         failures = 0
         while True:
             listing = self._resource_version is None or not self.has_whole

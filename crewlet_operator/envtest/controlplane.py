@@ -41,6 +41,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Self
 
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    retry_if_exception_type,
+    stop_after_attempt,
+)
+
 from crewlet_operator.envtest import binaries, pki
 from crewlet_operator.envtest.crds import load_crds
 from crewlet_operator.envtest.process import ManagedProcess, alive
@@ -229,17 +237,15 @@ class ControlPlane:
             sub.mkdir(parents=True, exist_ok=True)
         self._write_pki()
         try:
-            for attempt in range(START_ATTEMPTS):
-                self._ports = _Ports.pick()
-                try:
-                    self._start_etcd()
-                    self.start_apiserver()
-                    break
-                except ProcessFailedError:
-                    # Most often a port taken between picking and binding: try fresh ports.
-                    self._stop_processes()
-                    if attempt == START_ATTEMPTS - 1:
-                        raise
+            # A failed start, most often a port taken between picking and binding, is tried
+            # again at once on fresh ports, START_ATTEMPTS starts in all; the last one's
+            # failure is raised as it is.
+            starts = Retrying(
+                retry=retry_if_exception_type(ProcessFailedError),
+                stop=stop_after_attempt(START_ATTEMPTS),
+                reraise=True,
+            )
+            starts(self._start_serving)
             self.admin_config().write_kubeconfig(self.kubeconfig)
             self._install_crds(crds)
             if self.workloads:
@@ -250,6 +256,16 @@ class ControlPlane:
             self.stop()
             raise
         return self
+
+    def _start_serving(self) -> None:
+        """etcd and the API server on fresh ports; stopped again when either fails."""
+        self._ports = _Ports.pick()
+        try:
+            self._start_etcd()
+            self.start_apiserver()
+        except ProcessFailedError:
+            self._stop_processes()
+            raise
 
     def stop(self) -> None:
         """Stop everything this control plane started, newest first; remove its temp files."""
@@ -711,16 +727,26 @@ class _SecureProcess:
 
     def wait_ready(self) -> None:
         """Wait for /healthz, starting the binary again on a fresh port when it exited early."""
-        while True:
+
+        def ready() -> None:
             url = f"https://127.0.0.1:{self.plane.workload_ports[self.name]}/healthz"
-            try:
-                self.process.wait_ready(partial(_http_ok, url), self.plane.start_timeout)
-                return
-            except ProcessFailedError:
-                if self.process.running() or self.attempt == START_ATTEMPTS:
-                    raise
-                self.process.stop()
-                self._start()
+            self.process.wait_ready(partial(_http_ok, url), self.plane.start_timeout)
+
+        def again(state: RetryCallState) -> None:
+            self.process.stop()
+            self._start()
+
+        # Retried at once, on a fresh port, only when the process exited early (one still
+        # running was not ready in time), up to START_ATTEMPTS starts in all.
+        starts = Retrying(
+            retry=retry_if_exception(
+                lambda exc: isinstance(exc, ProcessFailedError) and not self.process.running()
+            ),
+            stop=lambda state: self.attempt >= START_ATTEMPTS,
+            before_sleep=again,
+            reraise=True,
+        )
+        starts(ready)
 
 
 def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:

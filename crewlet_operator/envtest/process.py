@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from tenacity import RetryCallState, Retrying, retry_if_result, wait_fixed
+
 from crewlet_operator.errors import ProcessFailedError
 
 _PR_SET_PDEATHSIG = 1
@@ -86,17 +88,27 @@ class ManagedProcess:
     def wait_ready(self, probe: Callable[[], bool], timeout: float, interval: float = 0.1) -> None:
         """Poll ``probe`` until it answers True; fail fast if the process exits."""
         deadline = time.monotonic() + timeout
-        while True:
-            if not self.running():
+
+        def ready() -> bool:
+            if not self.running():  # raised, not retried: the process is gone
                 raise ProcessFailedError(f"{self.name} exited early; {self.log_tail()}")
             with contextlib.suppress(Exception):
-                if probe():
-                    return
-            if time.monotonic() > deadline:
-                raise ProcessFailedError(
-                    f"{self.name} not ready after {timeout:.0f}s; {self.log_tail()}"
-                )
-            time.sleep(interval)
+                return bool(probe())
+            return False
+
+        def not_ready(state: RetryCallState) -> None:
+            raise ProcessFailedError(
+                f"{self.name} not ready after {timeout:.0f}s; {self.log_tail()}"
+            )
+
+        # A probe every ``interval`` until one answers True, up to the deadline.
+        waiting = Retrying(
+            retry=retry_if_result(lambda answer: not answer),
+            wait=wait_fixed(interval),
+            stop=lambda state: time.monotonic() > deadline,
+            retry_error_callback=not_ready,
+        )
+        waiting(ready)
 
     def signal(self, sig: signal.Signals) -> None:
         """Send ``sig`` to the process group (SIGSTOP and SIGCONT simulate a silent server)."""

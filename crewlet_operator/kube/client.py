@@ -289,7 +289,9 @@ class Client:
         """Send one request and return the decoded JSON answer.
 
         Raises the most specific :class:`~crewlet_operator.errors.ApiError` for a failure status,
-        and :class:`~crewlet_operator.errors.TransportError` when no answer arrives.
+        and :class:`~crewlet_operator.errors.TransportError` when no answer arrives. Nothing is
+        retried here: a 429, a 5xx or a lost answer reaches the caller, whose own backoff (a
+        reconcile's, an informer's) retries it.
         """
         return _decode(
             await self._send(
