@@ -42,7 +42,8 @@ What to catch for what:
   :class:`AlreadyExistsError` on a create), a refused object (:class:`InvalidError`; its
   ``details["causes"]`` name the fields).
 - :class:`TransportError`: the request may or may not have happened; retry later (an informer
-  and the controller's backoff do).
+  and the controller's backoff do). A read whose connection was reset has been retried by the
+  client already; a write is not, since the server may have acted on it.
 - :class:`NoInformerError` and :class:`NotServedError`: a kind the cache does not hold, or the
   cluster does not serve: a setup mistake, not a transient failure.
 - :class:`TerminalError`: raise it from a reconciler for a failure no retry can fix.
@@ -76,10 +77,18 @@ class CrewletError(Exception):
 
 
 class ApiError(CrewletError):
-    """The API server refused a request. ``status`` is the HTTP code, ``body`` the Status object."""
+    """The API server refused a request. ``status`` is the HTTP code, ``body`` the Status object,
+    ``retry_after`` the seconds its ``Retry-After`` header asked the client to wait before trying
+    again (None without one)."""
 
     def __init__(
-        self, status: int, body: dict[str, Any] | None = None, *, method: str = "", path: str = ""
+        self,
+        status: int,
+        body: dict[str, Any] | None = None,
+        *,
+        method: str = "",
+        path: str = "",
+        retry_after: int | None = None,
     ) -> None:
         self.status = status
         self.body = body or {}
@@ -87,6 +96,7 @@ class ApiError(CrewletError):
         self.message: str = self.body.get("message", "")
         self.method = method
         self.path = path
+        self.retry_after = retry_after
         super().__init__(f"{method} {path}: {status} {self.reason}: {self.message}".strip())
 
     @property
@@ -129,11 +139,14 @@ class InvalidError(ApiError):
 
 
 class TooManyRequestsError(ApiError):
-    """429: throttled by API Priority and Fairness; retry later."""
+    """429: throttled by API Priority and Fairness; retry later. The client has retried it
+    already, after each ``Retry-After``, as often as its
+    :class:`~crewlet_operator.kube.retry.RetryPolicy` allows."""
 
 
 class ServerError(ApiError):
-    """5xx: the server failed; retry later."""
+    """5xx: the server failed; retry later. One that carried a ``Retry-After`` header has been
+    retried by the client already, as a 429 is."""
 
 
 class TransportError(CrewletError):
@@ -240,7 +253,12 @@ _BY_STATUS: dict[int, type[ApiError]] = {
 
 
 def api_error(
-    status: int, body: dict[str, Any] | None, *, method: str = "", path: str = ""
+    status: int,
+    body: dict[str, Any] | None,
+    *,
+    method: str = "",
+    path: str = "",
+    retry_after: int | None = None,
 ) -> ApiError:
     """The most specific :class:`ApiError` for an HTTP status and Status body."""
     body = body or {}
@@ -251,4 +269,4 @@ def api_error(
         cls = ServerError
     else:
         cls = _BY_STATUS.get(status, ApiError)
-    return cls(status, body, method=method, path=path)
+    return cls(status, body, method=method, path=path, retry_after=retry_after)

@@ -53,6 +53,7 @@ __all__ = [
     "REST_CLIENT_REQUESTS",
     "REST_CLIENT_REQUEST_DURATION",
     "REST_CLIENT_REQUEST_DURATION_BUCKETS",
+    "REST_CLIENT_REQUEST_RETRIES",
     "TERMINAL_RECONCILE_ERRORS",
     "WORKQUEUE_ADDS",
     "WORKQUEUE_DEPTH",
@@ -325,6 +326,15 @@ REST_CLIENT_REQUEST_DURATION: Final = Histogram(
     "Request latency in seconds. Broken down by verb, and host.",
     ["verb", "host"],
     buckets=REST_CLIENT_REQUEST_DURATION_BUCKETS,
+    registry=REGISTRY,
+)
+# rest_client_request_retries_total{code,verb,host}: client-go's name, help and labels. The
+# ``code`` is the answer that was retried (``<error>`` for a lost connection), where client-go
+# labels each retry with its own answer: the count is the same, and says what caused it.
+REST_CLIENT_REQUEST_RETRIES: Final = Counter(
+    "rest_client_request_retries",
+    "Number of request retries, partitioned by status code, verb, and host.",
+    ["code", "verb", "host"],
     registry=REGISTRY,
 )
 

@@ -9,6 +9,7 @@ custom resources, works the same way.
 
 from __future__ import annotations
 
+import functools
 import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -43,6 +44,7 @@ from crewlet_operator.kube._kubernetes_asyncio import (
 )
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import Resource
+from crewlet_operator.kube.retry import RetryPolicy, retry_after_seconds
 from crewlet_operator.owners import get_controller_of
 
 TYPED_LIVE_OBJECT = "failed to create typed live object"
@@ -56,7 +58,11 @@ when the name is taken, which fails with 409 Conflict whoever holds the name. Un
 leaves the fields owned by an apply (a POST's ``Update`` entry would hold the server's defaults
 too, and a later apply could not tell them from fields it no longer wants)."""
 DEFAULT_TIMEOUT = 30.0
-"""Seconds for one ordinary request; watches have their own (server timeout + inactivity)."""
+"""Seconds for one attempt of an ordinary request; watches have their own (server timeout +
+inactivity)."""
+DEFAULT_RETRIES = RetryPolicy()
+"""client-go's: up to 10 retries of a throttled request or of a read whose connection broke,
+each after the ``Retry-After`` the API server asked for (capped at 10 s)."""
 
 Object = dict[str, Any]
 QueryValue = str | int | bool | None
@@ -175,6 +181,10 @@ class Client:
     controller owns the fields it sets, and no resourceVersion is needed, so stale reads cause
     no 409 storms.
 
+    A request the API server turned away for now (429, or a 5xx with ``Retry-After``), and a read
+    whose connection broke, are sent again as client-go does (:mod:`crewlet_operator.kube.retry`,
+    ``retries``); every other failure reaches the caller at once.
+
     Create one per process and share it; close it with ``await client.close()`` or ``async with``.
     """
 
@@ -186,13 +196,20 @@ class Client:
         user_agent: str = "crewlet-operator",
         timeout: float = DEFAULT_TIMEOUT,
         compression: bool = True,
+        retries: RetryPolicy = DEFAULT_RETRIES,
     ) -> None:
         """``compression``: whether the API server may gzip its answers (client-go's
         ``DisableCompression``, inverted; on by default, as there). Off, a process that lists and
         watches many objects close to the API server saves both sides the CPU of compressing
-        and decompressing every one of them."""
+        and decompressing every one of them.
+
+        ``retries``: how often a request is sent again, and the longest wait before each;
+        client-go's default (:data:`DEFAULT_RETRIES`) keeps a burst that API Priority and
+        Fairness throttles from failing reconciles, and ``RetryPolicy(max_retries=0)`` hands
+        every 429 to the caller."""
         self.field_manager = field_manager
         self.timeout = timeout
+        self.retries = retries
         self._impersonation: Headers = []
         if isinstance(config, RestConfig):
             configuration = _configuration_from_rest(config)
@@ -289,8 +306,10 @@ class Client:
         """Send one request and return the decoded JSON answer.
 
         Raises the most specific :class:`~crewlet_operator.errors.ApiError` for a failure status,
-        and :class:`~crewlet_operator.errors.TransportError` when no answer arrives. Nothing is
-        retried here: a 429, a 5xx or a lost answer reaches the caller, whose own backoff (a
+        and :class:`~crewlet_operator.errors.TransportError` when no answer arrives. A 429 or a
+        5xx with ``Retry-After`` is sent again after the wait it asks for, and a GET whose
+        connection broke after a second, up to ``retries.max_retries`` times; what is still
+        failing then, and any other failure, reaches the caller, whose own backoff (a
         reconcile's, an informer's) retries it.
         """
         return _decode(
@@ -310,16 +329,42 @@ class Client:
         timeout: float | None = None,
         accept: str = "application/json",
     ) -> bytes:
-        """Send one request and return its answer's body, undecoded; a failure status raises
-        (see :meth:`request`)."""
-        headers = await self._headers(content_type, accept)
+        """Send one request, retried as :meth:`request` says, and return its answer's body,
+        undecoded; a failure status raises."""
         data = orjson.dumps(body) if body is not None else None
+        attempt = functools.partial(
+            self._attempt,
+            method,
+            path,
+            query=_query(query),
+            data=data,
+            content_type=content_type,
+            timeout=timeout,
+            accept=accept,
+        )
+        retrying = self.retries.retrying(method, functools.partial(self._count_retry, method))
+        payload: bytes = await retrying(attempt)
+        return payload
+
+    async def _attempt(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, str],
+        data: bytes | None,
+        content_type: str,
+        timeout: float | None,
+        accept: str,
+    ) -> bytes:
+        """One attempt of :meth:`_send`."""
+        headers = await self._headers(content_type, accept)
         started = time.monotonic()
         try:
             async with self._session.request(
                 method,
                 self.host + path,
-                params=_query(query),
+                params=query,
                 data=data,
                 headers=headers,
                 proxy=self._proxy,
@@ -328,6 +373,7 @@ class Client:
             ) as response:
                 payload = await response.read()
                 status = response.status
+                retry_after = retry_after_seconds(response.headers.get("Retry-After"))
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             self._observe(method, "<error>", started)
             raise TransportError(f"{method} {path}: {exc!r}") from exc
@@ -335,9 +381,18 @@ class Client:
         if status >= 400:
             decoded = _decode(payload)
             raise api_error(
-                status, decoded if isinstance(decoded, dict) else None, method=method, path=path
+                status,
+                decoded if isinstance(decoded, dict) else None,
+                method=method,
+                path=path,
+                retry_after=retry_after,
             )
         return payload
+
+    def _count_retry(self, verb: str, code: str) -> None:
+        """Count a retry of a ``verb`` request after an answer of ``code``."""
+        retries = metrics.REST_CLIENT_REQUEST_RETRIES
+        retries.labels(code=code, verb=verb, host=self._host_label).inc()
 
     def _observe(self, method: str, code: str, started: float) -> None:
         metrics.REST_CLIENT_REQUESTS.labels(code=code, method=method, host=self._host_label).inc()
@@ -474,6 +529,10 @@ class Client:
         :class:`~crewlet_operator.errors.TransportError`. With bookmarks on, a healthy idle watch
         receives a BOOKMARK about every minute, so the 90 s default does not fire on one.
         An ``ERROR`` event raises its :class:`~crewlet_operator.errors.ApiError` (410 = relist).
+
+        The opening request is retried as a GET is (:meth:`request`); once the events stream, a
+        broken connection ends the watch with a ``TransportError``, and the caller resumes it
+        from the last resourceVersion it saw.
         """
         path = resource.path(Scope.of(scope).namespace)
         async for line in self.watch_lines(
@@ -516,35 +575,54 @@ class Client:
             "fieldSelector": scope.field_selector,
             "timeoutSeconds": timeout_seconds,
         }
-        headers = await self._headers(
-            "application/json", METADATA_ACCEPT if metadata_only else "application/json"
-        )
         path = resource.path(scope.namespace)
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=inactivity_timeout)
-        started = time.monotonic()
+        opening = functools.partial(
+            self._open_watch,
+            path,
+            _query(query),
+            METADATA_ACCEPT if metadata_only else "application/json",
+            aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=inactivity_timeout),
+        )
+        retrying = self.retries.retrying("WATCH", functools.partial(self._count_retry, "WATCH"))
+        response: aiohttp.ClientResponse = await retrying(opening)
         try:
-            async with self._session.request(
-                "GET",
-                self.host + path,
-                params=_query(query),
-                headers=headers,
-                proxy=self._proxy,
-                proxy_auth=self._proxy_auth,
-                timeout=timeout,
-            ) as response:
-                self._observe("WATCH", str(response.status), started)
-                if response.status >= 400:
-                    decoded = _decode(await response.read())
-                    raise api_error(
-                        response.status,
-                        decoded if isinstance(decoded, dict) else None,
-                        method="WATCH",
-                        path=path,
-                    )
+            async with response:
                 async for line in _lines(response.content):
                     yield line
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise TransportError(f"WATCH {path}: {exc!r}") from exc
+
+    async def _open_watch(
+        self, path: str, query: dict[str, str], accept: str, timeout: aiohttp.ClientTimeout
+    ) -> aiohttp.ClientResponse:
+        """One attempt to open a watch: its response, about to stream the events."""
+        headers = await self._headers("application/json", accept)
+        started = time.monotonic()
+        try:
+            response = await self._session.request(
+                "GET",
+                self.host + path,
+                params=query,
+                headers=headers,
+                proxy=self._proxy,
+                proxy_auth=self._proxy_auth,
+                timeout=timeout,
+            )
+            self._observe("WATCH", str(response.status), started)
+            if response.status < 400:
+                return response
+            async with response:
+                payload = await response.read()
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise TransportError(f"WATCH {path}: {exc!r}") from exc
+        decoded = _decode(payload)
+        raise api_error(
+            response.status,
+            decoded if isinstance(decoded, dict) else None,
+            method="WATCH",
+            path=path,
+            retry_after=retry_after_seconds(response.headers.get("Retry-After")),
+        )
 
     # -- writes --------------------------------------------------------------------------------
     async def create(self, resource: Resource, obj: Object, *, dry_run: bool = False) -> Object:
