@@ -134,6 +134,7 @@ from crewlet_operator.kube.resources import (
     VALIDATING_ADMISSION_POLICY_BINDING,
     Resource,
 )
+from crewlet_operator.kube.retry import RetryPolicy
 from crewlet_operator.label_selector import validate_label_selector
 from crewlet_operator.leader import LeaderElectionConfig, LeaderElector
 from crewlet_operator.logging import configure_logging
@@ -316,6 +317,7 @@ __all__ = [
     "RestConfig",
     "RestartCheckpoint",
     "Result",
+    "RetryPolicy",
     "Runnable",
     "SchemaError",
     "Scope",
