@@ -7,7 +7,8 @@ One request is tried again when, and only when:
   asked to be asked again, and is, after those seconds (capped at
   :attr:`RetryPolicy.max_wait`), whatever the verb. A 429 never reached a handler (API Priority
   and Fairness, or the max-in-flight limit, turned it away first), so even a create is safe to
-  send again;
+  send again; a 5xx may have (a 504 timeout), and is sent again all the same, as client-go
+  does: the server asked for it;
 - a read (a GET, or the opening of a watch) lost its connection: reset, closed by the server, or
   cut short. It is sent again after a second (client-go's stand-in ``Retry-After``). A write is
   not: the server may have acted on it, and a second POST is not the first.
