@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ssl
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -132,19 +132,42 @@ class WatchEvent:
 
 @dataclass(frozen=True)
 class ObjectList:
-    """The items of a list and the collection's resourceVersion (where a watch resumes)."""
+    """The items of a list and the collection's resourceVersion (where a watch resumes).
+
+    It iterates over its items and has their number as its length::
+
+        for pod in await client.list(POD, "team-a"):
+            ...
+    """
 
     items: list[Object]
     resource_version: str
+
+    def __iter__(self) -> Iterator[Object]:
+        """The items, in the API server's order."""
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        """The number of items."""
+        return len(self.items)
 
 
 @dataclass(frozen=True)
 class RawObjectList:
     """The items of a list as JSON, each as the API server sent it, and the collection's
-    resourceVersion (:meth:`Client.list_raw_pages`)."""
+    resourceVersion (:meth:`Client.list_raw_pages`); iterable and sized as
+    :class:`ObjectList` is."""
 
     items: list[bytes]
     resource_version: str
+
+    def __iter__(self) -> Iterator[bytes]:
+        """The items, in the API server's order."""
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        """The number of items."""
+        return len(self.items)
 
 
 class _ListMeta(msgspec.Struct):
