@@ -56,13 +56,23 @@ unit: venv tools ## Tests that need no API server (the chart's tests run the rea
 e2e: venv bins ## Tests against a real local control plane (e2e/ and the examples' suites)
 	$(BIN)/python -m pytest e2e examples -q
 
-# The library's public modules: the package (its public face) and the modules it does not
-# re-export (unit/test_api_reference.py reads this list).
-API_MODULES := crewlet_operator crewlet_operator.crd crewlet_operator.rbac crewlet_operator.testing crewlet_operator.envtest crewlet_operator.envtest.pytest_plugin
+# The library's public modules: the package (its public face), the modules whose docstrings
+# are the guides (the client, the manager, the errors, the CRD generator, the test harness) and
+# the modules it does not re-export (unit/test_api_reference.py reads this list).
+API_MODULES := crewlet_operator crewlet_operator.kube.client crewlet_operator.manager crewlet_operator.errors crewlet_operator.crd crewlet_operator.rbac crewlet_operator.testing crewlet_operator.envtest crewlet_operator.envtest.pytest_plugin
+DOCS_VENV := build/docs-venv
 
+# The site is built from the wheel installed into a virtualenv of its own, run from outside the
+# checkout (hack/api_reference.py --installed fails otherwise): what a pip user's copy says.
 .PHONY: docs
-docs: venv ## The library's API reference, from its docstrings (pdoc; warnings are errors), into build/api
-	$(BIN)/python -W error -m pdoc --docformat restructuredtext -o build/api $(API_MODULES)
+docs: venv ## The reference site from the built wheel's docstrings (pdoc; warnings are errors), into build/docs
+	rm -rf build/lib build/wheel build/docs
+	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir build/wheel .
+	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/pip install --quiet "$$(ls build/wheel/crewlet_operator-*.whl)[docs,test]"
+	$(DOCS_VENV)/bin/pip install --quiet --force-reinstall --no-deps build/wheel/crewlet_operator-*.whl
+	cd $(DOCS_VENV) && bin/python -W error $(CURDIR)/hack/api_reference.py --installed \
+		$(CURDIR)/build/docs $(API_MODULES)
 
 .PHONY: test
 test: lint docs unit e2e ## Everything CI runs: lint, type-check, the API reference, unit, e2e

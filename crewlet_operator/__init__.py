@@ -4,14 +4,27 @@ Everything a controller author needs is importable from here::
 
     from crewlet_operator import Client, Manager, Request, Result, Resource
 
-The pieces, one concept a module (as controller-runtime has one package a concept):
-:mod:`.kube` (client, resources, config), :mod:`.cache` (informers), :mod:`.workqueue`,
-:mod:`.controller` (controller and builder), :mod:`.manager`, :mod:`.checkpoint` (restarts
-that redo nothing), :mod:`.leader`, :mod:`.serving`, :mod:`.conditions`, :mod:`.owners`,
-:mod:`.diff`, :mod:`.predicate`, :mod:`.writes` (a controller's own writes), :mod:`.events`,
-:mod:`.rbac` (the RBAC the controllers declare),
-:mod:`.metrics`, :mod:`.envtest` (a real local
-control plane for tests).
+Guides, each on the page of the module it describes:
+
+- The client, :mod:`crewlet_operator.kube.client`: how a :class:`Client` is made (and its
+  field manager set), that it must be closed (an async context manager), and what each call
+  returns.
+- The manager, :mod:`crewlet_operator.manager`: :meth:`Manager.run`, :attr:`Manager.started`,
+  :meth:`Manager.stop`, the order of a graceful shutdown, leader election.
+- Errors, :mod:`crewlet_operator.errors`: the one hierarchy, and what to catch for what.
+- The CRD generator, :mod:`crewlet_operator.crd`: CRDs from pydantic models, with
+  constraints, CEL rules, printer columns and their versions.
+- The test harness, :mod:`crewlet_operator.testing`, on envtest (:mod:`crewlet_operator.envtest`
+  and its pytest plugin, :mod:`crewlet_operator.envtest.pytest_plugin`).
+- RBAC from the controllers' declarations, :mod:`crewlet_operator.rbac`.
+
+Every name below is importable from this package. The pieces, one concept a module (as
+controller-runtime has one package a concept): ``kube`` (client, resources, config), ``cache``
+(informers), ``workqueue``, ``controller`` (controller and builder), ``manager``,
+``checkpoint`` (restarts that redo nothing), ``leader``, ``serving``, ``conditions``,
+``owners``, ``diff``, ``predicate``, ``writes`` (a controller's own writes), ``events``,
+``rbac`` (the RBAC the controllers declare), ``metrics``, ``envtest`` (a real local control
+plane for tests).
 """
 
 from crewlet_operator.cache import (

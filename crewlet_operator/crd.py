@@ -11,6 +11,122 @@ the models, and :func:`drift` says which files a test should fail on::
     write(Path("config/crd"), [WIDGET_CRD])          # make manifests
     assert drift(Path("config/crd"), [WIDGET_CRD]) == []   # a unit test
 
+Models
+------
+
+One model a kind, the same one the controller reads objects through
+(``TenantSpec.model_validate(tenant["spec"])``), so the schema and the code cannot disagree::
+
+    class TenantSpec(BaseModel):
+        "What a tenant is given."  # the description kubectl explain shows
+
+        model_config = ConfigDict(extra="forbid")  # an unknown field is refused, not dropped
+
+        quota: dict[str, str] = Field(default_factory=dict, description="The ResourceQuota.")
+        admins: list[str] = Field(default_factory=list, description="Users bound to admin.")
+
+
+    class TenantStatus(BaseModel):
+        namespace: str | None = None
+        conditions: list[ConditionDict] = Field(default_factory=list,
+                                                json_schema_extra=list_map("type"))
+
+
+    class Tenant(BaseModel):
+        "A team's share of the cluster."
+
+        api_version: str | None = Field(default=None, alias="apiVersion")
+        kind: str | None = None
+        metadata: dict[str, Any] = Field(default_factory=dict)
+        spec: TenantSpec = Field(default_factory=TenantSpec)
+        status: TenantStatus | None = None
+
+- The top-level model has ``apiVersion``, ``kind`` and ``metadata`` (any types: the generator
+  writes Kubernetes' own schema for them) beside ``spec`` and ``status``; ``status`` gets no
+  default (the API server never invents a status).
+- Fields are named on the wire by their aliases: for camelCase, give each field an ``alias``
+  or the model an ``alias_generator`` (with ``populate_by_name=True`` to build them in
+  Python by the snake_case name).
+- A field's ``description``, else its model's docstring, becomes the schema's description.
+- A required field (no default) is ``required``; an optional one (``X | None = None``) is
+  simply left out, and ``null`` is refused.
+- ``dict[str, str]`` is a map of strings; ``dict[str, Any]`` is free-form
+  (``x-kubernetes-preserve-unknown-fields``), for Kubernetes types passed through as they are
+  (affinity, resources). :data:`LabelSelector` and :data:`ConditionDict` carry Kubernetes' own
+  schemas for a ``metav1.LabelSelector`` and a ``metav1.Condition``.
+
+Constraints
+-----------
+
+pydantic's constraints become the schema's, checked by the API server before anything is
+stored: ``Field(min_length=, max_length=, pattern=)`` on strings (``minLength``,
+``maxLength``, ``pattern``), ``Field(ge=, le=)`` on numbers (``minimum``, ``maximum``),
+``Field(min_length=, max_length=)`` on lists (``minItems``, ``maxItems``), and ``Literal``
+values (``enum``). Bound numbers with ``ge`` and ``le``: ``gt`` and ``lt`` come out in JSON
+Schema's newer spelling (a number for ``exclusiveMinimum``), which the API server's OpenAPI v3
+refuses. A list is ``atomic`` (replaced whole by a server-side apply) unless
+:func:`list_map` makes it a map merged by its keys.
+
+CEL rules
+---------
+
+What one field's constraints cannot say (two fields that go together, a rule on the name) is a
+CEL rule, the kubebuilder ``XValidation`` marker's counterpart: :func:`validations` carries
+rules made by :func:`cel` (a rule and the message it refuses with; ``field_path`` names the
+field the refusal points at) into a field's or a model's ``json_schema_extra``, and
+:func:`on_create` makes a rule checked on create only. ``self`` is the value where the rule
+sits; :func:`cel_string` quotes a Python string (a pattern) for a rule::
+
+    class EnvValue(BaseModel):
+        model_config = ConfigDict(json_schema_extra=validations(
+            cel("has(self.value) != has(self.secretRef)",
+                "an env entry sets exactly one of value and secretRef")))
+
+        name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128)
+        value: str | None = None
+        secret_ref: SecretKeyRef | None = Field(default=None, alias="secretRef")
+
+    class Company(BaseModel):                  # a rule on the name sits at the root
+        model_config = ConfigDict(json_schema_extra=validations(
+            on_create("size(self.metadata.name) <= 46", "a Company's name is at most 46")))
+
+Rules a field and its model both carry are all kept. Keep what the reconcile needs in a
+pydantic validator too when objects stored before a rule existed must still be read.
+
+Printer columns
+---------------
+
+``crd_for(printer_columns=[...])`` lists the columns ``kubectl get`` shows, each a dict as the
+CRD spells it (``name``, ``type``, ``jsonPath``, and ``priority: 1`` for a column shown only by
+``-o wide``). :func:`condition_column` shows one field of one condition (``Ready`` and its
+``reason``, say), and a kind that lists its own columns adds :data:`AGE_COLUMN` to keep the
+Age::
+
+    printer_columns=[condition_column("Ready", "Ready"),
+                     condition_column("Reason", "Ready", "reason"),
+                     AGE_COLUMN,
+                     {"name": "Namespace", "type": "string", "jsonPath": ".status.namespace"}]
+
+Versions
+--------
+
+:func:`crd_for` makes one version, served and stored, with the status subresource
+(``status=False`` leaves it out: a status write then changes the generation). There is no
+conversion between versions and no conversion webhook: serve one version, and for a new one
+write a new model and move the stored objects yourself. ``short_names`` and ``categories``
+(``kubectl get all``, say) name the kind for kubectl.
+
+Files
+-----
+
+:func:`write` writes ``<group>_<plural>.yaml`` (controller-gen's names) and removes the stale
+files of the same groups; a command of the project's (``python -m my_controller.api
+config/crd``, say) calls it, and a unit test asserts ``drift(...) == []`` so that a model
+changed without its file fails. :func:`render` is one CRD's text.
+
+How the schema is made
+----------------------
+
 The schema is pydantic's JSON schema in *validation* mode, made structural:
 
 - validation mode, because a CRD schema gates what clients *send*, and what the API server
@@ -28,11 +144,6 @@ The schema is pydantic's JSON schema in *validation* mode, made structural:
   own defaults (``{size: 12Gi}``), when it has any;
 - every list has an ``x-kubernetes-list-type``: ``atomic`` unless the model says ``map``
   (:func:`list_map`).
-
-CEL rules (``x-kubernetes-validations``), the kubebuilder markers' counterpart, are written with
-:func:`validations`, :func:`cel` and :func:`on_create` in a field's or model's
-``json_schema_extra``; :data:`LabelSelector` and :data:`ConditionDict` carry Kubernetes' own
-schemas for those types.
 
 Anything that cannot be made structural (a union of two types, say) raises
 :class:`SchemaError` rather than producing a CRD the API server would refuse.
@@ -56,6 +167,7 @@ from crewlet_operator.conditions import MAX_MESSAGE_LENGTH, MAX_REASON_LENGTH, M
 from crewlet_operator.errors import SchemaError as SchemaError  # noqa: PLC0414
 
 Scope = Literal["Namespaced", "Cluster"]
+"""A CRD's ``spec.scope``: its objects live in a namespace, or in the cluster."""
 
 __all__ = [
     "AGE_COLUMN",
@@ -89,6 +201,7 @@ DEFAULT_HEADER = """\
 # Generated from pydantic models by crewlet_operator.crd. Do not edit: change the models and
 # regenerate.
 """
+"""The comment :func:`write` puts at the top of each generated file."""
 
 JsonSchema = dict[str, Any]
 """A piece of (OpenAPI v3) JSON schema."""
@@ -137,6 +250,7 @@ LABEL_KEY_MESSAGE = (
     "a label key is [prefix/]name: the name at most 63 letters, digits, '-', '_' or '.', "
     "starting and ending with a letter or digit; the prefix a DNS subdomain"
 )
+"""What a CEL rule on label keys refuses with: :data:`LABEL_KEY_PATTERN` in words."""
 LABEL_VALUE_SCHEMA: JsonSchema = {
     "type": "string",
     "maxLength": 63,
@@ -144,6 +258,7 @@ LABEL_VALUE_SCHEMA: JsonSchema = {
     "description": "A label value: empty, or letters, digits, '-', '_' and '.' between two "
     "letters or digits.",
 }
+"""The schema of a label value: at most 63 characters, as Kubernetes allows."""
 
 LABEL_SELECTOR_SCHEMA: JsonSchema = {
     "type": "object",
@@ -210,7 +325,7 @@ LABEL_SELECTOR_SCHEMA: JsonSchema = {
         },
     },
 }
-"""The schema of a namespace label selector, for ``EngineClass.spec.allowedNamespaces``."""
+"""The schema of a metav1.LabelSelector, as controller-gen writes it (:data:`LabelSelector`)."""
 
 LabelSelector = Annotated[dict[str, Any], WithJsonSchema(LABEL_SELECTOR_SCHEMA)]
 """A metav1.LabelSelector as a plain dict, with its Kubernetes schema in the CRD."""

@@ -71,6 +71,36 @@ from typing import Any
 
 from crewlet_operator.objects import object_key
 
+__all__ = [
+    "AlreadyExistsError",
+    "AlreadyOwnedError",
+    "ApiError",
+    "BadRequestError",
+    "BinaryNotFoundError",
+    "ConflictError",
+    "CrewletError",
+    "ForbiddenError",
+    "GoUnavailableError",
+    "GoneError",
+    "HealthCheckFailed",
+    "InstallError",
+    "InvalidError",
+    "LeadershipLostError",
+    "MetadataOnlyError",
+    "NoInformerError",
+    "NotFoundError",
+    "NotOwnedError",
+    "NotServedError",
+    "ProcessFailedError",
+    "QueueShutDown",
+    "SchemaError",
+    "ServerError",
+    "TerminalError",
+    "TooManyRequestsError",
+    "TransportError",
+    "UnauthorizedError",
+]
+
 
 class CrewletError(Exception):
     """Base of every error the library raises."""

@@ -1,15 +1,39 @@
 """The manager: runs the cache, the controllers, the leader elector and the servers, and shuts
 them down in order.
 
+Lifecycle
+---------
+
+::
+
+    async with await Client.from_environment() as client:   # the manager never closes it
+        manager = Manager(client, ManagerOptions(leader_election_id="tenants-leader"))
+        manager.controller("tenant").for_(TENANT).owns(NAMESPACE).complete(reconcile)
+        await manager.run(handle_signals=True)   # returns once stopped
+
+1. Build: ``Manager(client, options)`` makes no request; declare the controllers
+   (:meth:`Manager.controller`), the runnables (:meth:`Manager.add`) and the RBAC they need
+   before :meth:`Manager.run`.
+2. Run: ``await manager.run()`` starts the health and metrics servers and the informers,
+   waits for the caches to sync (:class:`TimeoutError` after ``cache_sync_timeout``), takes the
+   lease with leader election, then starts the controllers, and returns only once the manager
+   has stopped. :attr:`Manager.started` (an :class:`asyncio.Event`) is set once the controllers
+   run: ``await manager.started.wait()`` from another task. A manager runs once.
+3. Stop: :meth:`Manager.stop` is a plain method, not a coroutine: it asks :meth:`Manager.run`
+   to shut down and returns at once (so a signal handler may call it). Await the task running
+   :meth:`Manager.run` to know the shutdown is over. With ``run(handle_signals=True)`` SIGTERM
+   and SIGINT call it. :func:`crewlet_operator.testing.run_manager` does all this for a test.
+
 A standby replica (a follower, with leader election on) is *warm* by default: it runs its caches
 and fills its controllers' queues while it waits, so a takeover reconciles at once. A *cold*
 standby (``ManagerOptions.warm_standby=False``) starts its caches only once it leads.
 
 Order on a graceful stop (SIGTERM, SIGINT or :meth:`Manager.stop`), as controller-runtime:
 
-1. controllers stop taking work; in-flight reconciles finish (within the grace period);
+1. controllers stop taking work; in-flight reconciles finish (within
+   ``graceful_shutdown_timeout``; then they are cancelled);
 2. the lease is released, so another replica takes over at once;
-3. informers stop;
+3. the runnables stop, then the informers;
 4. the probe and metrics servers stop.
 
 If the lease is *lost* instead (no renewal within the deadline), nothing is drained: workers are
@@ -40,6 +64,14 @@ from crewlet_operator.leader import LeaderElectionConfig, LeaderElector, default
 from crewlet_operator.metrics import EventLoopLag
 from crewlet_operator.rbac import PolicyRule
 from crewlet_operator.serving import HealthServer, MetricsServer
+
+__all__ = [
+    "LeadershipLostError",
+    "Manager",
+    "ManagerOptions",
+    "Runnable",
+    "default_namespace",
+]
 
 log = structlog.get_logger("crewlet_operator.manager")
 

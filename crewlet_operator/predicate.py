@@ -80,15 +80,19 @@ class _UpdateFilter:
     """Lets create, delete and generic events through; subclasses filter updates."""
 
     def create(self, obj: KubeObject) -> bool:
+        """Pass every create."""
         return True
 
     def update(self, old: KubeObject, new: KubeObject) -> bool:
+        """Pass every update (a subclass filters them)."""
         return True
 
     def delete(self, obj: KubeObject) -> bool:
+        """Pass every delete."""
         return True
 
     def generic(self, obj: KubeObject) -> bool:
+        """Pass every generic event."""
         return True
 
 
@@ -101,6 +105,7 @@ class GenerationChanged(_UpdateFilter):
     """
 
     def update(self, old: KubeObject, new: KubeObject) -> bool:
+        """Pass the update when ``metadata.generation`` changed."""
         return generation(old) != generation(new)
 
 
@@ -111,6 +116,7 @@ class ResourceVersionChanged(_UpdateFilter):
     """
 
     def update(self, old: KubeObject, new: KubeObject) -> bool:
+        """Pass the update when ``metadata.resourceVersion`` changed."""
         return resource_version(old) != resource_version(new)
 
 
@@ -118,6 +124,7 @@ class LabelChanged(_UpdateFilter):
     """Pass updates whose ``metadata.labels`` changed."""
 
     def update(self, old: KubeObject, new: KubeObject) -> bool:
+        """Pass the update when the labels changed."""
         return labels_of(old) != labels_of(new)
 
 
@@ -125,6 +132,7 @@ class AnnotationChanged(_UpdateFilter):
     """Pass updates whose ``metadata.annotations`` changed."""
 
     def update(self, old: KubeObject, new: KubeObject) -> bool:
+        """Pass the update when the annotations changed."""
         return annotations_of(old) != annotations_of(new)
 
 
@@ -143,15 +151,19 @@ class LabelSelectorPredicate:
         self.selector = selector
 
     def create(self, obj: KubeObject) -> bool:
+        """Pass the create when the object's labels match."""
         return selector_matches(self.selector, labels_of(obj))
 
     def update(self, old: KubeObject, new: KubeObject) -> bool:
+        """Pass the update when the new object's labels match."""
         return selector_matches(self.selector, labels_of(new))
 
     def delete(self, obj: KubeObject) -> bool:
+        """Pass the delete when the object's labels match."""
         return selector_matches(self.selector, labels_of(obj))
 
     def generic(self, obj: KubeObject) -> bool:
+        """Pass the event when the object's labels match."""
         return selector_matches(self.selector, labels_of(obj))
 
 

@@ -1,9 +1,10 @@
-"""Testing controllers: a manager run in-process, and waiting for what the API makes eventual.
+"""The test harness: a manager run in-process, and waiting for what the API makes eventual.
 
 Every controller's test does the same: start the manager beside the test, wait until it runs,
 change something, wait until the controller has caught up, check, stop the manager. ::
 
-    from crewlet_operator.testing import consistently, eventually, run_manager
+    from crewlet_operator.testing import (
+        consistently, eventually, manager_options_for_tests, run_manager)
 
     async def test_a_tenant_gets_its_namespace(kube_client):
         manager = Manager(kube_client, manager_options_for_tests())
@@ -14,8 +15,35 @@ change something, wait until the controller has caught up, check, stop the manag
             await running.idle()
             assert await consistently(lambda: only_one_quota("acme"), duration=1)
 
-:func:`eventually` and :func:`consistently` take a probe, plain or async, and return what it
-returned, typed: mypy infers the result from the probe.
+- :func:`manager_options_for_tests`: no leader election, no probe or metrics port, so that
+  tests run side by side.
+- :func:`run_manager`: starts the manager in the test's event loop, returns once its caches
+  have synced and its controllers run (a manager that fails to start raises here), and stops
+  it gracefully when the block ends.
+- :meth:`RunningManager.idle`: until every controller's queue has stayed empty, with nothing
+  being reconciled, for a moment.
+- :func:`eventually` waits for what must *become* true, :func:`consistently` checks what must
+  *stay* true. Both take a probe, plain or async, and return what it returned, typed: mypy
+  infers the result from the probe.
+
+The API server the manager talks to comes from envtest: the pytest plugin
+:mod:`crewlet_operator.envtest.pytest_plugin` starts one local control plane for the session
+and gives the ``kube_client``, ``namespace`` and ``client_for`` fixtures. A suite enables it in
+its ``conftest.py`` and runs on the session's event loop (pytest-asyncio, in the library's
+``test`` extra: ``pip install 'crewlet-operator[test]'``)::
+
+    # conftest.py
+    pytest_plugins = ["crewlet_operator.envtest.pytest_plugin"]
+
+    # pytest.ini
+    [pytest]
+    asyncio_mode = auto
+    asyncio_default_fixture_loop_scope = session
+    asyncio_default_test_loop_scope = session
+    envtest_crd_paths = config/crd
+
+The control plane's binaries come from ``python -m crewlet_operator.envtest bins``, once per
+machine (:mod:`crewlet_operator.envtest` says where they are looked up).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ import sys
 import time
 import urllib.request
 import warnings
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,17 @@ from crewlet_operator.kube.resources import Resource
 
 ALL_BINARIES = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
 WIDGET = Resource("example.crewlet.ai", "v1", "Widget", "widgets")
+
+
+def may_list(client: Client, resource: Resource, namespace: str) -> Callable[[], Awaitable[bool]]:
+    """A probe for :func:`eventually`: whether ``client`` may list the kind in ``namespace``
+    (an empty list is an answer too: a list is falsy when it holds nothing)."""
+
+    async def probe() -> bool:
+        await client.list(resource, namespace)
+        return True
+
+    return probe
 
 
 def widget_crd() -> dict[str, Any]:
@@ -236,7 +248,7 @@ async def test_token_request_authenticates_as_its_service_account_under_rbac(
             "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
         },
     )
-    await eventually(lambda: reader.list(r.CONFIG_MAP, namespace), message="RBAC grant")
+    await eventually(may_list(reader, r.CONFIG_MAP, namespace), message="RBAC grant")
     with pytest.raises(ForbiddenError):  # the Role grants reads only
         await reader.create(r.CONFIG_MAP, {"metadata": {"name": "x", "namespace": namespace}})
     with pytest.raises(ForbiddenError):  # and only in its namespace
@@ -271,7 +283,7 @@ async def test_client_certificate_user_is_subject_to_rbac(
         },
     )
     # The certificate's organisation is the user's group: the group's grant applies to alice.
-    await eventually(lambda: alice.list(r.SECRET, namespace), message="group grant")
+    await eventually(may_list(alice, r.SECRET, namespace), message="group grant")
 
 
 async def test_statefulset_pod_with_a_volume_claim_runs_ready_on_the_kwok_node(

@@ -1,10 +1,11 @@
 """The two distributions, each installed by pip into a fresh virtualenv, as their users install
 them.
 
-- ``crewlet-operator`` (the repository's root): the library alone. A platform team gets no
-  ``crewlet_operator_daemon`` package and none of the operator's own dependencies, and the
-  examples' envtest suite (the Tenant controller) runs from a copy of examples/ with nothing but
-  that install.
+- ``crewlet-operator`` (the repository's root): the library alone, its built wheel installed with
+  its ``test`` extra. A platform team gets no ``crewlet_operator_daemon`` package and none of the
+  operator's own dependencies, and the examples' envtest suite (the Tenant controller) runs from
+  a copy of examples/ with nothing but that install: ``crewlet_operator`` is the wheel's, in the
+  virtualenv, not the checkout's.
 - ``crewlet-operator-daemon`` (crewlet-operator-daemon/): the operator on the library; its
   ``crewlet-operator-daemon`` command runs and its data files (the engine's schema) are installed.
 
@@ -14,6 +15,7 @@ The sources are copied first, so that pip's in-tree build writes nothing into th
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -70,9 +72,12 @@ def importable(python: Path, module: str) -> bool:
 
 @pytest.fixture(scope="module")
 def library_only(sources: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The library with its test extra, as a platform team installs it."""
+    """The library's wheel, alone, with its test extra, as a platform team installs it."""
+    wheels = tmp_path_factory.mktemp("wheels")
+    run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", wheels, sources)
+    (wheel,) = wheels.glob("crewlet_operator-*.whl")
     python = virtualenv(tmp_path_factory.mktemp("library-venv"))
-    run(python, "-m", "pip", "install", "--quiet", f"{sources}[test]")
+    run(python, "-m", "pip", "install", "--quiet", f"{wheel}[test]")
     return python
 
 
@@ -88,7 +93,7 @@ def test_the_library_installs_without_the_operator(library_only: Path) -> None:
     assert not importable(library_only, "crewlet_operator_daemon")
 
 
-def test_the_examples_suite_runs_on_the_library_alone(
+def test_the_examples_suite_runs_on_the_library_wheel_alone(
     library_only: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A copy of examples/, outside the checkout, run with the library's virtualenv."""
@@ -96,10 +101,18 @@ def test_the_examples_suite_runs_on_the_library_alone(
     shutil.copytree(
         ROOT / "examples", examples, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache")
     )
+    # What the suite imports, from where it runs: the wheel's copy, in the virtualenv.
+    where = "import crewlet_operator; print(crewlet_operator.__file__)"
+    imported = Path(run(library_only, "-c", where, cwd=examples).strip()).resolve()
+    assert imported.is_relative_to(library_only.parent.parent.resolve()), imported
+    assert not imported.is_relative_to(ROOT), imported
     out = run(library_only, "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=examples)
+    summary = out.strip().splitlines()[-1]
     with capsys.disabled():
-        print(f"\nexamples/ on the library alone: {out.strip().splitlines()[-1]}")
-    assert " passed" in out and "failed" not in out and "skipped" not in out
+        print(f"\nexamples/ on the library's wheel alone: {summary}")
+    passed = re.search(r"(\d+) passed", summary)
+    assert passed is not None and int(passed.group(1)) > 0, summary
+    assert "failed" not in summary and "skipped" not in summary and "error" not in summary
 
 
 def test_the_daemon_installs_on_the_library(

@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 import pytest
 
-from crewlet_operator import Client, Scope
+from crewlet_operator import Client, ObjectList, RawObjectList, Scope
 from crewlet_operator.kube.client import _lines
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import SECRET
@@ -119,3 +119,14 @@ def test_a_namespace_alone_is_a_scope() -> None:
     assert Scope.of(None) == Scope()
     selected = Scope("ns", label_selector="app=web")
     assert Scope.of(selected) is selected
+
+
+def test_a_list_iterates_over_its_items_and_has_their_number_as_its_length() -> None:
+    pods = [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}]
+    listed = ObjectList(pods, "7")
+    assert [p["metadata"]["name"] for p in listed] == ["a", "b"]
+    assert len(listed) == 2
+    assert list(RawObjectList([b"{}"], "7")) == [b"{}"]
+    assert len(RawObjectList([b"{}"], "7")) == 1
+    # Empty, it is falsy as a list is: ``if not listed`` means nothing was found.
+    assert not ObjectList([], "7")

@@ -68,6 +68,7 @@ ETCD_DATA_PREFIX = "crewlet-etcd-"
 """etcd's data directory is ``<prefix><pid of the process that started it>-<random>``, on
 /dev/shm when there is one."""
 KWOK_NODE = "kwok-node-0"
+"""The one fake node kwok runs with workloads, on which pods are scheduled and run Ready."""
 KWOK_STORAGE_CLASS = "kwok-volume"
 MUTATING_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
 AUDIT_POLICY = """\

@@ -60,6 +60,8 @@ from crewlet_operator.kube.resources import NAMESPACE
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """The plugin's options: ``--envtest-workloads`` and ``--envtest-crds``, and the ini
+    options ``envtest_workloads`` and ``envtest_crd_paths``."""
     group = parser.getgroup("envtest")
     group.addoption(
         "--envtest-workloads",

@@ -1,10 +1,70 @@
-"""An async Kubernetes client on raw JSON dicts.
+"""The client: an async Kubernetes client on raw JSON dicts.
+
+Objects are plain dicts as the API server sends them; a kind is a
+:class:`~crewlet_operator.kube.resources.Resource` (the built-in ones are constants, such as
+``CONFIG_MAP``; any other comes from :class:`~crewlet_operator.kube.mapper.RESTMapper`). Every
+call goes to the API server: cached reads are the manager's (``manager.cache``).
+
+Lifecycle
+---------
+
+A :class:`Client` holds a pool of connections (an aiohttp session), opened when it is made:
+make one per process, share it, and close it once, with ``await client.close()`` or as an async
+context manager. An unclosed client makes aiohttp warn "Unclosed client session" at exit. A
+:class:`~crewlet_operator.manager.Manager` uses the client it is given and never closes it::
+
+    async with await Client.from_environment() as client:
+        manager = Manager(client)
+        ...
+        await manager.run(handle_signals=True)
+
+Made from:
+
+- :meth:`Client.from_environment` (awaited): the kubeconfig named, else the pod's ServiceAccount
+  inside a pod, else ``$KUBECONFIG`` or ``~/.kube/config``;
+- :meth:`Client.from_kubeconfig` (awaited) and :meth:`Client.in_cluster`;
+- ``Client(RestConfig(host=..., token=...))``, or a kubernetes-asyncio ``Configuration``.
+
+Each passes its keyword arguments on to :class:`Client`, so the field manager (the name its
+server-side applies own their fields under, ``crewlet-operator`` by default), the user agent,
+the request timeout and compression are set the same way whatever the source::
+
+    client = await Client.from_environment(field_manager="tenant-controller")
+
+What the calls return
+---------------------
+
+- :meth:`Client.get` returns the object (a dict); :meth:`Client.get_or_none` None for one that
+  does not exist.
+- :meth:`Client.list` returns an :class:`ObjectList`: its ``items`` (each with ``apiVersion``
+  and ``kind``) and the list's ``resource_version`` (where a watch resumes). It iterates over
+  the items and has their number as its length. :meth:`Client.list_pages` yields one
+  :class:`ObjectList` a page, :meth:`Client.list_raw_pages` one :class:`RawObjectList` (the
+  items as undecoded JSON). A :class:`Scope` (or a namespace's name) says which objects.
+- :meth:`Client.watch` yields one :class:`WatchEvent` a change (``type``, ``object``).
+- The writes (:meth:`Client.create`, :meth:`Client.apply`, :meth:`Client.apply_status`,
+  :meth:`Client.patch`, :meth:`Client.replace`) return the object the API server stored;
+  :meth:`Client.apply_if_changed` and :meth:`Client.apply_status_if_changed` return None when
+  there was nothing to write. :meth:`Client.delete` returns the API server's answer.
+
+Errors
+------
+
+A refused request raises the :class:`~crewlet_operator.errors.ApiError` subclass of its status
+(:class:`~crewlet_operator.errors.NotFoundError`, :class:`~crewlet_operator.errors.ConflictError`,
+:class:`~crewlet_operator.errors.InvalidError`, ...), an answer that never came
+:class:`~crewlet_operator.errors.TransportError`; :mod:`crewlet_operator.errors` has the whole
+tree and what to catch for what. The client retries nothing: the controller's backoff and the
+informers' do.
+
+How it is built
+---------------
 
 kubernetes-asyncio loads the configuration (kubeconfig with exec plugins, in-cluster token
 rotation, the TLS material); this module speaks the API itself over aiohttp, so that objects stay
 plain dicts: no generated model is built per object or per watch event (a documented CPU sink of
-the Python clients), none is even imported (:mod:`._kubernetes_asyncio`), and any kind, including
-custom resources, works the same way.
+the Python clients), none is even imported (``crewlet_operator.kube._kubernetes_asyncio``), and
+any kind, including custom resources, works the same way.
 """
 
 from __future__ import annotations
@@ -12,7 +72,7 @@ from __future__ import annotations
 import functools
 import ssl
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -46,6 +106,17 @@ from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import Resource
 from crewlet_operator.kube.retry import RetryPolicy, retry_after_seconds
 from crewlet_operator.owners import get_controller_of
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "NO_OBJECT_VERSION",
+    "Client",
+    "ObjectList",
+    "RawObjectList",
+    "Scope",
+    "WatchEvent",
+    "is_ours",
+]
 
 TYPED_LIVE_OBJECT = "failed to create typed live object"
 """The API server's 500 when server-side apply meets a stored object its schema cannot type (one
@@ -138,19 +209,42 @@ class WatchEvent:
 
 @dataclass(frozen=True)
 class ObjectList:
-    """The items of a list and the collection's resourceVersion (where a watch resumes)."""
+    """The items of a list and the collection's resourceVersion (where a watch resumes).
+
+    It iterates over its items and has their number as its length::
+
+        for pod in await client.list(POD, "team-a"):
+            ...
+    """
 
     items: list[Object]
     resource_version: str
+
+    def __iter__(self) -> Iterator[Object]:
+        """The items, in the API server's order."""
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        """The number of items."""
+        return len(self.items)
 
 
 @dataclass(frozen=True)
 class RawObjectList:
     """The items of a list as JSON, each as the API server sent it, and the collection's
-    resourceVersion (:meth:`Client.list_raw_pages`)."""
+    resourceVersion (:meth:`Client.list_raw_pages`); iterable and sized as
+    :class:`ObjectList` is."""
 
     items: list[bytes]
     resource_version: str
+
+    def __iter__(self) -> Iterator[bytes]:
+        """The items, in the API server's order."""
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        """The number of items."""
+        return len(self.items)
 
 
 class _ListMeta(msgspec.Struct):
@@ -168,9 +262,9 @@ class _RawPage(msgspec.Struct):
 
 _RAW_PAGE = msgspec.json.Decoder(_RawPage)
 METADATA_LIST_ACCEPT = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+"""The Accept of a list of objects' metadata alone (meta.k8s.io/v1, served since 1.15)."""
 METADATA_ACCEPT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 """A watch's Accept for each event's object as its metadata alone (``PartialObjectMetadata``)."""
-"""The Accept of a list of objects' metadata alone (meta.k8s.io/v1, served since 1.15)."""
 
 
 class Client:

@@ -50,36 +50,63 @@ class Resource:
 
 # The core and built-in kinds the library and the operator use.
 NAMESPACE = Resource("", "v1", "Namespace", "namespaces", namespaced=False)
+"""Namespace, v1, cluster-scoped."""
 NODE = Resource("", "v1", "Node", "nodes", namespaced=False)
+"""Node, v1, cluster-scoped."""
 POD = Resource("", "v1", "Pod", "pods")
+"""Pod, v1, namespaced."""
 CONFIG_MAP = Resource("", "v1", "ConfigMap", "configmaps")
+"""ConfigMap, v1, namespaced."""
 SECRET = Resource("", "v1", "Secret", "secrets")
+"""Secret, v1, namespaced."""
 SERVICE = Resource("", "v1", "Service", "services")
+"""Service, v1, namespaced."""
 SERVICE_ACCOUNT = Resource("", "v1", "ServiceAccount", "serviceaccounts")
+"""ServiceAccount, v1, namespaced."""
 PERSISTENT_VOLUME_CLAIM = Resource("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims")
+"""PersistentVolumeClaim, v1, namespaced."""
 RESOURCE_QUOTA = Resource("", "v1", "ResourceQuota", "resourcequotas")
+"""ResourceQuota, v1, namespaced."""
 LIMIT_RANGE = Resource("", "v1", "LimitRange", "limitranges")
+"""LimitRange, v1, namespaced."""
 PERSISTENT_VOLUME = Resource("", "v1", "PersistentVolume", "persistentvolumes", namespaced=False)
+"""PersistentVolume, v1, cluster-scoped."""
 ENDPOINT_SLICE = Resource("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices")
+"""EndpointSlice, discovery.k8s.io/v1, namespaced."""
 STATEFUL_SET = Resource("apps", "v1", "StatefulSet", "statefulsets")
+"""StatefulSet, apps/v1, namespaced."""
 DEPLOYMENT = Resource("apps", "v1", "Deployment", "deployments")
+"""Deployment, apps/v1, namespaced."""
 REPLICA_SET = Resource("apps", "v1", "ReplicaSet", "replicasets")
+"""ReplicaSet, apps/v1, namespaced."""
 DAEMON_SET = Resource("apps", "v1", "DaemonSet", "daemonsets")
+"""DaemonSet, apps/v1, namespaced."""
 JOB = Resource("batch", "v1", "Job", "jobs")
+"""Job, batch/v1, namespaced."""
 CRON_JOB = Resource("batch", "v1", "CronJob", "cronjobs")
+"""CronJob, batch/v1, namespaced."""
 HORIZONTAL_POD_AUTOSCALER = Resource(
     "autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers"
 )
+"""HorizontalPodAutoscaler, autoscaling/v2, namespaced."""
 STORAGE_CLASS = Resource("storage.k8s.io", "v1", "StorageClass", "storageclasses", namespaced=False)
+"""StorageClass, storage.k8s.io/v1, cluster-scoped."""
 PRIORITY_CLASS = Resource(
     "scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", namespaced=False
 )
+"""PriorityClass, scheduling.k8s.io/v1, cluster-scoped."""
 POD_DISRUPTION_BUDGET = Resource("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets")
+"""PodDisruptionBudget, policy/v1, namespaced."""
 NETWORK_POLICY = Resource("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies")
+"""NetworkPolicy, networking.k8s.io/v1, namespaced."""
 INGRESS = Resource("networking.k8s.io", "v1", "Ingress", "ingresses")
+"""Ingress, networking.k8s.io/v1, namespaced."""
 HTTP_ROUTE = Resource("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes")
+"""HTTPRoute, gateway.networking.k8s.io/v1, namespaced."""
 LEASE = Resource("coordination.k8s.io", "v1", "Lease", "leases")
+"""Lease, coordination.k8s.io/v1, namespaced."""
 EVENT = Resource("events.k8s.io", "v1", "Event", "events")
+"""Event, events.k8s.io/v1, namespaced."""
 CUSTOM_RESOURCE_DEFINITION = Resource(
     "apiextensions.k8s.io",
     "v1",
@@ -87,6 +114,7 @@ CUSTOM_RESOURCE_DEFINITION = Resource(
     "customresourcedefinitions",
     namespaced=False,
 )
+"""CustomResourceDefinition, apiextensions.k8s.io/v1, cluster-scoped."""
 VALIDATING_ADMISSION_POLICY = Resource(
     "admissionregistration.k8s.io",
     "v1",
@@ -94,6 +122,7 @@ VALIDATING_ADMISSION_POLICY = Resource(
     "validatingadmissionpolicies",
     namespaced=False,
 )
+"""ValidatingAdmissionPolicy, admissionregistration.k8s.io/v1, cluster-scoped."""
 VALIDATING_ADMISSION_POLICY_BINDING = Resource(
     "admissionregistration.k8s.io",
     "v1",
@@ -101,11 +130,15 @@ VALIDATING_ADMISSION_POLICY_BINDING = Resource(
     "validatingadmissionpolicybindings",
     namespaced=False,
 )
+"""ValidatingAdmissionPolicyBinding, admissionregistration.k8s.io/v1, cluster-scoped."""
 ROLE = Resource("rbac.authorization.k8s.io", "v1", "Role", "roles")
+"""Role, rbac.authorization.k8s.io/v1, namespaced."""
 ROLE_BINDING = Resource("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings")
+"""RoleBinding, rbac.authorization.k8s.io/v1, namespaced."""
 CLUSTER_ROLE = Resource(
     "rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", namespaced=False
 )
+"""ClusterRole, rbac.authorization.k8s.io/v1, cluster-scoped."""
 CLUSTER_ROLE_BINDING = Resource(
     "rbac.authorization.k8s.io",
     "v1",
@@ -113,9 +146,12 @@ CLUSTER_ROLE_BINDING = Resource(
     "clusterrolebindings",
     namespaced=False,
 )
+"""ClusterRoleBinding, rbac.authorization.k8s.io/v1, cluster-scoped."""
 TOKEN_REVIEW = Resource(
     "authentication.k8s.io", "v1", "TokenReview", "tokenreviews", namespaced=False
 )
+"""TokenReview, authentication.k8s.io/v1, cluster-scoped."""
 SUBJECT_ACCESS_REVIEW = Resource(
     "authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", namespaced=False
 )
+"""SubjectAccessReview, authorization.k8s.io/v1, cluster-scoped."""
