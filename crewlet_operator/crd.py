@@ -61,11 +61,10 @@ Constraints
 pydantic's constraints become the schema's, checked by the API server before anything is
 stored: ``Field(min_length=, max_length=, pattern=)`` on strings (``minLength``,
 ``maxLength``, ``pattern``), ``Field(ge=, le=)`` on numbers (``minimum``, ``maximum``),
-``Field(min_length=, max_length=)`` on lists (``minItems``, ``maxItems``), and ``Literal``
-values (``enum``). Bound numbers with ``ge`` and ``le``: ``gt`` and ``lt`` come out in JSON
-Schema's newer spelling (a number for ``exclusiveMinimum``), which the API server's OpenAPI v3
-refuses. A list is ``atomic`` (replaced whole by a server-side apply) unless
-:func:`list_map` makes it a map merged by its keys.
+``Field(gt=, lt=)`` (``minimum`` with ``exclusiveMinimum: true``, OpenAPI v3.0's spelling,
+which the API server reads), ``Field(min_length=, max_length=)`` on lists (``minItems``,
+``maxItems``), and ``Literal`` values (``enum``). A list is ``atomic`` (replaced whole by a
+server-side apply) unless :func:`list_map` makes it a map merged by its keys.
 
 CEL rules
 ---------
@@ -489,7 +488,19 @@ def _structural(node: JsonSchema, definitions: dict[str, JsonSchema], where: str
         node.setdefault("x-kubernetes-list-type", "atomic")
     elif kind not in _SCALARS:
         raise SchemaError(f"{where}: no structural type for {node!r}")
+    else:
+        _exclusive_bounds(node)
     return node
+
+
+def _exclusive_bounds(node: JsonSchema) -> None:
+    """``gt``/``lt`` in OpenAPI v3.0's spelling, which the API server reads: pydantic writes
+    JSON Schema's newer one, a number (``exclusiveMinimum: 0``), which the API server refuses."""
+    for exclusive, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        value = node.get(exclusive)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            node[bound] = value
+            node[exclusive] = True
 
 
 def _object(node: JsonSchema, definitions: dict[str, JsonSchema], where: str) -> None:

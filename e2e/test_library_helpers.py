@@ -25,6 +25,7 @@ from crewlet_operator import (
     ConflictError,
     Finalizer,
     ForbiddenError,
+    InvalidError,
     LeaderElectionConfig,
     LeaderElector,
     Manager,
@@ -304,6 +305,40 @@ async def test_status_is_written_once_and_only_when_it_changed(
     fewer = {"conditions": status["conditions"]}
     trimmed = await kube_client.apply_status_if_changed(gadgets, fewer, written)
     assert trimmed is not None and trimmed["status"] == fewer
+
+
+class _DialSpec(BaseModel):
+    turn: float = Field(gt=0, lt=10)
+
+
+class _Dial(BaseModel):
+    """A test kind with exclusive bounds."""
+
+    spec: _DialSpec
+
+
+async def test_a_models_exclusive_bounds_are_enforced_by_the_api_server(
+    kube_client: Client, namespace: str
+) -> None:
+    """``Field(gt=, lt=)`` makes a CRD the API server accepts, and it refuses the bounds."""
+    dial_crd = crd_for(
+        _Dial,
+        group="helpers.example.com",
+        version="v1",
+        kind="Dial",
+        plural="dials",
+        scope="Namespaced",
+    )
+    await install_crds(kube_client, [dial_crd])
+    dials = await RESTMapper(kube_client).resource_for("helpers.example.com", "Dial")
+
+    def dial(turn: float) -> dict[str, Any]:
+        return {"metadata": {"name": "d", "namespace": namespace}, "spec": {"turn": turn}}
+
+    await kube_client.create(dials, dial(9.5), dry_run=True)
+    for bound in (0, 10):
+        with pytest.raises(InvalidError, match=r"spec\.turn"):
+            await kube_client.create(dials, dial(bound), dry_run=True)
 
 
 # -- kinds by discovery ----------------------------------------------------------------------

@@ -576,3 +576,22 @@ def test_write_and_drift_keep_a_directory_of_one_groups_crds(tmp_path: Path) -> 
 def test_generator_refuses_a_union_instead_of_emitting_a_non_structural_schema() -> None:
     with pytest.raises(SchemaError, match="union of 2 types"):
         openapi_schema(_Union)
+
+
+class _Dial(BaseModel):
+    turn: float = Field(gt=0, lt=10)
+    notch: int = Field(ge=1, le=5)
+
+
+def test_exclusive_bounds_are_written_as_the_api_server_reads_them() -> None:
+    """pydantic writes ``gt``/``lt`` as JSON Schema's numbers; OpenAPI v3.0, which the API server
+    reads, has a bound and a flag."""
+    properties = openapi_schema(_Dial)["properties"]
+    assert properties["turn"] == {
+        "type": "number",
+        "minimum": 0,
+        "exclusiveMinimum": True,
+        "maximum": 10,
+        "exclusiveMaximum": True,
+    }
+    assert properties["notch"] == {"type": "integer", "minimum": 1, "maximum": 5}
