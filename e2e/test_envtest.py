@@ -236,7 +236,11 @@ async def test_token_request_authenticates_as_its_service_account_under_rbac(
             "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
         },
     )
-    await eventually(lambda: reader.list(r.CONFIG_MAP, namespace), message="RBAC grant")
+    await eventually(
+        lambda: reader.list(r.CONFIG_MAP, namespace),
+        message="RBAC grant",
+        retry_on=(ForbiddenError,),  # until the authorizer has seen the binding
+    )
     with pytest.raises(ForbiddenError):  # the Role grants reads only
         await reader.create(r.CONFIG_MAP, {"metadata": {"name": "x", "namespace": namespace}})
     with pytest.raises(ForbiddenError):  # and only in its namespace
@@ -271,7 +275,9 @@ async def test_client_certificate_user_is_subject_to_rbac(
         },
     )
     # The certificate's organisation is the user's group: the group's grant applies to alice.
-    await eventually(lambda: alice.list(r.SECRET, namespace), message="group grant")
+    await eventually(
+        lambda: alice.list(r.SECRET, namespace), message="group grant", retry_on=(ForbiddenError,)
+    )
 
 
 async def test_statefulset_pod_with_a_volume_claim_runs_ready_on_the_kwok_node(
