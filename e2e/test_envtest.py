@@ -83,7 +83,7 @@ async def test_crd_established_and_objects_created_listed_watched_deleted(
 
     async def established() -> bool:
         crd = await kube_client.get(r.CUSTOM_RESOURCE_DEFINITION, "widgets.example.crewlet.ai")
-        conditions = crd.get("status", {}).get("conditions", [])
+        conditions = (crd.get("status") or {}).get("conditions") or []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
     await eventually(established, message="CRD Established")
@@ -311,7 +311,7 @@ async def test_statefulset_pod_with_a_volume_claim_runs_ready_on_the_kwok_node(
 
     async def pod_ready() -> dict[str, Any] | None:
         pod = await kube_client.get_or_none(r.POD, "web-0", namespace)
-        conditions = (pod or {}).get("status", {}).get("conditions", [])
+        conditions = ((pod or {}).get("status") or {}).get("conditions") or []
         ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
         return pod if ready else None
 
