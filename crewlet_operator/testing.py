@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -126,14 +127,33 @@ class RunningManager:
 
 
 @contextlib.asynccontextmanager
-async def run_manager(manager: Manager, *, timeout: float = 60.0) -> AsyncIterator[RunningManager]:
+async def run_manager(
+    manager: Manager, *, timeout: float = 60.0, lead: bool = True
+) -> AsyncIterator[RunningManager]:
     """Run ``manager`` in the background until the block ends, then stop it gracefully.
 
-    Entering waits until its caches have synced and its controllers run (with leader election
-    on, until it leads); a manager that fails to start raises here, not later.
+    Entering waits until its caches have synced and its controllers run; a manager that fails
+    to start raises here, not later. With leader election on, that is until it leads: a standby
+    blocks here while another replica holds the Lease. Pass ``lead=False`` to enter as soon as
+    it runs as a standby, ready to lead (what ``/readyz`` says): a warm standby once its caches
+    have synced, a cold one (``warm_standby=False``) once it campaigns.
+
+    Raises:
+        TimeoutError: not started within ``timeout`` seconds; the message names each kind
+            whose cache has not synced and why (a kind the API server does not serve: install
+            its CRD).
+        Exception: whatever made the manager stop while it started.
     """
     task = asyncio.create_task(manager.run(), name="manager under test")
-    started = asyncio.create_task(manager.started.wait())
+
+    def standing_by() -> bool:
+        return manager.started.is_set() or manager.ready_to_lead()
+
+    started: asyncio.Task[bool] = asyncio.create_task(
+        manager.started.wait()
+        if lead or manager.elector is None
+        else eventually(standing_by, timeout=math.inf, interval=0.02)
+    )
     try:
         done, _ = await asyncio.wait(
             {task, started}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
@@ -142,7 +162,11 @@ async def run_manager(manager: Manager, *, timeout: float = 60.0) -> AsyncIterat
             task.result()
             raise RuntimeError("the manager returned before it started")
         if started not in done:
-            raise TimeoutError(f"the manager did not start within {timeout}s")
+            waiting = manager.cache.not_synced()
+            if not waiting and not manager.is_leader:
+                waiting = ["it does not lead (pass lead=False to enter as a standby)"]
+            why = f": {'; '.join(waiting)}" if waiting else ""
+            raise TimeoutError(f"the manager did not start within {timeout}s{why}")
         yield RunningManager(manager, task)
     finally:
         started.cancel()

@@ -539,7 +539,11 @@ async def test_tenant_provisioner_with_the_charts_roles(
                 dry_run=True,
             )
 
-        await eventually(secret_written, message="tenant-access grants Secrets in the tenant")
+        await eventually(
+            secret_written,
+            message="tenant-access grants Secrets in the tenant",
+            retry_on=(ForbiddenError,),
+        )
         await provisioner.create(
             COMPANY,
             {"metadata": {"name": "acme", "namespace": tenant}, "spec": {"className": "std"}},
@@ -596,7 +600,9 @@ async def test_edit_user_may_run_a_company_but_not_write_an_engine_class(
     await bind(installed, namespace, "chart-editor", "edit")
     editor = client_for(control_plane.user_config("chart-editor", ()))
     created = await eventually(
-        lambda: editor.create(COMPANY, company(namespace, "acme")), message="editor creates"
+        lambda: editor.create(COMPANY, company(namespace, "acme")),
+        message="editor creates",
+        retry_on=(ForbiddenError,),
     )
     assert created["metadata"]["name"] == "acme"
     await editor.patch(COMPANY, "acme", {"spec": {"suspend": True}}, namespace)
@@ -628,6 +634,7 @@ async def test_edit_user_may_run_a_company_but_not_write_an_engine_class(
         await eventually(
             lambda: cluster_editor.create(COMPANY, company(namespace, "b"), dry_run=True),
             message="cluster-wide edit",
+            retry_on=(ForbiddenError,),
         )
         with pytest.raises(ForbiddenError):
             await cluster_editor.create(
@@ -646,7 +653,11 @@ async def test_view_user_may_read_companies_but_not_write_them(
     await installed.create(COMPANY, company(namespace, "acme"))
     await bind(installed, namespace, "chart-viewer", "view")
     viewer = client_for(control_plane.user_config("chart-viewer", ()))
-    got = await eventually(lambda: viewer.get(COMPANY, "acme", namespace), message="viewer reads")
+    got = await eventually(
+        lambda: viewer.get(COMPANY, "acme", namespace),
+        message="viewer reads",
+        retry_on=(ForbiddenError,),
+    )
     assert got["spec"]["className"] == "standard"
     assert [
         c["metadata"]["name"] for c in (await viewer.list(COMPANY, Scope(namespace))).items

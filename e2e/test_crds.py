@@ -95,7 +95,7 @@ async def crds(kube_client: Client) -> AsyncIterator[None]:
     async def established() -> bool:
         for crd in all_crds():
             got = await kube_client.get(r.CUSTOM_RESOURCE_DEFINITION, crd["metadata"]["name"])
-            conditions = got.get("status", {}).get("conditions", [])
+            conditions = (got.get("status") or {}).get("conditions") or []
             if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
                 return False
         return True

@@ -95,7 +95,7 @@ async def test_crd_established_and_objects_created_listed_watched_deleted(
 
     async def established() -> bool:
         crd = await kube_client.get(r.CUSTOM_RESOURCE_DEFINITION, "widgets.example.crewlet.ai")
-        conditions = crd.get("status", {}).get("conditions", [])
+        conditions = (crd.get("status") or {}).get("conditions") or []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
     await eventually(established, message="CRD Established")
@@ -248,7 +248,11 @@ async def test_token_request_authenticates_as_its_service_account_under_rbac(
             "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
         },
     )
-    await eventually(may_list(reader, r.CONFIG_MAP, namespace), message="RBAC grant")
+    await eventually(
+        may_list(reader, r.CONFIG_MAP, namespace),
+        message="RBAC grant",
+        retry_on=(ForbiddenError,),  # until the authorizer has seen the binding
+    )
     with pytest.raises(ForbiddenError):  # the Role grants reads only
         await reader.create(r.CONFIG_MAP, {"metadata": {"name": "x", "namespace": namespace}})
     with pytest.raises(ForbiddenError):  # and only in its namespace
@@ -283,7 +287,9 @@ async def test_client_certificate_user_is_subject_to_rbac(
         },
     )
     # The certificate's organisation is the user's group: the group's grant applies to alice.
-    await eventually(may_list(alice, r.SECRET, namespace), message="group grant")
+    await eventually(
+        may_list(alice, r.SECRET, namespace), message="group grant", retry_on=(ForbiddenError,)
+    )
 
 
 async def test_statefulset_pod_with_a_volume_claim_runs_ready_on_the_kwok_node(
@@ -317,7 +323,7 @@ async def test_statefulset_pod_with_a_volume_claim_runs_ready_on_the_kwok_node(
 
     async def pod_ready() -> dict[str, Any] | None:
         pod = await kube_client.get_or_none(r.POD, "web-0", namespace)
-        conditions = (pod or {}).get("status", {}).get("conditions", [])
+        conditions = ((pod or {}).get("status") or {}).get("conditions") or []
         ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
         return pod if ready else None
 

@@ -4,11 +4,8 @@ cold one caches nothing until it leads, and is ready while it campaigns."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
-
 import aiohttp
+import pytest
 
 from crewlet_operator import (
     CONFIG_MAP,
@@ -76,19 +73,6 @@ class Replica:
             return response.status == 200
 
 
-@contextlib.asynccontextmanager
-async def following(manager: Manager) -> AsyncIterator[None]:
-    """Run a manager that does not lead yet (``run_manager`` would wait until it leads)."""
-    task = asyncio.create_task(manager.run(), name="standby")
-    try:
-        await eventually(lambda: manager.health.port is not None, message="probes served")
-        yield
-        assert not task.done(), task
-    finally:
-        manager.stop()
-        await asyncio.wait_for(task, 30)
-
-
 async def create_config_maps(client: Client, namespace: str) -> set[str]:
     names = {f"cm-{i}" for i in range(COUNT)}
     for name in names:
@@ -107,7 +91,7 @@ async def test_a_warm_standby_caches_and_queues_before_it_leads_and_takes_over_a
     standby = Replica(kube_client, namespace, "standby", warm=True)
     async with run_manager(leader.manager) as leading:
         await eventually(lambda: leader.reconciled == names, message="the leader's pass")
-        async with following(standby.manager):
+        async with run_manager(standby.manager, lead=False):
             await eventually(standby.ready, message="the standby ready: its caches synced")
             assert standby.manager.cache.synced
             assert not standby.manager.is_leader
@@ -130,7 +114,7 @@ async def test_a_cold_standby_caches_nothing_until_it_leads(
     standby = Replica(kube_client, namespace, "standby", warm=False)
     async with run_manager(leader.manager) as leading:
         await eventually(lambda: leader.reconciled == names, message="the leader's pass")
-        async with following(standby.manager):
+        async with run_manager(standby.manager, lead=False):
             # Ready while it campaigns, with nothing to sync: its informers have not started.
             await eventually(standby.ready, message="the standby ready: campaigning")
             assert not standby.manager.is_leader
@@ -158,10 +142,25 @@ async def test_metadata_first_kinds_are_listed_whole_after_the_first_pass_or_on_
         await eventually(lambda: leader.reconciled == names, message="the leader's pass")
         leaders = leader.manager.cache.informers[CONFIG_MAP]
         await eventually(lambda: leaders.has_whole, message="the leader's objects whole")
-        async with following(standby.manager):
+        async with run_manager(standby.manager, lead=False):
             await eventually(standby.ready, message="the standby ready: its caches synced")
             standbys = standby.manager.cache.informers[CONFIG_MAP]
             await eventually(lambda: standbys.has_whole, message="the standby's objects whole")
             assert not standby.manager.is_leader and standby.reconciled == set()
             cached = standby.manager.cache.list(CONFIG_MAP, namespace)
             assert {c["metadata"]["name"] for c in cached} == names
+
+
+async def test_run_manager_waits_until_a_standby_leads_unless_told_not_to(
+    kube_client: Client, namespace: str
+) -> None:
+    leader = Replica(kube_client, namespace, "leader", warm=True)
+    standby = Replica(kube_client, namespace, "standby", warm=True)
+    async with run_manager(leader.manager):
+        with pytest.raises(TimeoutError, match=r"does not lead \(pass lead=False"):
+            async with run_manager(standby.manager, timeout=3):
+                pass
+        standby = Replica(kube_client, namespace, "standby", warm=True)  # a manager runs once
+        async with run_manager(standby.manager, lead=False):
+            assert standby.manager.cache.synced
+            assert not standby.manager.is_leader

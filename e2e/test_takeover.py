@@ -192,8 +192,11 @@ async def test_the_standby_takes_over_at_expiry_and_serves_the_new_object_first(
     async def reconciled_after_takeover() -> list[str]:
         events = standby.events()
         acquired_at = next(
-            i for i, e in enumerate(events) if str(e.get("event", "")).startswith("acquired")
+            (i for i, e in enumerate(events) if str(e.get("event", "")).startswith("acquired")),
+            None,
         )
+        if acquired_at is None:  # its log has not said so yet
+            return []
         names = [
             str(e.get("name"))
             for e in events[acquired_at:]

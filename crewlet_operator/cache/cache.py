@@ -12,7 +12,7 @@ from crewlet_operator import metrics
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache.informer import Informer, InformerOptions
 from crewlet_operator.cache.store import NAMESPACE_INDEX
-from crewlet_operator.errors import NoInformerError
+from crewlet_operator.errors import CrewletError, NoInformerError, NotFoundError
 from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.resources import Resource
 from crewlet_operator.label_selector import label_selector_matches
@@ -83,13 +83,32 @@ class Cache:
         await cancel_and_wait(*tasks)
 
     async def wait_for_sync(self, timeout: float | None = None) -> None:
-        """Wait until every informer has stored its first list."""
+        """Wait until every informer has stored its first list.
+
+        Raises:
+            TimeoutError: not within ``timeout`` seconds; the message names each kind not
+                synced and why (see :meth:`not_synced`).
+        """
 
         async def every_informer() -> None:
             for informer in list(self._informers.values()):
                 await informer.wait_for_sync()
 
-        await asyncio.wait_for(every_informer(), timeout)
+        try:
+            await asyncio.wait_for(every_informer(), timeout)
+        except TimeoutError:
+            waiting = "; ".join(self.not_synced())
+            raise TimeoutError(f"caches not synced within {timeout}s: {waiting}") from None
+
+    def not_synced(self) -> builtins.list[str]:
+        """Each kind whose informer has not stored its first list, and why: its list's last
+        error, if any. A kind the API server does not serve (a 404: its CRD is not installed)
+        says to install its CRD."""
+        return [
+            _why_not_synced(resource, informer.last_error)
+            for resource, informer in self._informers.items()
+            if not informer.has_synced
+        ]
 
     def request_whole(self) -> None:
         """Have every ``metadata_first`` informer list its objects whole now (see
@@ -178,3 +197,12 @@ class Cache:
                 if label_selector_matches(labels, o.get("metadata", {}).get("labels") or {})
             ]
         return objects
+
+
+def _why_not_synced(resource: Resource, error: CrewletError | None) -> str:
+    served_as = f"{resource.group_kind} ({resource.api_version} {resource.plural})"
+    if isinstance(error, NotFoundError):
+        return f"{served_as} is not served by the API server: install its CRD"
+    if error is None:
+        return f"{served_as} not listed yet"
+    return f"{served_as} not listed: {error}"

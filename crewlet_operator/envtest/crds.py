@@ -41,7 +41,7 @@ async def install_crds(
         client.forget_discovery()
         for crd in crds:
             got = await client.get(CUSTOM_RESOURCE_DEFINITION, crd["metadata"]["name"])
-            conditions = got.get("status", {}).get("conditions", [])
+            conditions = (got.get("status") or {}).get("conditions") or []
             if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
                 return False
             spec = crd["spec"]

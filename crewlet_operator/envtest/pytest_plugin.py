@@ -29,11 +29,19 @@ Fixtures:
 ``kube_client``
     A :class:`~crewlet_operator.Client` as cluster admin.
 ``namespace``
-    A fresh namespace per test, deleted afterwards.
+    A fresh namespace per test (``t-<test name>-<random>``, named by the API server's
+    ``generateName``), deleted afterwards. With workloads, teardown waits until it is gone, its
+    pods deleted at once (``gracePeriodSeconds=0``: kwok runs no container to stop), so the next
+    test never meets it terminating; without workloads no namespace controller finishes a
+    deletion, so it only deletes, as controller-runtime's envtest.
 ``client_for``
     A factory: ``client_for(rest_config)`` returns a Client for another identity, e.g.
     ``client_for(control_plane.service_account_config(ns, "sa"))`` or
     ``client_for(control_plane.token_config(control_plane.request_token(ns, "sa")))``.
+
+An async test using ``kube_client``, ``namespace`` or ``client_for`` runs on the session's
+event loop, where they live, unless its ``asyncio`` marker names a loop scope: a suite needs
+neither ``asyncio_default_fixture_loop_scope`` nor ``asyncio_default_test_loop_scope``.
 
 A missing binary fails the session with an error naming ``python -m crewlet_operator.envtest
 bins``, which installs them; it never skips.
@@ -41,9 +49,7 @@ bins``, which installs them; it never skips.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -53,7 +59,7 @@ import pytest_asyncio
 
 from crewlet_operator.envtest.controlplane import ControlPlane
 from crewlet_operator.envtest.crds import load_crds
-from crewlet_operator.errors import NotFoundError
+from crewlet_operator.envtest.wait import delete_namespace
 from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import NAMESPACE
@@ -84,6 +90,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"{crds_help} (repeatable; replaces the envtest_crd_paths ini option)",
     )
     parser.addini("envtest_crd_paths", type="paths", default=[], help=crds_help)
+
+
+_SESSION_LOOP_FIXTURES = frozenset({"kube_client", "namespace", "client_for"})
+"""The fixtures that run on the session's event loop: a test using any of them must too."""
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run each async test that uses the session loop's fixtures on that loop, unless its
+    ``asyncio`` marker names a loop scope: a suite need not set
+    ``asyncio_default_test_loop_scope`` (without it, the test ran on a loop of its own, and the
+    session's client failed with "Timeout context manager should be used inside a task")."""
+    session_loop = pytest.mark.asyncio(loop_scope="session")
+    for item in items:
+        if not pytest_asyncio.is_async_test(item):
+            continue
+        if _SESSION_LOOP_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
+            continue
+        marker = item.get_closest_marker("asyncio")
+        if marker is None or not (marker.kwargs.get("loop_scope") or marker.kwargs.get("scope")):
+            item.add_marker(session_loop, append=False)  # the closest marker counts
 
 
 def _workloads(config: pytest.Config) -> bool:
@@ -146,11 +173,18 @@ async def client_for() -> AsyncIterator[Callable[[RestConfig], Client]]:
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def namespace(kube_client: Client, request: pytest.FixtureRequest) -> AsyncIterator[str]:
-    """A namespace of its own for each test (``t-<test name>-<random>``), deleted after it."""
+async def namespace(
+    kube_client: Client, control_plane: ControlPlane, request: pytest.FixtureRequest
+) -> AsyncIterator[str]:
+    """A namespace of its own for each test (``t-<test name>-<random>``), deleted after it.
+
+    With workloads, teardown waits until the namespace is gone (see
+    :func:`~crewlet_operator.envtest.wait.delete_namespace`), so the next test's manager does
+    not meet it terminating; without, nothing would finish the deletion (kube-controller-manager
+    does), so it deletes without waiting, as controller-runtime's envtest."""
     stem = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40].strip("-")
-    name = f"t-{stem}-{uuid.uuid4().hex[:6]}"
-    await kube_client.create(NAMESPACE, {"metadata": {"name": name}})
+    # The API server picks the suffix, and picks again on a collision.
+    created = await kube_client.create(NAMESPACE, {"metadata": {"generateName": f"t-{stem}-"}})
+    name: str = created["metadata"]["name"]
     yield name
-    with contextlib.suppress(NotFoundError):
-        await kube_client.delete(NAMESPACE, name)
+    await delete_namespace(kube_client, name, wait=control_plane.workloads)
