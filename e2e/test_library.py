@@ -39,7 +39,7 @@ from crewlet_operator import (
     metrics,
     resource_version,
 )
-from crewlet_operator.envtest import ControlPlane
+from crewlet_operator.envtest import USER_FIELD_MANAGER, ControlPlane
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually, no_namespace_terminating
@@ -57,6 +57,7 @@ async def install_widget_crd(client: Client) -> None:
 
 def manager_options(**overrides: Any) -> ManagerOptions:
     base: dict[str, Any] = {
+        "name": "widgets",
         "leader_election": False,
         "health_probe_bind_address": "127.0.0.1:0",
         "metrics_bind_address": "127.0.0.1:0",
@@ -526,7 +527,7 @@ def fault_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPla
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def fault_client(fault_plane: ControlPlane) -> AsyncIterator[Client]:
-    async with Client(fault_plane.admin_config()) as client:
+    async with Client(fault_plane.admin_config(), field_manager=USER_FIELD_MANAGER) as client:
         yield client
 
 
@@ -691,8 +692,8 @@ async def test_leader_cut_off_from_the_api_server_stops_before_its_lease_expires
     manager = Manager(
         fault_client,
         manager_options(
+            name="cutoff",
             leader_election=True,
-            leader_election_id="cutoff",
             leader_election_namespace="default",
             lease_duration=6.0,
             renew_deadline=4.0,
@@ -705,7 +706,7 @@ async def test_leader_cut_off_from_the_api_server_stops_before_its_lease_expires
     task = asyncio.create_task(manager.run())
     await eventually(lambda: manager.is_leader and manager.elector is not None, timeout=30)
     assert manager.elector is not None
-    lease = await fault_client.get(LEASE, "cutoff", "default")
+    lease = await fault_client.get(LEASE, "cutoff-leader", "default")
     assert lease["spec"]["holderIdentity"] == manager.options.identity
     cut_at = time.monotonic()
     fault_plane.pause_apiserver()
@@ -735,7 +736,7 @@ def scrape(port: int) -> dict[str, float]:
 
 
 def leading(port: int) -> bool:
-    return scrape(port).get('leader_election_master_status{name="widgets"}') == 1.0
+    return scrape(port).get('leader_election_master_status{name="widgets-leader"}') == 1.0
 
 
 class Replica:
@@ -767,7 +768,7 @@ class Replica:
 
 
 async def holder(client: Client, namespace: str) -> str:
-    lease = await client.get_or_none(LEASE, "widgets", namespace)
+    lease = await client.get_or_none(LEASE, "widgets-leader", namespace)
     return str((lease or {}).get("spec", {}).get("holderIdentity") or "")
 
 

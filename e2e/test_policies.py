@@ -55,7 +55,6 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from crewlet_operator import DEFAULT_FIELD_MANAGER
 from crewlet_operator.envtest import ControlPlane, binaries
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
@@ -67,6 +66,7 @@ from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import Resource
 from crewlet_operator_daemon import ClusterFacts, Observed, desired_children
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon.plan import MANAGER_NAME
 from crewlet_operator_daemon.versions import CLAIM_ANNOTATION
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -2272,9 +2272,9 @@ async def prepare(client: Client, case: Case, objects: Shapes) -> None:
         case.existing(standing)
     if resource is COMPANY:
         status = {"metadata": identity(obj), "status": standing["status"]}
-        await client.apply_status(COMPANY, status, field_manager=DEFAULT_FIELD_MANAGER)
+        await client.apply_status(COMPANY, status, field_manager=MANAGER_NAME)
     else:
-        await client.apply(resource, standing, field_manager=DEFAULT_FIELD_MANAGER)
+        await client.apply(resource, standing, field_manager=MANAGER_NAME)
     if case.someone_else is not None:
         theirs = copy.deepcopy(case.someone_else)
         theirs["metadata"] = {**identity(obj), **theirs.get("metadata", {})}

@@ -51,7 +51,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from crewlet_operator.envtest.controlplane import ControlPlane
+from crewlet_operator.envtest.controlplane import USER_FIELD_MANAGER, ControlPlane
 from crewlet_operator.envtest.crds import load_crds
 from crewlet_operator.errors import NotFoundError
 from crewlet_operator.kube.client import Client
@@ -123,8 +123,10 @@ def control_plane(
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def kube_client(control_plane: ControlPlane) -> AsyncIterator[Client]:
-    """A cluster-admin client."""
-    async with Client(control_plane.admin_config()) as client:
+    """A cluster-admin client, writing as the cluster's user (``USER_FIELD_MANAGER``), not as
+    a controller: what a test makes is not a controller's own, and a manager built on this
+    client writes as its own name."""
+    async with Client(control_plane.admin_config(), field_manager=USER_FIELD_MANAGER) as client:
         yield client
 
 
@@ -134,7 +136,7 @@ async def client_for() -> AsyncIterator[Callable[[RestConfig], Client]]:
     made: list[Client] = []
 
     def make(config: RestConfig) -> Client:
-        client = Client(config)
+        client = Client(config, field_manager=USER_FIELD_MANAGER)
         made.append(client)
         return client
 
