@@ -30,6 +30,7 @@ from crewlet_operator import (
     ManagerOptions,
     MetadataOnlyError,
     NoInformerError,
+    NotOwnedError,
     Pages,
     RawObjectList,
     Request,
@@ -128,6 +129,61 @@ async def test_example_controller_for_owns_watches(kube_client: Client, namespac
             return await kube_client.get_or_none(CONFIG_MAP, "w-rendered", namespace) is None
 
         await eventually(collected, timeout=60, message="child collected")
+
+
+def managers_of(obj: dict[str, Any]) -> set[tuple[str, str, str]]:
+    """Who wrote ``obj``: each ``managedFields`` entry's manager, operation and subresource."""
+    entries = obj["metadata"].get("managedFields") or []
+    return {(e["manager"], e["operation"], e.get("subresource", "")) for e in entries}
+
+
+async def test_a_manager_writes_as_its_name_and_the_test_s_client_as_the_user(
+    kube_client: Client, namespace: str
+) -> None:
+    """Issue 37: "a manager requires a name (or derives Lease and field manager from it), so two
+    controllers never share a Lease or a field manager by accident; the harness's client uses
+    the user's field manager." What a test makes is the user's, what the controller writes its
+    name's, and neither the user nor a controller named otherwise passes for its owner."""
+    await install_widget_crd(kube_client)
+    assert kube_client.field_manager == USER_FIELD_MANAGER == "envtest-user"
+    widget = {
+        "apiVersion": WIDGET.api_version,
+        "kind": WIDGET.kind,
+        "metadata": {"name": "w", "namespace": namespace},
+        "spec": {"data": {"size": "xl"}},
+    }
+    made = await kube_client.apply(WIDGET, widget)
+    assert managers_of(made) == {("envtest-user", "Apply", "")}
+    renderer = Manager(kube_client, manager_options(name="widget-renderer"))
+    setup(renderer)
+    async with running(renderer):
+
+        async def with_status() -> dict[str, Any] | None:
+            got = await kube_client.get(WIDGET, "w", namespace)
+            return got if got.get("status") else None  # the status lands after the ConfigMap
+
+        written = await eventually(with_status, message="Widget status written")
+        rendered = await kube_client.get(CONFIG_MAP, "w-rendered", namespace)
+    assert managers_of(rendered) == {("widget-renderer", "Apply", "")}
+    assert managers_of(written) == {
+        ("envtest-user", "Apply", ""),
+        ("widget-renderer", "Apply", "status"),
+    }
+    # Without an owner to tell, an object is its field manager's: the renderer's, not the
+    # user's nor another controller's built on the same client.
+    unowned = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "w-rendered", "namespace": namespace},
+        "data": {"size": "xl"},
+    }
+    await renderer.client.apply_owned(CONFIG_MAP, unowned, rendered, dry_run=True)
+    other = Manager(kube_client, manager_options(name="another-renderer"))
+    for stranger in (other.client, kube_client):
+        with pytest.raises(
+            NotOwnedError, match=f"never applied by field manager {stranger.field_manager}"
+        ):
+            await stranger.apply_owned(CONFIG_MAP, unowned, rendered, dry_run=True)
 
 
 def labelled_config_map(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:

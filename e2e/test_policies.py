@@ -2282,7 +2282,9 @@ async def prepare(client: Client, case: Case, objects: Shapes) -> None:
 
 
 def write(client: Client, case: Case, objects: Shapes) -> Awaitable[Any]:
-    """The case's write by ``client``, a dry run."""
+    """The case's write by ``client``, a dry run; an apply writes as the operator's field
+    manager, as ``prepare`` made the object, so that the write is the operator's own whoever
+    sends it (the policy judges the sender)."""
     resource, obj = objects[case.target]
     body = copy.deepcopy(obj)
     if case.change is not None:
@@ -2291,13 +2293,16 @@ def write(client: Client, case: Case, objects: Shapes) -> Awaitable[Any]:
     if case.op == "create":
         return client.create(resource, body, dry_run=True)
     if case.op == "update":
-        return client.apply(resource, body, dry_run=True)
+        return client.apply(resource, body, dry_run=True, field_manager=MANAGER_NAME)
     if case.op == "patch":
         assert case.patch is not None, case.id
         return merge_patch(client, resource, meta["name"], meta["namespace"], case.patch)
     if case.op == "status":
         return client.apply_status(
-            COMPANY, {"metadata": meta, "status": body["status"]}, dry_run=True
+            COMPANY,
+            {"metadata": meta, "status": body["status"]},
+            dry_run=True,
+            field_manager=MANAGER_NAME,
         )
     return client.delete(resource, meta["name"], meta["namespace"], dry_run=True)
 
