@@ -31,7 +31,7 @@ def documents(path: Path) -> list[dict[str, object]]:
 
 
 async def install_crewlet_crds(plane: ControlPlane) -> None:
-    async with Client(plane.admin_config()) as client:
+    async with Client(plane.admin_config(), field_manager=USER_FIELD_MANAGER) as client:
         await install_crds(client, load_crds(ROOT / "manifests/crds"))
 
 
