@@ -175,9 +175,9 @@ class Client:
     controller-runtime recommends for controllers: the controller owns the fields it sets, and
     no resourceVersion is needed, so stale reads cause no 409 storms.
 
-    The field manager is whoever writes: a client has none unless given one, and then it reads,
-    creates and patches (the API server names such a write's manager after the user agent) but
-    refuses to apply. A :class:`~crewlet_operator.manager.Manager` writes through
+    The field manager names whoever writes. A client has none unless given one; without one it
+    reads, creates and patches (the API server names such a write's manager after the user
+    agent), but refuses to apply. A :class:`~crewlet_operator.manager.Manager` writes through
     :meth:`with_field_manager` under its own name, so the client you hand it needs none; give
     one to a client that applies on its own behalf (a test's, a tool's).
 
