@@ -31,6 +31,7 @@ from crewlet_operator import (
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon.plan import MANAGER_NAME
 
 ROOT = Path(__file__).resolve().parent.parent
 PLATFORM = "crewlet-platform"
@@ -129,7 +130,9 @@ class Cluster:
     async def start(self) -> None:
         """Start the control plane, install the CRDs, create the platform and the classes."""
         await asyncio.to_thread(self.plane.start)
-        self.client = Client(self.plane.admin_config())
+        # As the operator: the floor and the fills apply what it would, and it must find them
+        # its own (its field manager's), with nothing to write.
+        self.client = Client(self.plane.admin_config(), field_manager=MANAGER_NAME)
         await self._install_crds()
         await self.api.create(NAMESPACE, {"metadata": {"name": PLATFORM}})
         self.model_keys = await self.api.create(SECRET, model_keys_manifest())

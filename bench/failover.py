@@ -22,8 +22,9 @@ from bench.session import Session
 from crewlet_operator import LEASE as LEASE_RESOURCE
 from crewlet_operator import ManagerOptions, Scope
 from crewlet_operator.objects import resource_version
+from crewlet_operator_daemon.plan import MANAGER_NAME
 
-LEASE_DURATION = ManagerOptions().lease_duration
+LEASE_DURATION = ManagerOptions(name=MANAGER_NAME).lease_duration
 """The daemon's lease (the library's default): a crashed leader is replaced this long after its
 last renewal."""
 LATENCY = 0.5

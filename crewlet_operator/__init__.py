@@ -89,7 +89,6 @@ from crewlet_operator.errors import (
 )
 from crewlet_operator.events import EventRecorder
 from crewlet_operator.fieldset import (
-    DEFAULT_FIELD_MANAGER,
     apply_would_change,
     keep_owned_fields_of,
 )
@@ -223,7 +222,6 @@ __all__ = [
     "CRON_JOB",
     "CUSTOM_RESOURCE_DEFINITION",
     "DAEMON_SET",
-    "DEFAULT_FIELD_MANAGER",
     "DEPLOYMENT",
     "ENDPOINT_SLICE",
     "EVENT",

@@ -24,15 +24,13 @@ import orjson
 from crewlet_operator.diff import needs_apply
 from crewlet_operator.objects import KubeObject
 
-DEFAULT_FIELD_MANAGER = "crewlet-operator"
-"""The field manager the client applies as unless told otherwise. Here, not in the client: a pure
-reconcile compares field sets by it and imports no client."""
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
-def keep_managed_fields_of(manager: str) -> Callable[[KubeObject], KubeObject]:
+def keep_managed_fields_of(manager: str | None) -> Callable[[KubeObject], KubeObject]:
     """A cache transform that drops every ``managedFields`` entry except ``manager``'s applies
-    (and the client-side ``last-applied-configuration`` annotation, which nobody reads).
+    (and the client-side ``last-applied-configuration`` annotation, which nobody reads); with
+    ``manager`` None (a client without a field manager, which applies nothing), every entry.
 
     An object with nothing to drop is returned itself, not a copy: reading a lazily listed
     object runs this again (``Compact.lazy_lists``), and most have nothing to drop."""
@@ -58,7 +56,7 @@ def keep_managed_fields_of(manager: str) -> Callable[[KubeObject], KubeObject]:
     return transform
 
 
-def _applied_by(entry: Any, manager: str) -> bool:
+def _applied_by(entry: Any, manager: str | None) -> bool:
     return bool(entry.get("manager") == manager and entry.get("operation") == "Apply")
 
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import re
 import signal
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -76,6 +77,7 @@ __all__ = [
 log = structlog.get_logger("crewlet_operator.manager")
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
 class Runnable(Protocol):
@@ -99,12 +101,23 @@ def default_namespace() -> str:
         return "default"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ManagerOptions:
-    """Manager settings; the defaults are controller-runtime's and kubebuilder's."""
+    """Manager settings; the defaults are controller-runtime's and kubebuilder's, but for the
+    name, which has none: two controllers left on one default would share one Lease (one of
+    them never runs, silently) and one field manager (each would take the other's objects for
+    its own)."""
 
+    name: str
+    """The controller's name, unique among the controllers of a cluster (``my-controller``: a
+    DNS-1123 label). The manager writes as it (its field manager, through
+    :meth:`~crewlet_operator.kube.client.Client.with_field_manager`) and, unless
+    ``leader_election_id`` says otherwise, elects on the Lease ``<name>-leader``. Objects
+    applied under another field manager are not its own: renaming a controller that runs
+    already orphans what it applied, so keep the name it applied under."""
     leader_election: bool = True
-    leader_election_id: str = "crewlet-operator-leader"
+    leader_election_id: str | None = None
+    """The Lease's name; None (the default): ``<name>-leader``."""
     leader_election_namespace: str | None = None
     identity: str = field(default_factory=default_identity)
     lease_duration: float = 15.0
@@ -148,15 +161,39 @@ class ManagerOptions:
     3,000 Companies spent 1.2 s of 17 in full collections). False for a process whose objects
     at that moment are not meant to last."""
 
+    def __post_init__(self) -> None:
+        if len(self.name) > 63 or not _DNS1123_LABEL.fullmatch(self.name):
+            raise ValueError(
+                f"ManagerOptions(name={self.name!r}): the name must be a DNS-1123 label (at most "
+                "63 lowercase letters, digits and '-', starting and ending with a letter or a "
+                "digit), such as 'my-controller': the manager writes as it and elects on the "
+                "Lease '<name>-leader'"
+            )
+
+    @property
+    def lease_name(self) -> str:
+        """The Lease the manager elects on: ``leader_election_id``, else ``<name>-leader``."""
+        return self.leader_election_id or f"{self.name}-leader"
+
 
 class Manager:
-    """Owns the shared cache and runs everything a controller process needs."""
+    """Owns the shared cache and runs everything a controller process needs.
 
-    def __init__(self, client: Client, options: ManagerOptions | None = None) -> None:
-        self.client = client
-        self.options = options or ManagerOptions()
-        self.cache = Cache(client, self.options.cache_options)
-        self.mapper = RESTMapper(client)
+    It writes as its name (``options.name``), whatever field manager ``client`` has: its
+    :attr:`client` is ``client`` under that field manager, and what it builds (the cache, which
+    keeps that manager's ``managedFields``; the Lease; the controllers' writes through
+    :attr:`client`) goes through it. Hand finalizers and event recorders :attr:`client` too.
+    """
+
+    def __init__(self, client: Client, options: ManagerOptions) -> None:
+        self.options = options
+        self.field_manager = options.name
+        """The field manager of the manager's writes: its name."""
+        self.client = client.with_field_manager(self.field_manager)
+        """The client the manager and its controllers write with, as :attr:`field_manager`:
+        ``client``'s connections, under the manager's name."""
+        self.cache = Cache(self.client, self.options.cache_options)
+        self.mapper = RESTMapper(self.client)
         """Kinds to resources by discovery, shared by the controllers."""
         self.controllers: list[Controller] = []
         self.runnables: list[Runnable] = []
@@ -168,7 +205,7 @@ class Manager:
         leader-only controllers wait for the lease, so a follower never sets it)."""
         self.health = HealthServer(self.options.health_probe_bind_address)
         self.metrics = MetricsServer(
-            client,
+            self.client,
             bind_address=self.options.metrics_bind_address,
             secure=self.options.metrics_secure,
             cert_dir=self.options.metrics_cert_dir,
@@ -178,9 +215,9 @@ class Manager:
         self.elector: LeaderElector | None = None
         if self.options.leader_election:
             self.elector = LeaderElector(
-                client,
+                self.client,
                 LeaderElectionConfig(
-                    name=self.options.leader_election_id,
+                    name=self.options.lease_name,
                     namespace=self.options.leader_election_namespace or default_namespace(),
                     identity=self.options.identity,
                     lease_duration=self.options.lease_duration,

@@ -7,7 +7,7 @@ change something, wait until the controller has caught up, check, stop the manag
         consistently, eventually, manager_options_for_tests, run_manager)
 
     async def test_a_tenant_gets_its_namespace(kube_client):
-        manager = Manager(kube_client, manager_options_for_tests())
+        manager = Manager(kube_client, manager_options_for_tests("tenants"))
         await setup(manager)
         async with run_manager(manager) as running:
             await kube_client.create(TENANT, {"metadata": {"name": "acme"}})
@@ -71,11 +71,13 @@ __all__ = [
 ]
 
 
-def manager_options_for_tests(**overrides: object) -> ManagerOptions:
-    """Options for a manager run by a test: no leader election (one process), and no probe or
-    metrics port (``"0"``), so that tests run side by side; ``overrides`` set any other field."""
+def manager_options_for_tests(name: str, **overrides: object) -> ManagerOptions:
+    """Options for a manager run by a test: named ``name`` (the controller's, so that the test
+    exercises the field manager it writes as in production), no leader election (one process),
+    and no probe or metrics port (``"0"``), so that tests run side by side; ``overrides`` set
+    any other field."""
     options = ManagerOptions(
-        leader_election=False, health_probe_bind_address="0", metrics_bind_address="0"
+        name=name, leader_election=False, health_probe_bind_address="0", metrics_bind_address="0"
     )
     for key, value in overrides.items():
         if not hasattr(options, key):

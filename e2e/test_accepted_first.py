@@ -38,13 +38,13 @@ from operator_helpers import (
     wait_converged,
 )
 
-from crewlet_operator import DEFAULT_FIELD_MANAGER, EVENT, LEASE, NAMESPACE, Client, Scope
+from crewlet_operator import EVENT, LEASE, NAMESPACE, Client, Scope
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator_daemon.cli import gateway_api_served
 from crewlet_operator_daemon.company import reconcile
-from crewlet_operator_daemon.plan import ClusterFacts, Observed
+from crewlet_operator_daemon.plan import MANAGER_NAME, ClusterFacts, Observed
 
 BACKLOG = 240
 NO_SEATS = {"seats": {"replicas": 0}}
@@ -201,7 +201,7 @@ async def test_a_takeover_tells_new_companies_their_verdicts_before_it_applies_w
                 "metadata": {"name": name, "namespace": ns},
                 "status": plan.status,
             }
-            await admin.apply_status(COMPANY, body, field_manager=DEFAULT_FIELD_MANAGER)
+            await admin.apply_status(COMPANY, body, field_manager=MANAGER_NAME)
 
         await asyncio.gather(*(told(ns, n) for ns, n in backlog))
         await admin.create(COMPANY, company("inherited", "newcomer", "inherited", **NO_SEATS))

@@ -19,7 +19,7 @@ UNSERVED = Resource("nowhere.example.com", "v1", "Gadget", "gadgets")
 async def test_a_start_waiting_for_an_unserved_kind_names_it_and_says_install_its_crd(
     kube_client: Client,
 ) -> None:
-    manager = Manager(kube_client, manager_options_for_tests())
+    manager = Manager(kube_client, manager_options_for_tests("gadgets"))
 
     async def reconcile(request: Request) -> None:
         pass

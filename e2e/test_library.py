@@ -30,6 +30,7 @@ from crewlet_operator import (
     ManagerOptions,
     MetadataOnlyError,
     NoInformerError,
+    NotOwnedError,
     Pages,
     RawObjectList,
     Request,
@@ -39,7 +40,7 @@ from crewlet_operator import (
     metrics,
     resource_version,
 )
-from crewlet_operator.envtest import ControlPlane
+from crewlet_operator.envtest import USER_FIELD_MANAGER, ControlPlane
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually, no_namespace_terminating
@@ -57,6 +58,7 @@ async def install_widget_crd(client: Client) -> None:
 
 def manager_options(**overrides: Any) -> ManagerOptions:
     base: dict[str, Any] = {
+        "name": "widgets",
         "leader_election": False,
         "health_probe_bind_address": "127.0.0.1:0",
         "metrics_bind_address": "127.0.0.1:0",
@@ -127,6 +129,61 @@ async def test_example_controller_for_owns_watches(kube_client: Client, namespac
             return await kube_client.get_or_none(CONFIG_MAP, "w-rendered", namespace) is None
 
         await eventually(collected, timeout=60, message="child collected")
+
+
+def managers_of(obj: dict[str, Any]) -> set[tuple[str, str, str]]:
+    """Who wrote ``obj``: each ``managedFields`` entry's manager, operation and subresource."""
+    entries = obj["metadata"].get("managedFields") or []
+    return {(e["manager"], e["operation"], e.get("subresource", "")) for e in entries}
+
+
+async def test_a_manager_writes_as_its_name_and_the_test_s_client_as_the_user(
+    kube_client: Client, namespace: str
+) -> None:
+    """Issue 37: "a manager requires a name (or derives Lease and field manager from it), so two
+    controllers never share a Lease or a field manager by accident; the harness's client uses
+    the user's field manager." What a test makes is the user's, what the controller writes its
+    name's, and neither the user nor a controller named otherwise passes for its owner."""
+    await install_widget_crd(kube_client)
+    assert kube_client.field_manager == USER_FIELD_MANAGER == "envtest-user"
+    widget = {
+        "apiVersion": WIDGET.api_version,
+        "kind": WIDGET.kind,
+        "metadata": {"name": "w", "namespace": namespace},
+        "spec": {"data": {"size": "xl"}},
+    }
+    made = await kube_client.apply(WIDGET, widget)
+    assert managers_of(made) == {("envtest-user", "Apply", "")}
+    renderer = Manager(kube_client, manager_options(name="widget-renderer"))
+    setup(renderer)
+    async with running(renderer):
+
+        async def with_status() -> dict[str, Any] | None:
+            got = await kube_client.get(WIDGET, "w", namespace)
+            return got if got.get("status") else None  # the status lands after the ConfigMap
+
+        written = await eventually(with_status, message="Widget status written")
+        rendered = await kube_client.get(CONFIG_MAP, "w-rendered", namespace)
+    assert managers_of(rendered) == {("widget-renderer", "Apply", "")}
+    assert managers_of(written) == {
+        ("envtest-user", "Apply", ""),
+        ("widget-renderer", "Apply", "status"),
+    }
+    # Without an owner to tell, an object is its field manager's: the renderer's, not the
+    # user's nor another controller's built on the same client.
+    unowned = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "w-rendered", "namespace": namespace},
+        "data": {"size": "xl"},
+    }
+    await renderer.client.apply_owned(CONFIG_MAP, unowned, rendered, dry_run=True)
+    other = Manager(kube_client, manager_options(name="another-renderer"))
+    for stranger in (other.client, kube_client):
+        with pytest.raises(
+            NotOwnedError, match=f"never applied by field manager {stranger.field_manager}"
+        ):
+            await stranger.apply_owned(CONFIG_MAP, unowned, rendered, dry_run=True)
 
 
 def labelled_config_map(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
@@ -526,7 +583,7 @@ def fault_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPla
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def fault_client(fault_plane: ControlPlane) -> AsyncIterator[Client]:
-    async with Client(fault_plane.admin_config()) as client:
+    async with Client(fault_plane.admin_config(), field_manager=USER_FIELD_MANAGER) as client:
         yield client
 
 
@@ -691,8 +748,8 @@ async def test_leader_cut_off_from_the_api_server_stops_before_its_lease_expires
     manager = Manager(
         fault_client,
         manager_options(
+            name="cutoff",
             leader_election=True,
-            leader_election_id="cutoff",
             leader_election_namespace="default",
             lease_duration=6.0,
             renew_deadline=4.0,
@@ -705,7 +762,7 @@ async def test_leader_cut_off_from_the_api_server_stops_before_its_lease_expires
     task = asyncio.create_task(manager.run())
     await eventually(lambda: manager.is_leader and manager.elector is not None, timeout=30)
     assert manager.elector is not None
-    lease = await fault_client.get(LEASE, "cutoff", "default")
+    lease = await fault_client.get(LEASE, "cutoff-leader", "default")
     assert lease["spec"]["holderIdentity"] == manager.options.identity
     cut_at = time.monotonic()
     fault_plane.pause_apiserver()
@@ -735,7 +792,7 @@ def scrape(port: int) -> dict[str, float]:
 
 
 def leading(port: int) -> bool:
-    return scrape(port).get('leader_election_master_status{name="widgets"}') == 1.0
+    return scrape(port).get('leader_election_master_status{name="widgets-leader"}') == 1.0
 
 
 class Replica:
@@ -767,7 +824,7 @@ class Replica:
 
 
 async def holder(client: Client, namespace: str) -> str:
-    lease = await client.get_or_none(LEASE, "widgets", namespace)
+    lease = await client.get_or_none(LEASE, "widgets-leader", namespace)
     return str((lease or {}).get("spec", {}).get("holderIdentity") or "")
 
 

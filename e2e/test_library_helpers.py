@@ -395,7 +395,7 @@ async def test_the_manager_starts_its_runnables_and_stops_them_in_reverse(
     kube_client: Client,
 ) -> None:
     journal: list[str] = []
-    manager = Manager(kube_client, manager_options_for_tests())
+    manager = Manager(kube_client, manager_options_for_tests("runnables"))
     manager.add(_Recorder("a", journal))
     manager.add(_Recorder("b", journal))
     async with run_manager(manager):

@@ -37,7 +37,6 @@ from operator_helpers import (
 
 from crewlet_operator import (
     CONFIG_MAP,
-    DEFAULT_FIELD_MANAGER,
     EVENT,
     INGRESS,
     NETWORK_POLICY,
@@ -54,6 +53,7 @@ from crewlet_operator.envtest.wait import eventually
 from crewlet_operator_daemon import naming
 from crewlet_operator_daemon.api.conditions import HOSTNAME_TAKEN, NAME_TAKEN
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon.plan import MANAGER_NAME
 
 Object = dict[str, Any]
 CLASS = "owned"
@@ -185,7 +185,7 @@ def untouched(now: Object, made: Object) -> bool:
     (its status may have been, by its own controller), its labels, owners and content kept."""
     managers = {entry["manager"] for entry in now["metadata"].get("managedFields") or []}
     return (
-        DEFAULT_FIELD_MANAGER not in managers
+        MANAGER_NAME not in managers
         and now["metadata"].get("labels") == made["metadata"].get("labels")
         and now["metadata"].get("ownerReferences") == made["metadata"].get("ownerReferences")
         and all(now.get(k) == made.get(k) for k in ("spec", "data", "type"))

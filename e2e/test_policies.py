@@ -55,7 +55,6 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from crewlet_operator import DEFAULT_FIELD_MANAGER
 from crewlet_operator.envtest import ControlPlane, binaries
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
@@ -67,6 +66,7 @@ from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import Resource
 from crewlet_operator_daemon import ClusterFacts, Observed, desired_children
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon.plan import MANAGER_NAME
 from crewlet_operator_daemon.versions import CLAIM_ANNOTATION
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -2272,9 +2272,9 @@ async def prepare(client: Client, case: Case, objects: Shapes) -> None:
         case.existing(standing)
     if resource is COMPANY:
         status = {"metadata": identity(obj), "status": standing["status"]}
-        await client.apply_status(COMPANY, status, field_manager=DEFAULT_FIELD_MANAGER)
+        await client.apply_status(COMPANY, status, field_manager=MANAGER_NAME)
     else:
-        await client.apply(resource, standing, field_manager=DEFAULT_FIELD_MANAGER)
+        await client.apply(resource, standing, field_manager=MANAGER_NAME)
     if case.someone_else is not None:
         theirs = copy.deepcopy(case.someone_else)
         theirs["metadata"] = {**identity(obj), **theirs.get("metadata", {})}
@@ -2282,7 +2282,9 @@ async def prepare(client: Client, case: Case, objects: Shapes) -> None:
 
 
 def write(client: Client, case: Case, objects: Shapes) -> Awaitable[Any]:
-    """The case's write by ``client``, a dry run."""
+    """The case's write by ``client``, a dry run; an apply writes as the operator's field
+    manager, as ``prepare`` made the object, so that the write is the operator's own whoever
+    sends it (the policy judges the sender)."""
     resource, obj = objects[case.target]
     body = copy.deepcopy(obj)
     if case.change is not None:
@@ -2291,13 +2293,16 @@ def write(client: Client, case: Case, objects: Shapes) -> Awaitable[Any]:
     if case.op == "create":
         return client.create(resource, body, dry_run=True)
     if case.op == "update":
-        return client.apply(resource, body, dry_run=True)
+        return client.apply(resource, body, dry_run=True, field_manager=MANAGER_NAME)
     if case.op == "patch":
         assert case.patch is not None, case.id
         return merge_patch(client, resource, meta["name"], meta["namespace"], case.patch)
     if case.op == "status":
         return client.apply_status(
-            COMPANY, {"metadata": meta, "status": body["status"]}, dry_run=True
+            COMPANY,
+            {"metadata": meta, "status": body["status"]},
+            dry_run=True,
+            field_manager=MANAGER_NAME,
         )
     return client.delete(resource, meta["name"], meta["namespace"], dry_run=True)
 

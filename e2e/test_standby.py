@@ -39,8 +39,8 @@ class Replica:
         self.manager = Manager(
             client,
             manager_options_for_tests(
+                "standby",
                 leader_election=True,
-                leader_election_id="standby",
                 leader_election_namespace=namespace,
                 identity=identity,
                 lease_duration=6.0,

@@ -38,7 +38,7 @@ sys.path.insert(0, str(EXAMPLES))
 from widgets import WIDGET  # noqa: E402
 
 WIDGETS = 300
-LEASE_NAME = "widgets"
+LEASE_NAME = "widgets-leader"
 SLACK = 1.0
 """Seconds beyond the lease duration the takeover may take: the watch that carries the last
 renewal to the standby, and the standby's write of the Lease."""

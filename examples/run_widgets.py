@@ -37,7 +37,7 @@ async def main() -> int:
     manager = Manager(
         client,
         ManagerOptions(
-            leader_election_id="widgets",
+            name="widgets",
             leader_election_namespace=args.lease_namespace,
             identity=args.identity,
             metrics_bind_address=args.metrics_bind_address,

@@ -39,13 +39,13 @@ Object = dict[str, Any]
 async def tenants(kube_client: Client) -> Resource:
     """The Tenant CRD installed (a no-op when the plane was given it), found by discovery."""
     await install_crds(kube_client, [tenant_crd()])
-    manager = Manager(kube_client, manager_options_for_tests())
+    manager = Manager(kube_client, manager_options_for_tests("tenants"))
     return await manager.mapper.resource_for("platform.example.com", "Tenant")
 
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def running(kube_client: Client, tenants: Resource) -> AsyncIterator[RunningManager]:
-    manager = Manager(kube_client, manager_options_for_tests())
+    manager = Manager(kube_client, manager_options_for_tests("tenants"))
     assert await setup(manager) == tenants
     async with run_manager(manager) as running:
         yield running

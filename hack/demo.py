@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from crewlet_operator import Client, find_condition
-from crewlet_operator.envtest import ControlPlane, binaries
+from crewlet_operator.envtest import USER_FIELD_MANAGER, ControlPlane, binaries
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.process import StopSignals
 from crewlet_operator.envtest.wait import eventually
@@ -31,12 +31,12 @@ def documents(path: Path) -> list[dict[str, object]]:
 
 
 async def install_crewlet_crds(plane: ControlPlane) -> None:
-    async with Client(plane.admin_config()) as client:
+    async with Client(plane.admin_config(), field_manager=USER_FIELD_MANAGER) as client:
         await install_crds(client, load_crds(ROOT / "manifests/crds"))
 
 
 async def apply_samples(plane: ControlPlane) -> None:
-    async with Client(plane.admin_config()) as client:
+    async with Client(plane.admin_config(), field_manager=USER_FIELD_MANAGER) as client:
         await client.apply(ENGINE_CLASS, documents(ROOT / "manifests/samples/engineclass.yaml")[0])
         await client.apply(COMPANY, documents(ROOT / "manifests/samples/company.yaml")[0])
 

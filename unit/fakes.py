@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Hashable
+from typing import cast
 
 import orjson
 
-from crewlet_operator.kube.client import RawObjectList
+from crewlet_operator.kube.client import Client, RawObjectList
 from crewlet_operator.objects import KubeObject
 
 
@@ -45,6 +46,22 @@ class RecordingLimiter:
 
     def num_requeues(self, item: Hashable) -> int:
         return len(self.whens) if self.requeues is None else self.requeues
+
+
+class OfflineClient:
+    """A client nothing calls: a manager built on it (which takes a view of it under its own
+    field manager) reads no server until it runs."""
+
+    def __init__(self, field_manager: str | None = None) -> None:
+        self.field_manager = field_manager
+
+    def with_field_manager(self, field_manager: str) -> OfflineClient:
+        return OfflineClient(field_manager)
+
+
+def offline_client() -> Client:
+    """An :class:`OfflineClient`, typed as the client a manager takes."""
+    return cast(Client, OfflineClient())
 
 
 def item_of(obj: KubeObject) -> bytes:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import yaml
+from fakes import offline_client
 
-from crewlet_operator import Client, Manager, PolicyRule
+from crewlet_operator import Manager, PolicyRule
 from crewlet_operator.envtest import binaries
 from crewlet_operator.rbac import manager_rules, ungranted
 from crewlet_operator_daemon.cli import manager_options, parse_args
@@ -58,12 +58,11 @@ def operator_manager(docs: list[Doc], gateway_api: bool) -> Manager:
     from the chart's arguments; nothing here reaches the client."""
     (container,) = the_deployment(docs)["spec"]["template"]["spec"]["containers"]
     args = parse_args(container["args"])
-    client = cast(Client, SimpleNamespace(field_manager="crewlet-operator"))
-    manager = Manager(client, manager_options(args))
+    manager = Manager(offline_client(), manager_options(args))
     facts = ClusterFacts(
         gateway_api=gateway_api,
         operator_namespace=args.leader_election_namespace,
-        field_manager=client.field_manager,
+        field_manager=manager.field_manager,
     )
     CrewletControllers(manager, facts)
     return manager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from fakes import offline_client
 
 from crewlet_operator.cache import InformerOptions
 from crewlet_operator.kube.resources import CONFIG_MAP
@@ -20,13 +21,14 @@ def untouched(obj: KubeObject) -> KubeObject:
 
 def cold_manager() -> Manager:
     options = ManagerOptions(
+        name="cold",
         warm_standby=False,
         health_probe_bind_address="127.0.0.1:0",
         metrics_bind_address="0",
         metrics_secure=False,
         cache_options=InformerOptions(transform=untouched),  # no client to trim for
     )
-    return Manager(client=None, options=options)  # type: ignore[arg-type]  # never reaches it
+    return Manager(client=offline_client(), options=options)
 
 
 async def test_a_cold_standby_refuses_a_controller_that_runs_on_every_replica() -> None:

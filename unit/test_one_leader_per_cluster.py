@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import aiohttp
 import pytest
+from fakes import offline_client
 from structlog.testing import capture_logs
 
 from crewlet_operator import (
@@ -351,6 +352,7 @@ async def test_without_exclusive_labels_other_leases_do_not_count(api: FakeLease
 
 async def test_readyz_names_the_lease_that_keeps_the_manager_from_leading() -> None:
     options = ManagerOptions(
+        name="exclusive",
         leader_election_namespace="mine",
         exclusive_lease_labels=LABELS,
         health_probe_bind_address="127.0.0.1:0",
@@ -358,7 +360,7 @@ async def test_readyz_names_the_lease_that_keeps_the_manager_from_leading() -> N
         metrics_secure=False,
         cache_options=InformerOptions(transform=lambda obj: obj),  # no client to trim for
     )
-    manager = Manager(client=cast(Client, None), options=options)
+    manager = Manager(client=offline_client(), options=options)
     assert manager.elector is not None
     assert manager.cache.synced, "no informers: nothing to sync"
     await manager.health.start()
@@ -386,7 +388,7 @@ async def test_readyz_names_the_lease_that_keeps_the_manager_from_leading() -> N
 
 def test_without_exclusive_labels_there_is_no_such_check() -> None:
     options = ManagerOptions(
-        health_probe_bind_address="0", metrics_bind_address="0", metrics_secure=False
+        name="plain", health_probe_bind_address="0", metrics_bind_address="0", metrics_secure=False
     )
-    manager = Manager(client=cast(Client, None), options=options)
+    manager = Manager(client=offline_client(), options=options)
     assert "one-leader-per-cluster" not in manager.health._checks["readyz"]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import yaml
+from fakes import offline_client
 
 from crewlet_operator import (
     CONFIG_MAP,
@@ -16,7 +16,6 @@ from crewlet_operator import (
     NAMESPACE,
     SECRET,
     Cache,
-    Client,
     Controller,
     Manager,
     ManagerOptions,
@@ -26,7 +25,7 @@ from crewlet_operator import (
 from crewlet_operator.rbac import cluster_role, manager_rules, manifests, merge, ungranted
 from crewlet_operator.rbac.__main__ import main
 
-OFFLINE = cast(Client, SimpleNamespace(field_manager="rbac-test"))
+OFFLINE = offline_client()
 """A client nothing here calls: building a manager and its controllers reads no server."""
 
 
@@ -36,6 +35,7 @@ async def reconcile(_: Request) -> None:
 
 def new_manager(**options: Any) -> Manager:
     settings = {
+        "name": "rbac-test",
         "leader_election": False,
         "metrics_bind_address": "0",
         "health_probe_bind_address": "0",

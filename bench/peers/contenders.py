@@ -23,9 +23,9 @@ from typing import Any
 from bench.cluster import PLATFORM, ROOT
 from bench.daemon import WORKERS, Daemon, Memory, cpu_seconds, process_memory, scrape, total
 from bench.peers import toolchain
-from crewlet_operator import DEFAULT_FIELD_MANAGER
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.process import ManagedProcess
+from crewlet_operator_daemon.plan import MANAGER_NAME
 
 RECONCILES = "controller_runtime_reconcile_total"
 KOPF_HANDLED = b"Handler 'reconcile' succeeded."
@@ -97,7 +97,7 @@ class Crewlet(Contender):
     """The Python operator, run by :class:`bench.daemon.Daemon` as in every figure."""
 
     name = "crewlet-operator"
-    field_manager = DEFAULT_FIELD_MANAGER
+    field_manager = MANAGER_NAME
     from_template = False
 
     def __init__(self, log_dir: Path, new_daemon: Callable[[str], Daemon]) -> None:

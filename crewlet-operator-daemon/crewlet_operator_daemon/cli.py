@@ -22,7 +22,7 @@ from crewlet_operator import (
     default_namespace,
 )
 from crewlet_operator_daemon.controller import CrewletControllers
-from crewlet_operator_daemon.plan import ClusterFacts
+from crewlet_operator_daemon.plan import MANAGER_NAME, ClusterFacts
 
 SUPPORTED_MINOR = "37"
 """The Kubernetes minor the operator is tested against (the install page supports one)."""
@@ -129,6 +129,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def manager_options(args: argparse.Namespace) -> ManagerOptions:
     """The manager's settings from the daemon's flags."""
     return ManagerOptions(
+        name=MANAGER_NAME,
         leader_election=args.leader_elect,
         leader_election_id=args.leader_election_id,
         leader_election_namespace=args.leader_election_namespace,
@@ -174,7 +175,7 @@ async def run(args: argparse.Namespace) -> int:
         facts = ClusterFacts(
             gateway_api=gateway_api,
             operator_namespace=args.leader_election_namespace or default_namespace(),
-            field_manager=client.field_manager,
+            field_manager=manager.field_manager,
         )
         CrewletControllers(manager, facts)
         await manager.run(handle_signals=True)

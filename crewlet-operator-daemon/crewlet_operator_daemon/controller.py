@@ -194,7 +194,7 @@ class CrewletControllers:
         # reconcile needs them (_whole_children). bench/NOTES.md, "Informer lists".
         owned = InformerOptions(
             scope=Scope(label_selector=naming.MANAGED_BY_SELECTOR),
-            deferred_transform=keep_owned_fields_of(manager.client.field_manager),
+            deferred_transform=keep_owned_fields_of(manager.field_manager),
             indexers={COMPANY_INDEX: company_of_child},
             lists=Pages(LISTED_CHILDREN_PAGE),
             storage=Compact(lazy_lists=True, metadata_first=True),
@@ -217,7 +217,7 @@ class CrewletControllers:
         for resource in self.children:
             self.namesakes.informer(resource, unlabelled)
         manager.add(self.namesakes)
-        self._keep_owned = keep_owned_fields_of(manager.client.field_manager)
+        self._keep_owned = keep_owned_fields_of(manager.field_manager)
 
         self.status_echoes = OwnStatusWrites()
         # The children's echoes of the operator's own applies would reconcile each company once

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crewlet_operator import (
-    DEFAULT_FIELD_MANAGER,
     HTTP_ROUTE,
     INGRESS,
     NETWORK_POLICY,
@@ -25,6 +24,12 @@ from crewlet_operator import (
 )
 
 Object = dict[str, Any]
+
+MANAGER_NAME = "crewlet-operator"
+"""The operator's manager's name (``ManagerOptions.name``): the field manager it applies
+every child and status as, and its Lease, ``crewlet-operator-leader``. Fixed for good: an
+install's children are its own by their fields applied under this name, so another name would
+orphan them on upgrade, and the chart's RBAC and docs name the Lease."""
 
 CHILD_RESOURCES = (
     SERVICE_ACCOUNT,
@@ -49,9 +54,9 @@ class ClusterFacts:
     """Whether gateway.networking.k8s.io/v1 HTTPRoute was served when the operator started."""
     operator_namespace: str
     """The operator's own namespace (admitted to the engine's API port)."""
-    field_manager: str = DEFAULT_FIELD_MANAGER
-    """The field manager the operator's client applies as: a child is compared with what that
-    manager owns of it (the client's ``field_manager``)."""
+    field_manager: str = MANAGER_NAME
+    """The field manager the operator applies as: a child is compared with what that manager
+    owns of it (the manager's ``field_manager``)."""
 
 
 def child_resources(facts: ClusterFacts) -> list[Resource]:

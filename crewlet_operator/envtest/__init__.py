@@ -22,6 +22,7 @@ A plane started without workloads warns so (:class:`EmptyAggregatedRolesWarning`
 from crewlet_operator.envtest.binaries import KUBERNETES_VERSION
 from crewlet_operator.envtest.controlplane import (
     KWOK_NODE,
+    USER_FIELD_MANAGER,
     ControlPlane,
     EmptyAggregatedRolesWarning,
 )
@@ -37,6 +38,7 @@ from crewlet_operator.errors import (
 __all__ = [
     "KUBERNETES_VERSION",
     "KWOK_NODE",
+    "USER_FIELD_MANAGER",
     "BinaryNotFoundError",
     "ControlPlane",
     "EmptyAggregatedRolesWarning",

@@ -53,7 +53,6 @@ from crewlet_operator.envtest import binaries, pki
 from crewlet_operator.envtest.crds import load_crds
 from crewlet_operator.envtest.process import ManagedProcess, alive
 from crewlet_operator.errors import ProcessFailedError
-from crewlet_operator.fieldset import DEFAULT_FIELD_MANAGER
 from crewlet_operator.kube.config import RestConfig
 
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/12"
@@ -69,6 +68,10 @@ ETCD_DATA_PREFIX = "crewlet-etcd-"
 /dev/shm when there is one."""
 KWOK_NODE = "kwok-node-0"
 """The one fake node kwok runs with workloads, on which pods are scheduled and run Ready."""
+USER_FIELD_MANAGER = "envtest-user"
+"""The field manager of what a test writes as the cluster's user: the ``kube_client`` and
+``client_for`` fixtures' clients, and the CRDs the control plane installs. No controller's name,
+so that what a test makes is not a controller's own unless the controller applied it."""
 KWOK_STORAGE_CLASS = "kwok-volume"
 MUTATING_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
 AUDIT_POLICY = """\
@@ -559,7 +562,7 @@ class ControlPlane:
                 raise ValueError(
                     f"not a named CustomResourceDefinition: {crd.get('kind')} {name!r}"
                 )
-            query = urllib.parse.urlencode({"fieldManager": DEFAULT_FIELD_MANAGER, "force": "true"})
+            query = urllib.parse.urlencode({"fieldManager": USER_FIELD_MANAGER, "force": "true"})
             try:
                 self.admin_request(
                     "PATCH",

@@ -57,7 +57,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from crewlet_operator.envtest.controlplane import ControlPlane
+from crewlet_operator.envtest.controlplane import USER_FIELD_MANAGER, ControlPlane
 from crewlet_operator.envtest.crds import load_crds
 from crewlet_operator.envtest.wait import delete_namespace
 from crewlet_operator.kube.client import Client
@@ -152,8 +152,10 @@ def control_plane(
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def kube_client(control_plane: ControlPlane) -> AsyncIterator[Client]:
-    """A cluster-admin client."""
-    async with Client(control_plane.admin_config()) as client:
+    """A cluster-admin client, writing as the cluster's user (``USER_FIELD_MANAGER``), not as
+    a controller: what a test makes is not a controller's own, and a manager built on this
+    client writes as its own name."""
+    async with Client(control_plane.admin_config(), field_manager=USER_FIELD_MANAGER) as client:
         yield client
 
 
@@ -163,7 +165,7 @@ async def client_for() -> AsyncIterator[Callable[[RestConfig], Client]]:
     made: list[Client] = []
 
     def make(config: RestConfig) -> Client:
-        client = Client(config)
+        client = Client(config, field_manager=USER_FIELD_MANAGER)
         made.append(client)
         return client
 

@@ -69,6 +69,7 @@ any kind, including custom resources, works the same way.
 
 from __future__ import annotations
 
+import copy
 import functools
 import ssl
 import time
@@ -95,7 +96,7 @@ from crewlet_operator.errors import (
     TransportError,
     api_error,
 )
-from crewlet_operator.fieldset import DEFAULT_FIELD_MANAGER, apply_would_change
+from crewlet_operator.fieldset import apply_would_change
 from crewlet_operator.kube._kubernetes_asyncio import (
     ConfigException,
     Configuration,
@@ -270,10 +271,15 @@ METADATA_ACCEPT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 class Client:
     """Reads and writes Kubernetes objects as dicts.
 
-    Writes go through server-side apply with one field manager (``crewlet-operator`` unless
-    given) and ``force`` on conflicts, as controller-runtime recommends for controllers: the
-    controller owns the fields it sets, and no resourceVersion is needed, so stale reads cause
-    no 409 storms.
+    Writes go through server-side apply with one field manager and ``force`` on conflicts, as
+    controller-runtime recommends for controllers: the controller owns the fields it sets, and
+    no resourceVersion is needed, so stale reads cause no 409 storms.
+
+    The field manager names whoever writes. A client has none unless given one; without one it
+    reads, creates and patches (the API server names such a write's manager after the user
+    agent), but refuses to apply. A :class:`~crewlet_operator.manager.Manager` writes through
+    :meth:`with_field_manager` under its own name, so the client you hand it needs none; give
+    one to a client that applies on its own behalf (a test's, a tool's).
 
     A request the API server turned away for now (429, or a 5xx with ``Retry-After``), and a read
     whose connection broke, are sent again as client-go does (:mod:`crewlet_operator.kube.retry`,
@@ -286,7 +292,7 @@ class Client:
         self,
         config: RestConfig | Configuration,
         *,
-        field_manager: str = DEFAULT_FIELD_MANAGER,
+        field_manager: str | None = None,
         user_agent: str = "crewlet-operator",
         timeout: float = DEFAULT_TIMEOUT,
         compression: bool = True,
@@ -351,6 +357,29 @@ class Client:
             except ConfigException:
                 pass
         return await cls.from_kubeconfig(kubeconfig, **kwargs)
+
+    def with_field_manager(self, field_manager: str) -> Client:
+        """This client writing as ``field_manager`` (controller-runtime's ``WithFieldOwner``):
+        the same connections, credentials and discovery, so it costs nothing; closing either
+        closes both. A manager writes through one under its name."""
+        view = copy.copy(self)
+        view.field_manager = field_manager
+        return view
+
+    def _applier(self, field_manager: str | None = None) -> str:
+        """The field manager an apply writes as: ``field_manager`` if given, else the client's.
+
+        Raises:
+            ValueError: neither is set; nothing was written.
+        """
+        manager = field_manager or self.field_manager
+        if not manager:
+            raise ValueError(
+                "this client has no field manager, so it cannot apply: write through the "
+                "manager's client (manager.client, which applies as the manager's name), "
+                "pass field_manager=..., or make it with Client(..., field_manager=...)"
+            )
+        return manager
 
     async def close(self) -> None:
         """Close the connection pool."""
@@ -755,7 +784,7 @@ class Client:
             body=body,
             content_type="application/apply-patch+yaml",
             query={
-                "fieldManager": field_manager or self.field_manager,
+                "fieldManager": self._applier(field_manager),
                 "force": force or None,
                 "dryRun": "All" if dry_run else None,
             },
@@ -790,7 +819,7 @@ class Client:
             ConflictError: the object was deleted or replaced since ``observed`` was read;
                 read it again.
         """
-        manager = field_manager or self.field_manager
+        manager = self._applier(field_manager)
         meta = desired["metadata"]
         if observed is None:
             try:
@@ -860,7 +889,7 @@ class Client:
                 False; nothing was written.
             ConflictError: ``observed`` was deleted or replaced since it was read.
         """
-        manager = kwargs.get("field_manager") or self.field_manager
+        manager = self._applier(kwargs.get("field_manager"))
         subresource = kwargs.get("subresource") or ""
         if (
             observed is not None
@@ -917,7 +946,7 @@ class Client:
             "metadata": identity,
             "status": status,
         }
-        manager = kwargs.get("field_manager") or self.field_manager
+        manager = self._applier(kwargs.get("field_manager"))
         # As apply_if_changed: a field missing or different, or one applied before and left out
         # now (the apply removes it), is a change.
         if not apply_would_change(body, observed, manager, "status"):
