@@ -58,6 +58,7 @@ __all__ = [
     "WORKQUEUE_ADDS",
     "WORKQUEUE_DEPTH",
     "WORKQUEUE_DURATION_BUCKETS",
+    "WORKQUEUE_FAIRNESS_KEYS",
     "WORKQUEUE_LONGEST_RUNNING_PROCESSOR",
     "WORKQUEUE_QUEUE_DURATION",
     "WORKQUEUE_RETRIES",
@@ -232,6 +233,16 @@ EVENTS_DROPPED: Final = Counter(
     registry=REGISTRY,
 )
 
+# crewlet_operator_workqueue_fairness_keys{name,controller}: one series a queue, however many
+# tenants: a label per fairness key (a namespace) would make a series per tenant.
+WORKQUEUE_FAIRNESS_KEYS: Final = Gauge(
+    "crewlet_operator_workqueue_fairness_keys",
+    "Fairness keys (by default namespaces) with requests waiting in the workqueue, which take "
+    "turns.",
+    _WQ_LABELS,
+    registry=REGISTRY,
+)
+
 # --- the library's own: the event loop -------------------------------------------------------
 
 EVENT_LOOP_LAG_INTERVAL: Final = 0.1
@@ -385,6 +396,7 @@ class WorkqueueMetrics:
         self._unfinished = WORKQUEUE_UNFINISHED_WORK.labels(**labels)
         self._longest = WORKQUEUE_LONGEST_RUNNING_PROCESSOR.labels(**labels)
         self._retries = WORKQUEUE_RETRIES.labels(**labels)
+        self._fairness_keys = WORKQUEUE_FAIRNESS_KEYS.labels(**labels)
 
     def add(self) -> None:
         """Count one item accepted by the queue (``workqueue_adds_total``)."""
@@ -398,6 +410,10 @@ class WorkqueueMetrics:
                 **self._labels, priority=priority
             )
         gauge.set(n)
+
+    def fairness_keys(self, n: int) -> None:
+        """Set ``crewlet_operator_workqueue_fairness_keys``: the keys with requests waiting."""
+        self._fairness_keys.set(n)
 
     def queue_duration(self, seconds: float) -> None:
         """Observe how long an item waited between being added and handed to a worker."""

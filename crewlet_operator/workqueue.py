@@ -16,6 +16,17 @@ any key of priority at most ``P`` that becomes ready after ``t + (P - p) * aging
 the defaults, an initial-list key waits at most 25 s of service behind later normal work, then
 only for the keys already waiting, at most one per distinct key).
 
+Within that order the queue is **fair** between tenants when given a ``fairness_key`` (a
+function of the item; a controller's default is the request's namespace): the waiting items of
+each fairness key form a line of their own, in the order above, and the lines take turns.
+A key's line is ordered among the others by its first item, as if that item became ready no
+earlier than the last time the key was served (while it had items waiting): once served, a key
+goes behind every other key waiting at the same priority, so a key with one item waits for at
+most one item of each other key, however many items another key's burst holds. Priorities
+still rule across keys, aging included: the bound above holds between the lines, with ``t`` the
+later of a line's first item's ready time and the key's last service, and within a line among
+its own items. Without a ``fairness_key`` every item is in one line: the order above exactly.
+
 A getter may ask for **urgent** work only (``get(urgent_only=True)``): keys added at
 ``urgent_priority`` (:data:`NORMAL_PRIORITY` by default) or higher, in the same order among
 themselves. A controller's reserved workers get this way, so somebody's create never waits for a
@@ -53,7 +64,7 @@ import itertools
 import math
 import time
 from collections import Counter, deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Generic, TypeVar
 
@@ -90,6 +101,34 @@ share the label ``other`` (a priority per request would otherwise make a series 
 
 # Below this many heap entries stale ones are not worth a rebuild.
 _COMPACT_MIN_HEAP = 64
+# The two lanes: every queued item, and the urgent ones (priority >= urgent_priority).
+_EVERY = 0
+_URGENT = 1
+
+# An item's entry in its line: (ready - priority * aging, ready, sequence number, item).
+_Entry = tuple[float, float, int, K]
+
+
+class _Line(Generic[K]):
+    """The queued items of one fairness key, and when the key was last served."""
+
+    __slots__ = ("heaps", "key", "rank", "size", "tops", "turn")
+
+    def __init__(self, key: Hashable) -> None:
+        self.key = key
+        # Entries of its items: every queued one in heaps[_EVERY], the urgent ones also in
+        # heaps[_URGENT] (the same tuple).
+        self.heaps: tuple[list[_Entry[K]], list[_Entry[K]]] = ([], [])
+        # Its live entry in each of the queue's lanes; None when it has no item in the lane.
+        self.tops: list[_Turn[K] | None] = [None, None]
+        self.size = 0  # its queued items
+        self.turn = -math.inf  # the service time of its last hand-out
+        self.rank = -1  # the hand-out count at its last hand-out
+
+
+# A line's entry in a lane: (its head's key raised to the line's turn, the line's rank, the
+# head's ready time, the head's sequence number, a number of its own, the line).
+_Turn = tuple[float, int, float, int, int, _Line[K]]
 
 
 class RateLimitingQueue(Generic[K]):
@@ -106,16 +145,18 @@ class RateLimitingQueue(Generic[K]):
     :param paused: Start with aging paused (:meth:`pause`): a controller's queue fills on a
         standby replica long before anything is served.
     :param urgent_priority: The lowest priority :meth:`get` with ``urgent_only`` hands out.
+    :param fairness_key: The fairness key of an item (any hashable: a controller's default is
+        the request's namespace): the keys take turns, see the module's docstring. ``None``
+        (the default) puts every item in one line.
     """
 
     # How the collections keep client-go's guarantees. Every method below preserves:
     #
-    # (1) No duplicates: an item has at most one live entry in the ``_ready`` heap (the one
-    #     whose sequence number ``_queued`` holds; others are stale and skipped), and
-    #     queued ⊆ dirty. ``add`` queues only an item that was not dirty; raising a queued
-    #     item's priority replaces its live entry; ``get`` pops the live entry and clears dirty
-    #     in the same step; ``done`` queues only a dirty item, which cannot already be queued
-    #     because of (2).
+    # (1) No duplicates: an item has at most one live entry (the one whose sequence number
+    #     ``_queued`` holds; others are stale and skipped), and queued ⊆ dirty. ``add`` queues
+    #     only an item that was not dirty; raising a queued item's priority replaces its live
+    #     entry; ``get`` takes the live entry and clears dirty in the same step; ``done`` queues
+    #     only a dirty item, which cannot already be queued because of (2).
     # (2) Never two workers on one key: processing ∩ queued = ∅. ``get`` moves an item from
     #     the queue into processing; ``add`` of a processing item only marks it dirty. So a
     #     processing item cannot be handed to a second getter until ``done`` runs.
@@ -125,16 +166,30 @@ class RateLimitingQueue(Generic[K]):
     # (5) Priorities: ``_dirty`` holds each dirty item's priority and ready time. Adding a dirty
     #     item again keeps the higher priority and the earlier ready time (so a key never moves
     #     back); a queued item's live entry always matches its ``_dirty`` record.
-    # (6) Order: ``get`` hands out the live entry with the smallest key
+    # (6) Order within a line: a line's items come out by the smallest
     #     ``ready - priority * aging_interval`` (ties: earlier ready, then earlier add). Ready
     #     times are on the service clock, which stands still while the queue is paused, so a
     #     key's advantage for having waited grows only while the queue is served: ordering by
     #     that fixed key is ordering by priority raised by waiting time, without re-sorting.
-    # (7) Urgent lane: every live entry of priority >= ``urgent_priority`` is also in the
-    #     ``_urgent`` heap, with the same key and sequence number (so an entry is live in one
-    #     heap iff it is live in the other); ``get(urgent_only=True)`` pops the smallest live
-    #     entry there. Each heap drops its stale entries when they reach its top, and is rebuilt
-    #     when over half of it is stale.
+    # (7) Urgent lane: a live entry of priority >= ``urgent_priority`` is in both heaps of its
+    #     line, any other only in ``heaps[_EVERY]`` (so an entry is live in one iff in the
+    #     other); ``get(urgent_only=True)`` serves from ``heaps[_URGENT]`` and ``_lanes[_URGENT]``.
+    # (8) Lines: every queued item is in the line of its fairness key (one line for all without
+    #     ``fairness_key``), whose ``size`` counts them; ``_lines`` holds exactly the lines with
+    #     a queued item (an emptied line is dropped, with its turn).
+    # (9) Heads: the top of each heap of a line is live (stale entries are dropped as they reach
+    #     it, and a heap is rebuilt when over half of it is stale), and ``tops[lane]`` is the
+    #     line's one live entry in ``_lanes[lane]``, made from that top: its key raised to the
+    #     line's turn (``key + max(0, turn - ready)``), the line's rank, the top's ready time and
+    #     sequence number; None iff the heap is empty. Whatever may change a line's top or turn
+    #     (an entry pushed ahead of the top, a queued item's entry replaced, one taken) calls
+    #     ``_refresh``, which restores this; a new item pushed behind the top changes neither.
+    # (10) Turns: ``get`` takes the smallest live entry of its lane and hands out that line's
+    #     top; the line's ``turn`` and ``rank`` become the service time and the hand-out count
+    #     of that moment (-inf and -1 for a line that has not handed one out). So a line just
+    #     served goes behind every line whose entry is not later than now, that is every other
+    #     line waiting at its priority, and a line that waits keeps its entry: the lines of a
+    #     priority take turns, and aging works between lines as (6) within one.
     #
     # Delayed items (``_waiting``/``_heap``) are outside these sets: an item may wait for a
     # timer while also queued or processing; when the timer fires it simply goes through
@@ -151,6 +206,7 @@ class RateLimitingQueue(Generic[K]):
         aging_interval: float = AGING_INTERVAL,
         paused: bool = False,
         urgent_priority: int = NORMAL_PRIORITY,
+        fairness_key: Callable[[K], Hashable] | None = None,
     ) -> None:
         if aging_interval <= 0:
             raise ValueError("aging_interval must be positive")
@@ -164,9 +220,12 @@ class RateLimitingQueue(Generic[K]):
 
         self._dirty: dict[K, tuple[int, float]] = {}  # item -> (priority, ready on service clock)
         self._added: dict[K, float] = {}  # dirty item -> when (clock) its record was made
-        self._queued: dict[K, int] = {}  # item -> sequence number of its live _ready entry
-        self._ready: list[tuple[float, float, int, K]] = []  # (key, ready, seq, item) heap
-        self._urgent: list[tuple[float, float, int, K]] = []  # the same, urgent entries only
+        self._queued: dict[K, int] = {}  # item -> sequence number of its live entry
+        self._fairness = fairness_key
+        self._lines: dict[Hashable, _Line[K]] = {}  # fairness key -> its line
+        # Per lane (every item, urgent items only), a heap of the lines' entries.
+        self._lanes: tuple[list[_Turn[K]], list[_Turn[K]]] = ([], [])
+        self._handouts = itertools.count()
         self._urgent_priority = urgent_priority
         self._processing: dict[K, int] = {}  # item -> the priority it was handed out with
         self._shutting_down = False
@@ -272,7 +331,7 @@ class RateLimitingQueue(Generic[K]):
         :raises QueueShutDown: The queue is shut down and empty.
         """
         getters = self._urgent_getters if urgent_only else self._getters
-        while not (self._urgent_head() if urgent_only else self._queued):
+        while not (self._has_urgent() if urgent_only else self._queued):
             if self._shutting_down:
                 raise QueueShutDown(self.name)
             waiter = asyncio.get_running_loop().create_future()
@@ -288,7 +347,7 @@ class RateLimitingQueue(Generic[K]):
                 if not waiter.cancelled():
                     self._pass_wake_up()
                 raise
-        item = self._pop(self._urgent if urgent_only else self._ready)
+        item = self._take(_URGENT if urgent_only else _EVERY)
         priority, _ = self._dirty.pop(item)
         del self._added[item]
         self._processing[item] = priority
@@ -377,41 +436,85 @@ class RateLimitingQueue(Generic[K]):
         return self._served + self._clock() - self._served_since
 
     def _push(self, item: K, priority: int, ready: float) -> None:
+        """Give ``item`` a live entry in its line (its previous one, if queued, goes stale)."""
+        key = None if self._fairness is None else self._fairness(item)
+        line = self._lines.get(key)
+        if line is None:
+            line = self._lines[key] = _Line(key)
+            self._count_lines()
+        again = item in self._queued
+        if not again:
+            line.size += 1
         seq = next(self._seq)
         self._queued[item] = seq
         entry = (ready - priority * self._aging, ready, seq, item)
-        heapq.heappush(self._ready, entry)
-        self._ready = self._compacted(self._ready)
+        every, urgent = line.heaps
+        heapq.heappush(every, entry)
         if priority >= self._urgent_priority:  # invariant (7)
-            heapq.heappush(self._urgent, entry)
-        self._urgent = self._compacted(self._urgent)
+            heapq.heappush(urgent, entry)
+        # A new item behind the line's first changes nothing of (9): the tops stay live.
+        if again or every[0] is entry or (urgent and urgent[0] is entry):
+            self._refresh(line)
 
-    def _compacted(
-        self, heap: list[tuple[float, float, int, K]]
-    ) -> list[tuple[float, float, int, K]]:
-        """``heap`` without its stale entries once they are over half of it (live ones never
-        outnumber the queued items)."""
-        if len(heap) <= _COMPACT_MIN_HEAP or len(heap) <= 2 * len(self._queued):
-            return heap
-        live = [e for e in heap if self._queued.get(e[3]) == e[2]]
-        heapq.heapify(live)
-        return live
+    def _refresh(self, line: _Line[K]) -> None:
+        """Restore invariant (9) for ``line``, whose entries or turn just changed."""
+        for lane, heap in enumerate(line.heaps):
+            if len(heap) > _COMPACT_MIN_HEAP and len(heap) > 2 * line.size:
+                heap[:] = [e for e in heap if self._queued.get(e[3]) == e[2]]
+                heapq.heapify(heap)
+            while heap and self._queued.get(heap[0][3]) != heap[0][2]:
+                heapq.heappop(heap)
+            top = line.tops[lane]
+            if not heap:
+                line.tops[lane] = None
+                continue
+            key, ready, seq, _ = heap[0]
+            if top is not None and top[3] == seq and top[1] == line.rank:
+                continue  # still the line's entry
+            raised = key + max(0.0, line.turn - ready)
+            entry = (raised, line.rank, ready, seq, next(self._seq), line)
+            line.tops[lane] = entry
+            turns = self._lanes[lane]
+            heapq.heappush(turns, entry)
+            if len(turns) > _COMPACT_MIN_HEAP and len(turns) > 2 * len(self._lines):
+                turns[:] = [e for e in turns if e[5].tops[lane] is e]
+                heapq.heapify(turns)
 
-    def _urgent_head(self) -> bool:
-        """Whether an urgent item is queued (dropping the stale entries on top of its heap)."""
-        heap = self._urgent
-        while heap and self._queued.get(heap[0][3]) != heap[0][2]:
-            heapq.heappop(heap)
-        return bool(heap)
+    def _has_urgent(self) -> bool:
+        """Whether an urgent item is queued (dropping the stale entries on top of its lane)."""
+        turns = self._lanes[_URGENT]
+        while turns and turns[0][5].tops[_URGENT] is not turns[0]:
+            heapq.heappop(turns)
+        return bool(turns)
 
-    def _pop(self, heap: list[tuple[float, float, int, K]]) -> K:
-        """Take the live entry with the smallest key off ``heap`` (invariants 6 and 7): its
-        twin in the other heap, if any, is stale from now on."""
+    def _take(self, lane: int) -> K:
+        """Take the head of the line whose entry in ``lane`` is smallest (invariant 10); the
+        item's entry in the line's other heap, if any, is stale from now on."""
+        turns = self._lanes[lane]
         while True:
-            _, _, seq, item = heapq.heappop(heap)
-            if self._queued.get(item) == seq:
-                del self._queued[item]
-                return item
+            entry = heapq.heappop(turns)
+            line = entry[5]
+            if line.tops[lane] is entry:
+                break
+        item = heapq.heappop(line.heaps[lane])[3]
+        del self._queued[item]
+        line.size -= 1
+        if line.size:
+            line.turn = self._service_now()
+            line.rank = next(self._handouts)
+            self._refresh(line)
+        else:  # invariant (8): an empty line is dropped, its entries and turn with it
+            del self._lines[line.key]
+            line.tops = [None, None]
+            for heap in line.heaps:
+                heap.clear()  # stale entries only
+            self._count_lines()
+        return item
+
+    def _count_lines(self) -> None:
+        """Keep ``crewlet_operator_workqueue_fairness_keys``: the lines with a queued item."""
+        if self._metrics is not None:
+            self._metrics.fairness_keys(len(self._lines))
 
     def _count(self, priority: int, delta: int) -> None:
         """Keep ``workqueue_depth{priority}``: the dirty items of each priority label."""
@@ -489,7 +592,7 @@ class RateLimitingQueue(Generic[K]):
 
     def _pass_wake_up(self) -> None:
         """Wake another getter for what a cancelled one was woken for, if it is still queued."""
-        if self._urgent_head() and self._wake(self._urgent_getters):
+        if self._has_urgent() and self._wake(self._urgent_getters):
             return
         if self._queued:
             self._wake(self._getters)

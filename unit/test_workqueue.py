@@ -1,12 +1,13 @@
 """The work queue's guarantees: dedup, priorities with aging (no starvation), FIFO among
-equals, one worker per key, delays, shutdown, metrics."""
+equals, fairness keys taking turns, one worker per key, delays, shutdown, metrics."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from fakes import FakeClock, RecordingLimiter
@@ -26,6 +27,7 @@ from crewlet_operator.workqueue import (
 )
 
 _names = itertools.count()
+T = TypeVar("T")
 
 
 def unique(prefix: str) -> str:
@@ -33,7 +35,7 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{next(_names)}"
 
 
-async def get_soon(queue: RateLimitingQueue[str], timeout: float = 1.0) -> str:
+async def get_soon(queue: RateLimitingQueue[T], timeout: float = 1.0) -> T:
     return await asyncio.wait_for(queue.get(), timeout)
 
 
@@ -50,25 +52,51 @@ async def settle(rounds: int = 5) -> None:
 def check_invariants(queue: RateLimitingQueue[Any]) -> None:
     """The invariants documented in workqueue.py, read off the internals."""
     live = [
-        (key, ready, item)
-        for key, ready, seq, item in queue._ready
+        (key, ready, item, line)
+        for line in queue._lines.values()
+        for key, ready, seq, item in line.heaps[0]
         if queue._queued.get(item) == seq
     ]
-    queued = [item for _, _, item in live]
+    queued = [item for _, _, item, _ in live]
     assert len(queued) == len(set(queued)), f"duplicate in queue: {queued}"  # (1)
     assert set(queued) == set(queue._queued)  # (1): every queued item has one live entry
     assert set(queued) <= set(queue._dirty)  # (1), (4)
     assert not set(queued) & set(queue._processing)  # (2)
     assert set(queue._dirty) - set(queued) <= set(queue._processing)  # (3), (4)
     assert set(queue._added) == set(queue._dirty)
-    for key, ready, item in live:  # (5), (6): the live entry is the dirty record's
+    for key, ready, item, line in live:  # (5), (6): the live entry is the dirty record's
         priority, dirty_ready = queue._dirty[item]
         assert ready == dirty_ready
         assert key == pytest.approx(ready - priority * queue._aging)
-    urgent = {item for _, _, seq, item in queue._urgent if queue._queued.get(item) == seq}
+        fairness = None if queue._fairness is None else queue._fairness(item)
+        assert queue._lines[fairness] is line  # (8): in the line of its key
+    urgent = {
+        item
+        for line in queue._lines.values()
+        for _, _, seq, item in line.heaps[1]
+        if queue._queued.get(item) == seq
+    }
     assert urgent == {  # (7): the urgent lane holds exactly the urgent queued items
         item for item in queue._queued if queue._dirty[item][0] >= queue._urgent_priority
     }
+    for fairness, line in queue._lines.items():  # (8), (9)
+        assert line.key == fairness
+        assert line.size == sum(1 for _, _, item, held in live if held is line) > 0
+        for lane, heap in enumerate(line.heaps):
+            top = line.tops[lane]
+            if not any(queue._queued.get(item) == seq for _, _, seq, item in heap):
+                assert top is None
+                continue
+            key, ready, seq, _ = heap[0]
+            assert queue._queued.get(heap[0][3]) == seq  # the top is live
+            assert top is not None
+            assert top[:4] == (key + max(0.0, line.turn - ready), line.rank, ready, seq)
+            assert top[5] is line
+            assert top in queue._lanes[lane]
+    for lane, turns in enumerate(queue._lanes):  # (9): a lane's live entries are the tops
+        tops = [entry for entry in turns if entry[5].tops[lane] is entry]
+        assert len(tops) == len({id(entry[5]) for entry in tops})
+        assert all(queue._lines.get(entry[5].key) is entry[5] for entry in tops)
 
 
 def sample(metric: str, name: str, **labels: str) -> float | None:
@@ -611,12 +639,18 @@ OPS = st.one_of(
 
 @dataclass
 class Model:
-    """The queue's specification, written as plainly as possible: keys are handed out by the
-    smallest ``ready - priority * aging`` (then earliest ready, then first queued); re-adds
-    keep the higher priority and the earlier ready time; ready times are on a service clock
-    that stands still while paused."""
+    """The queue's specification, written as plainly as possible: within a line (the keys of
+    one fairness key, ``key % lines``), keys come first by the smallest
+    ``ready - priority * aging`` (then earliest ready, then first queued); the line handed out
+    from is the one whose first key comes first with its ready time raised to the line's turn
+    (when the line last handed one out, while it had keys queued), then the line served
+    longest ago; re-adds keep the higher priority and the earlier ready time; ready times are
+    on a service clock that stands still while paused."""
 
     aging: float = AGING_INTERVAL
+    lines: int = 1  # 1: no fairness key, every key in one line
+    turns: dict[int, tuple[float, int]] = field(default_factory=dict)  # line -> (turn, rank)
+    handouts: int = 0
     dirty: dict[int, tuple[int, float]] = field(default_factory=dict)
     queued: dict[int, int] = field(default_factory=dict)  # key -> when it was (re)queued
     processing: dict[int, int] = field(default_factory=dict)
@@ -652,15 +686,42 @@ class Model:
         priority, ready = self.dirty[key]
         return (ready - priority * self.aging, ready, self.queued[key])
 
+    def line(self, key: int) -> int:
+        return key % self.lines
+
+    def turn(self, line: int) -> tuple[float, int]:
+        return self.turns.get(line, (-math.inf, -1))
+
+    def raised(self, key: int) -> tuple[float, int, float, int]:
+        """Where the line whose first key is ``key`` stands among the lines."""
+        own, ready, seq = self.order(key)
+        turn, rank = self.turn(self.line(key))
+        return (own + max(0.0, turn - ready), rank, ready, seq)
+
     def urgent(self) -> list[int]:
         return [k for k in self.queued if self.dirty[k][0] >= NORMAL_PRIORITY]
 
+    def heads(self, urgent_only: bool = False) -> dict[int, int]:
+        """Each line's first key."""
+        heads: dict[int, int] = {}
+        for key in self.urgent() if urgent_only else self.queued:
+            line = self.line(key)
+            if line not in heads or self.order(key) < self.order(heads[line]):
+                heads[line] = key
+        return heads
+
     def get(self, urgent_only: bool = False) -> int:
-        key = min(self.urgent() if urgent_only else self.queued, key=self.order)
+        key = min(self.heads(urgent_only).values(), key=self.raised)
         del self.queued[key]
         priority, _ = self.dirty.pop(key)
         self.processing[key] = priority
         self.owed.discard(key)
+        line = self.line(key)
+        if any(self.line(k) == line for k in self.queued):
+            self.turns[line] = (self.service_now(), self.handouts)
+            self.handouts += 1
+        else:
+            self.turns.pop(line, None)
         return key
 
     def done(self, key: int) -> None:
@@ -707,15 +768,21 @@ class Model:
             self.paused = False
 
 
+@pytest.mark.parametrize("lines", [1, 3])
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=st.lists(OPS, max_size=80))
-async def test_property_queue_matches_model_and_delivers_everything(ops: list[Op]) -> None:
+async def test_property_queue_matches_model_and_delivers_everything(
+    lines: int, ops: list[Op]
+) -> None:
     """Every invariant after every step, the order of the specification, and the starvation
-    bound: when a key is handed out, no key still waiting became ready more than its priority
-    advantage earlier (``ready_out - ready_waiting <= (p_out - p_waiting) * aging``)."""
+    bound: when a key is handed out, no key still waiting in its line became ready more than
+    its priority advantage earlier (``ready_out - ready_waiting <= (p_out - p_waiting) *
+    aging``), nor did any other line's first key, each ready time raised to its line's turn.
+    Without a fairness key (one line) or with three."""
     clock = FakeClock(0.0)
-    queue = RateLimitingQueue[int]("property-model", clock=clock)
-    model = Model()
+    fairness = None if lines == 1 else (lambda key: key % lines)
+    queue = RateLimitingQueue[int]("property-model", clock=clock, fairness_key=fairness)
+    model = Model(lines=lines)
     try:
         for op in ops:
             if op.kind == "add":
@@ -724,12 +791,20 @@ async def test_property_queue_matches_model_and_delivers_everything(ops: list[Op
                 model.add(op.key, op.priority)
             elif op.kind == "get" and model.queued:
                 waiting_before = dict(model.dirty)
+                heads = set(model.heads().values())
+                turns = {line: model.turn(line)[0] for line in range(lines)}
                 expected = model.get()
                 assert await asyncio.wait_for(queue.get(), 1.0) == expected
                 p_out, ready_out = waiting_before.pop(expected)
+                line_out = model.line(expected)
                 for key, (p_wait, ready_wait) in waiting_before.items():
-                    if key in model.queued:
-                        assert ready_out - ready_wait <= (p_out - p_wait) * model.aging, key
+                    line = model.line(key)
+                    if key not in model.queued or (line != line_out and key not in heads):
+                        continue
+                    ahead, behind = ready_out, ready_wait
+                    if line != line_out:  # another line's first key: at their turns
+                        ahead, behind = max(ahead, turns[line_out]), max(behind, turns[line])
+                    assert ahead - behind <= (p_out - p_wait) * model.aging, key
             elif op.kind == "get_urgent" and model.urgent():
                 expected = model.get(urgent_only=True)
                 assert await asyncio.wait_for(queue.get(urgent_only=True), 1.0) == expected
@@ -786,17 +861,23 @@ async def test_property_queue_matches_model_and_delivers_everything(ops: list[Op
     ),
     low_priority=st.sampled_from([LOW_PRIORITY, NORMAL_PRIORITY, 7]),
     service=st.integers(min_value=1, max_value=4),
+    fair=st.booleans(),
 )
 async def test_property_no_key_starves_under_any_arrival_pattern(
-    arrivals: list[tuple[int, int]], low_priority: int, service: int
+    arrivals: list[tuple[int, int]], low_priority: int, service: int, fair: bool
 ) -> None:
     """One key X of some priority waits while keys keep arriving, some of higher priority,
     and one worker serves one key per ``service`` seconds. X is handed out no later than the
     first time the queue holds only keys that became ready after X's deadline,
     ``ready_x + (P - p_x) * aging`` for the highest priority P that arrives: then nothing can
-    overtake it however the arrivals go on."""
+    overtake it however the arrivals go on. The same with fairness keys, X alone in its own
+    and the arrivals spread over three others, which take turns."""
     clock = FakeClock(0.0)
-    queue = RateLimitingQueue[str]("property-starvation", clock=clock)
+    queue = RateLimitingQueue[str](
+        "property-starvation",
+        clock=clock,
+        fairness_key=(lambda key: key if key == "x" else int(key[1:]) % 3) if fair else None,
+    )
     queue.add("x", low_priority)
     highest = max(p for _, p in arrivals)
     deadline = (highest - low_priority) * AGING_INTERVAL
@@ -944,11 +1025,15 @@ async def test_the_urgent_lane_drops_stale_entries_without_urgent_getters() -> N
     """Without reserved workers nothing pops the urgent heap: it must not grow with every
     urgent key the other workers take."""
     queue = RateLimitingQueue[int](unique("urgent-compact"))
+    queue.add(-1, LOW_PRIORITY)  # keeps the line alive: its heaps are never dropped whole
     for item in range(1_000):
         queue.add(item)
         assert await asyncio.wait_for(queue.get(), 1.0) == item
         queue.done(item)
-    assert len(queue._urgent) <= 2 * len(queue._queued) + 65
+    [line] = queue._lines.values()
+    assert len(line.heaps[1]) <= 2 * line.size + 65
+    assert len(queue._lanes[1]) <= 2 * len(queue._lines) + 65
+    check_invariants(queue)
 
 
 async def test_a_waiting_low_key_ages_past_later_normal_work() -> None:
@@ -1043,11 +1128,14 @@ async def test_depth_is_reported_by_priority_with_few_labels() -> None:
     data=st.data(),
     n_workers=st.integers(min_value=1, max_value=6),
     adds=st.lists(st.tuples(KEYS, st.integers(min_value=0, max_value=3)), min_size=1, max_size=40),
+    fair=st.booleans(),
 )
 async def test_property_never_two_workers_on_one_key(
-    data: st.DataObject, n_workers: int, adds: list[tuple[int, int]]
+    data: st.DataObject, n_workers: int, adds: list[tuple[int, int]], fair: bool
 ) -> None:
-    queue = RateLimitingQueue[int]("property-workers")
+    queue = RateLimitingQueue[int](
+        "property-workers", fairness_key=(lambda key: key % 2) if fair else None
+    )
     active: set[int] = set()
     overlaps: list[int] = []
     owed: set[int] = set()  # added and not picked up by a worker since
@@ -1096,3 +1184,162 @@ async def test_property_never_two_workers_on_one_key(
         await asyncio.wait_for(asyncio.gather(*workers), 5.0)
     assert overlaps == []
     assert owed == set()
+
+
+# --- fairness -----------------------------------------------------------------------------
+
+
+Tenanted = tuple[str, int]
+
+
+def by_tenant(item: Tenanted) -> str:
+    return item[0]
+
+
+async def test_a_quiet_key_is_served_within_one_round_of_a_burst() -> None:
+    queue = RateLimitingQueue[Tenanted]("fair-round", fairness_key=by_tenant)
+    for i in range(10):
+        queue.add(("busy", i))
+    assert await get_soon(queue) == ("busy", 0)
+    queue.add(("quiet", 0))
+    out = [await get_soon(queue) for _ in range(10)]
+    assert out[:2] == [("busy", 1), ("quiet", 0)]  # busy was served before quiet came
+    assert out[2:] == [("busy", i) for i in range(2, 10)]
+    check_invariants(queue)
+
+
+async def test_busy_keys_take_turns() -> None:
+    queue = RateLimitingQueue[Tenanted]("fair-turns", fairness_key=by_tenant)
+    for tenant, n in (("a", 4), ("b", 2), ("c", 3)):
+        for i in range(n):
+            queue.add((tenant, i))
+    out = [await get_soon(queue) for _ in range(9)]
+    assert [tenant for tenant, _ in out] == ["a", "b", "c", "a", "b", "c", "a", "c", "a"]
+    assert [i for tenant, i in out if tenant == "a"] == [0, 1, 2, 3]  # FIFO within a key
+
+
+async def test_a_key_served_goes_behind_keys_ready_before_its_turn() -> None:
+    """A key's next item counts as ready no earlier than the key's last service."""
+    clock = FakeClock(0.0)
+    queue = RateLimitingQueue[Tenanted]("fair-turn-time", clock=clock, fairness_key=by_tenant)
+    queue.add(("a", 1))
+    queue.add(("a", 2))
+    clock.advance(1.0)
+    queue.add(("b", 1))
+    clock.advance(1.0)
+    assert await get_soon(queue) == ("a", 1)
+    assert await get_soon(queue) == ("b", 1)
+    assert await get_soon(queue) == ("a", 2)
+
+
+async def test_priorities_rule_across_keys_with_aging() -> None:
+    """Keys take turns within a priority: another key's burst of higher priority goes first,
+    until the lower item has waited its priority gap (25 s between high and normal) longer
+    than the burst's key's last turn."""
+    clock = FakeClock(0.0)
+    queue = RateLimitingQueue[Tenanted]("fair-priorities", clock=clock, fairness_key=by_tenant)
+    for i in range(10):
+        queue.add(("busy", i), HIGH_PRIORITY)
+    queue.add(("quiet", 0))
+    out = []
+    while ("quiet", 0) not in out:
+        out.append(await get_soon(queue))
+        clock.advance(10.0)  # one hand-out every 10 s: busy's turns at 0, 10, 20, 30
+    assert out == [("busy", 0), ("busy", 1), ("busy", 2), ("busy", 3), ("quiet", 0)]
+    check_invariants(queue)
+
+
+async def test_reserved_getters_take_keys_in_turn_too() -> None:
+    queue = RateLimitingQueue[Tenanted]("fair-urgent", fairness_key=by_tenant)
+    queue.add(("busy", -1), LOW_PRIORITY)  # not for them
+    for i in range(5):
+        queue.add(("busy", i))
+    assert await asyncio.wait_for(queue.get(urgent_only=True), 1.0) == ("busy", 0)
+    queue.add(("quiet", 0))
+    out = [await asyncio.wait_for(queue.get(urgent_only=True), 1.0) for _ in range(3)]
+    assert out == [("busy", 1), ("quiet", 0), ("busy", 2)]
+    check_invariants(queue)
+
+
+async def test_an_emptied_key_is_dropped_with_its_turn() -> None:
+    queue = RateLimitingQueue[Tenanted]("fair-drop", fairness_key=by_tenant)
+    queue.add(("a", 0))
+    assert await get_soon(queue) == ("a", 0)
+    assert queue._lines == {}
+    queue.add(("b", 0))
+    queue.add(("a", 1))  # a new line: a's turn was forgotten, arrival order decides
+    assert [await get_soon(queue), await get_soon(queue)] == [("b", 0), ("a", 1)]
+    assert queue._lines == {}
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    bursts=st.lists(st.integers(min_value=1, max_value=25), min_size=1, max_size=5),
+    arrival=st.integers(min_value=0, max_value=60),
+    step=st.sampled_from([0.0, 0.01, 1.0]),
+    priority=PRIORITIES,
+    interleaved=st.booleans(),
+    urgent_only=st.booleans(),
+)
+async def test_property_a_quiet_key_waits_at_most_one_round(
+    bursts: list[int],
+    arrival: int,
+    step: float,
+    priority: int,
+    interleaved: bool,
+    urgent_only: bool,
+) -> None:
+    """Busy keys hold bursts of any size at one priority (added one key after another, or
+    interleaved); one worker serves them, the clock moving ``step`` a hand-out. After
+    ``arrival`` hand-outs a quiet key adds one item at the same priority: no busy key is served
+    twice before it, and every item comes out once."""
+    clock = FakeClock(0.0)
+    queue = RateLimitingQueue[Tenanted]("property-round", clock=clock, fairness_key=by_tenant)
+    items = [(f"busy{k}", i) for k, n in enumerate(bursts) for i in range(n)]
+    if interleaved:
+        items.sort(key=lambda item: item[1])
+    for item in items:
+        queue.add(item, priority)
+    quiet = ("quiet", 0)
+    urgent = urgent_only and priority >= NORMAL_PRIORITY
+    served: list[Tenanted] = []
+    came = -1
+    while came < 0 or quiet not in served:
+        if len(served) == arrival or (came < 0 and not len(queue)):
+            queue.add(quiet, priority)
+            came = len(served)
+        out = await asyncio.wait_for(queue.get(urgent_only=urgent), 1.0)
+        queue.done(out)
+        served.append(out)
+        clock.advance(step)
+        check_invariants(queue)
+    before = [tenant for tenant, _ in served[came : served.index(quiet)]]
+    assert len(before) == len(set(before)), before
+    while len(queue):
+        served.append(await get_soon(queue))
+    assert sorted(served) == sorted([*items, quiet])
+
+
+async def test_fairness_keys_are_counted_not_labelled() -> None:
+    name = unique("metrics-fairness")
+    queue = RateLimitingQueue[Tenanted](
+        name, metrics=WorkqueueMetrics(name, "ctl"), fairness_key=by_tenant
+    )
+    for tenant in ("a", "b", "c"):
+        queue.add((tenant, 0))
+        queue.add((tenant, 1))
+    assert sample("crewlet_operator_workqueue_fairness_keys", name) == 3.0
+    for _ in range(3):
+        await get_soon(queue)
+    assert sample("crewlet_operator_workqueue_fairness_keys", name) == 3.0
+    for _ in range(3):
+        await get_soon(queue)
+    assert sample("crewlet_operator_workqueue_fairness_keys", name) == 0.0
+    series = [
+        s
+        for metric in REGISTRY.collect()
+        if metric.name == "crewlet_operator_workqueue_fairness_keys"
+        for s in metric.samples
+        if s.labels.get("name") == name
+    ]
+    assert len(series) == 1
