@@ -56,7 +56,7 @@ from crewlet_operator.conditions import (
     remove_condition,
     set_condition,
 )
-from crewlet_operator.controller import Builder, Controller
+from crewlet_operator.controller import Builder, Controller, FairnessKey, by_namespace
 from crewlet_operator.diff import hash_of, needs_apply, parse_quantity, semantic_subset
 from crewlet_operator.errors import (
     AlreadyExistsError,
@@ -277,6 +277,7 @@ __all__ = [
     "EnqueueHandler",
     "EventHandler",
     "EventRecorder",
+    "FairnessKey",
     "Finalizer",
     "ForbiddenError",
     "GenerationChanged",
@@ -345,6 +346,7 @@ __all__ = [
     "add_finalizer",
     "and_",
     "apply_would_change",
+    "by_namespace",
     "condition",
     "configure_logging",
     "controller_reference",

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import structlog
@@ -31,6 +31,15 @@ from crewlet_operator.workqueue import QueueShutDown, RateLimitingQueue
 
 log = structlog.get_logger("crewlet_operator.controller")
 
+FairnessKey = Callable[[Request], Hashable]
+"""Which tenant a request belongs to, for the queue's fairness: see :class:`Controller`."""
+
+
+def by_namespace(request: Request) -> str | None:
+    """A controller's default fairness key: the request's namespace (None, one key, for the
+    cluster-scoped kinds)."""
+    return request.namespace
+
 
 class Controller:
     """Runs ``max_concurrent_reconciles`` workers over one deduplicating queue, and
@@ -46,6 +55,12 @@ class Controller:
     reconcile deferred) can hold every other worker for minutes, and the queue's order alone
     only decides what a worker takes next, not when one is free. None by default, as in
     controller-runtime.
+
+    The queue is fair between tenants: requests of each ``fairness_key`` (by default
+    :func:`by_namespace`) wait in a line of their own and the lines take turns within a
+    priority, so one namespace's burst does not delay another namespace's request by more than
+    one of its own (:mod:`.workqueue`). A function returning a constant puts every request in
+    one line, in the queue's order alone.
     """
 
     def __init__(
@@ -58,6 +73,7 @@ class Controller:
         reserved_workers: int = 0,
         rate_limiter: RateLimiter[Request] | None = None,
         need_leader_election: bool = True,
+        fairness_key: FairnessKey = by_namespace,
     ) -> None:
         if max_concurrent_reconciles < 1:
             raise ValueError("max_concurrent_reconciles must be at least 1")
@@ -73,7 +89,11 @@ class Controller:
         # long before anything is served, and waiting then must not age the keys (an initial
         # list's would otherwise outrank what is created after the takeover).
         self.queue: RateLimitingQueue[Request] = RateLimitingQueue(
-            name, rate_limiter, metrics.WorkqueueMetrics(name, name), paused=True
+            name,
+            rate_limiter,
+            metrics.WorkqueueMetrics(name, name),
+            paused=True,
+            fairness_key=fairness_key,
         )
         self._first_pass: set[Request] = set()
         self._first_pass_started = 0.0
@@ -389,14 +409,17 @@ class Builder:
         reserved_workers: int | None = None,
         rate_limiter: RateLimiter[Request] | None = None,
         need_leader_election: bool | None = None,
+        fairness_key: FairnessKey | None = None,
     ) -> Builder:
         """Controller options (workers, workers reserved for requests somebody waits for, rate
-        limiter, whether it runs only on the leader): see :class:`Controller`."""
+        limiter, whether it runs only on the leader, the tenant of a request for the queue's
+        fairness): see :class:`Controller`."""
         given = {
             "max_concurrent_reconciles": max_concurrent_reconciles,
             "reserved_workers": reserved_workers,
             "rate_limiter": rate_limiter,
             "need_leader_election": need_leader_election,
+            "fairness_key": fairness_key,
         }
         self._options.update({k: v for k, v in given.items() if v is not None})
         return self

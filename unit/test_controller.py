@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from fakes import MetadataThenWhole
+from fakes import MetadataThenWhole, offline_client
 
 from crewlet_operator import metrics
 from crewlet_operator.cache import Cache, Compact, InformerOptions, Pages
@@ -15,6 +15,7 @@ from crewlet_operator.errors import NotFoundError, TerminalError
 from crewlet_operator.handler import EnqueueHandler, request_for_object, requests_for_owner
 from crewlet_operator.kube.resources import SECRET
 from crewlet_operator.leader import LeaderElectionConfig
+from crewlet_operator.manager import Manager, ManagerOptions
 from crewlet_operator.predicate import GenerationChanged
 from crewlet_operator.reconcile import Request, Result
 from crewlet_operator.workqueue import (
@@ -411,3 +412,33 @@ async def test_a_metadata_first_informer_is_listed_whole_once_the_first_pass_is_
     finally:
         task.cancel()
         await c.stop(1.0)
+
+
+async def test_a_controllers_queue_takes_namespaces_in_turn() -> None:
+    """By default a request's namespace is its fairness key: a namespace's burst delays
+    another namespace's request by one of its own at most."""
+    c = make(None, "unit-fair")
+    for i in range(5):
+        c.queue.add(Request("busy", f"c{i}"))
+    first = await asyncio.wait_for(c.queue.get(), 1.0)
+    c.queue.add(Request("quiet", "newcomer"))
+    out = [await asyncio.wait_for(c.queue.get(), 1.0) for _ in range(5)]
+    assert first == Request("busy", "c0")
+    assert Request("quiet", "newcomer") in out[:2]
+
+
+async def test_the_builder_takes_a_fairness_key() -> None:
+    """A constant fairness key puts every request in one line: the queue's order alone."""
+    manager = Manager(client=offline_client(), options=ManagerOptions(name="unit-fair-builder"))
+    one_line = (
+        manager.controller("unit-one-line")
+        .for_(SECRET)
+        .with_options(fairness_key=lambda _: None)
+        .complete(make(None, "unit-one-line-reconciler")._reconcile)
+    )
+    for i in range(3):
+        one_line.queue.add(Request("busy", f"c{i}"))
+    one_line.queue.add(Request("quiet", "newcomer"))
+    one_line.queue.resume()
+    out = [await asyncio.wait_for(one_line.queue.get(), 1.0) for _ in range(4)]
+    assert out[-1] == Request("quiet", "newcomer")

@@ -249,6 +249,8 @@ class CrewletControllers:
             status=True,
             events=True,
         )
+        # Namespaces take turns in the queue (the library's default fairness key): one tenant's
+        # burst of new companies delays another tenant's verdict by one of its own.
         self.company_controller = (
             builder.with_options(reserved_workers=VERDICT_WORKERS)
             .with_checkpoint(self.checkpoint)
