@@ -7,7 +7,8 @@ after all of them is Accepted, and one its class does not allow is refused with
 ``ClassNotAllowed``, while the backlog has not converged: asserted by order (what exists when
 the verdicts appear), never by time. Each verdict is also one Event on the Company. The
 dry run that admits a class's children before its first verdict is made once for a burst of
-new companies of the class, not once for each.
+new companies of the class, not once for each. And the verdicts take turns between namespaces
+(issue 38): a burst's verdicts in one namespace do not hold back another namespace's.
 
 On a control plane of the module's own, without workloads: nothing here needs pods, and the
 burst would slow the session's other modules.
@@ -16,6 +17,7 @@ burst would slow the session's other modules.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
@@ -29,6 +31,7 @@ from operator_helpers import (
     LEASE_NAME,
     PLATFORM,
     Operator,
+    accepted,
     admin_client,
     children_by_company,
     company,
@@ -47,6 +50,8 @@ from crewlet_operator_daemon.company import reconcile
 from crewlet_operator_daemon.plan import MANAGER_NAME, ClusterFacts, Observed
 
 BACKLOG = 240
+BURST = 300
+"""The busy tenant's burst: its verdicts keep the operator's workers busy for seconds."""
 NO_SEATS = {"seats": {"replicas": 0}}
 CHILD_PLURALS = {resource.plural for resource in CHILD_KINDS}
 Object = dict[str, Any]
@@ -60,7 +65,9 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
 async def admin(plane: ControlPlane) -> AsyncIterator[Client]:
-    async with admin_client(plane, PLATFORM, "backlog", "tenants", "outsiders") as client:
+    async with admin_client(
+        plane, PLATFORM, "backlog", "tenants", "outsiders", "busy", "quiet"
+    ) as client:
         await client.patch(NAMESPACE, "tenants", {"metadata": {"labels": {"tier": "paid"}}})
         yield client
 
@@ -230,6 +237,61 @@ async def test_a_takeover_tells_new_companies_their_verdicts_before_it_applies_w
     finally:
         operator.stop()
         await admin.delete(ENGINE_CLASS, "inherited")
+
+
+async def test_a_quiet_tenants_verdict_waits_for_one_turn_of_a_busy_tenants_burst(
+    plane: ControlPlane, admin: Client, tmp_path: Path
+) -> None:
+    """A burst of new Companies in one namespace, then one in another: the queue takes
+    namespaces in turn, so the quiet namespace's request goes to a worker after at most one
+    more of the burst's, not after all of them. Read off one watch of the API server, in the
+    order the writes were made: when the quiet Company's Accepted is written, more of the
+    burst's are still to come than the operator has workers. One line for every namespace
+    would have handed out every request of the burst first (its creates came first), leaving
+    at most the ones in flight, fewer than the workers."""
+    await admin.create(ENGINE_CLASS, engine_class("turns"))
+    operator = Operator(plane.kubeconfig, tmp_path)
+    order: list[tuple[str, str]] = []  # the Companies of busy and quiet, as they are Accepted
+
+    async def watch(resource_version: str) -> None:
+        """Until the quiet Company is Accepted (resumed where it was if the server ends it, as
+        it does when the CRD's storage is remade)."""
+        while True:
+            async for event in admin.watch(COMPANY, resource_version=resource_version):
+                meta = event.object.get("metadata", {})
+                resource_version = meta.get("resourceVersion", resource_version)
+                key = (meta.get("namespace", ""), meta.get("name", ""))
+                if key[0] in ("busy", "quiet") and key not in order and accepted(event.object):
+                    order.append(key)
+                    if key == ("quiet", "newcomer"):
+                        return
+
+    watcher: asyncio.Task[None] | None = None
+    try:
+        await eventually(operator.ready, timeout=60, message="operator ready")
+        workers = operator.metric(
+            'controller_runtime_max_concurrent_reconciles{controller="company"}'
+        )
+        watcher = asyncio.create_task(watch((await admin.list(COMPANY)).resource_version))
+        burst = [("busy", f"b{i:03d}") for i in range(BURST)]
+        await asyncio.gather(
+            *(admin.create(COMPANY, company(ns, n, "turns", **NO_SEATS)) for ns, n in burst)
+        )
+        await admin.create(COMPANY, company("quiet", "newcomer", "turns", **NO_SEATS))
+        await asyncio.wait_for(watcher, timeout=120)
+
+        ahead = order.index(("quiet", "newcomer"))
+        print(f"\nthe quiet tenant accepted after {ahead} of the busy tenant's {BURST}")
+        assert BURST - ahead > workers, (
+            f"{ahead} of the burst's {BURST} verdicts came first: it waited behind the burst"
+        )
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        operator.stop()
+        await admin.delete(ENGINE_CLASS, "turns")
 
 
 def queued(operator: Operator) -> float:
