@@ -1,8 +1,8 @@
 """``python -m bench [FIGURE ...] [--profile]``: start a local control plane, run the operator
 as a separate process, and print the figures (each one's target: bench/README.md).
 
-Figures, in the order they are printed: convergence, resync, memory, latency, failover,
-startup (all of them unless some are named), and peers (only when named).
+Figures, in the order they are printed: convergence, resync, memory, latency, fairness,
+failover, startup (all of them unless some are named), and peers (only when named).
 ``BENCH_SCALE=small`` runs smaller sizes. Results go to ``bench/results/<timestamp>.json``;
 logs (operator, control plane, cProfile output with ``--profile``) to
 ``bench/results/<timestamp>/``.
@@ -15,7 +15,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from bench import convergence, failover, latency, restarts
+from bench import convergence, failover, fairness, latency, restarts
 from bench.peers import figure as peers
 from bench.report import RESULTS, Figure, Results, failed
 from bench.scale import from_environment
@@ -28,11 +28,21 @@ FIGURES: dict[str, tuple[FigureFunc, str]] = {
     "resync": (restarts.resync, restarts.RESYNC_TARGET),
     "memory": (restarts.memory, restarts.MEMORY_TARGET),
     "latency": (latency.latency, latency.TARGET),
+    "fairness": (fairness.fairness, fairness.TARGET),
     "failover": (failover.failover, failover.TARGET),
     "startup": (restarts.startup, restarts.STARTUP_TARGET),
     "peers": (peers.peers, peers.TARGET),
 }
-RUN_ORDER = ("peers", "failover", "convergence", "resync", "latency", "startup", "memory")
+RUN_ORDER = (
+    "peers",
+    "failover",
+    "convergence",
+    "resync",
+    "latency",
+    "fairness",
+    "startup",
+    "memory",
+)
 """Each figure builds on the world the previous ones left. Peers runs first, as it needs an
 empty world (and leaves it empty); failover next, while every replica starts in seconds; resync
 restarts the operator the convergence figure left; memory reads what the operator processes

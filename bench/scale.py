@@ -21,6 +21,10 @@ class Scale:
     load_seconds: float
     probes: int
     failover_burst: int
+    fairness_burst: int
+    """The fairness figure's burst, in busy tenants' namespaces, ten to a namespace."""
+    fairness_probes: int
+    """Its probes, in a quiet namespace of their own."""
     startup: int
     peers: int
     """The peers figure's burst, and the size of each contender's world at its restart."""
@@ -39,6 +43,8 @@ FULL = Scale(
     load_seconds=30.0,
     probes=30,
     failover_burst=200,
+    fairness_burst=400,
+    fairness_probes=30,
     startup=10000,
     peers=1000,
     peers_large=10000,
@@ -53,6 +59,8 @@ SMALL = Scale(
     load_seconds=10.0,
     probes=10,
     failover_burst=50,
+    fairness_burst=400,
+    fairness_probes=10,
     startup=500,
     peers=200,
     peers_large=500,
