@@ -32,7 +32,8 @@ from crewlet_operator.workqueue import QueueShutDown, RateLimitingQueue
 log = structlog.get_logger("crewlet_operator.controller")
 
 FairnessKey = Callable[[Request], Hashable]
-"""Which tenant a request belongs to, for the queue's fairness: see :class:`Controller`."""
+"""Which tenant a request belongs to, for the queue's fairness: see :class:`Controller`. It
+must give a request the same key every time (a function of the request alone)."""
 
 
 def by_namespace(request: Request) -> str | None:

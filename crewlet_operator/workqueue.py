@@ -146,8 +146,9 @@ class RateLimitingQueue(Generic[K]):
         standby replica long before anything is served.
     :param urgent_priority: The lowest priority :meth:`get` with ``urgent_only`` hands out.
     :param fairness_key: The fairness key of an item (any hashable: a controller's default is
-        the request's namespace): the keys take turns, see the module's docstring. ``None``
-        (the default) puts every item in one line.
+        the request's namespace): the keys take turns, see the module's docstring. It must give
+        an item the same key every time (a function of the item alone: a queued item is found
+        in the line its key names). ``None`` (the default) puts every item in one line.
     """
 
     # How the collections keep client-go's guarantees. Every method below preserves:
