@@ -9,6 +9,7 @@ import random
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import cast
 
 import pytest
 import pytest_asyncio
@@ -22,9 +23,10 @@ from crewlet_operator import (
     Request,
     RestConfig,
     Sharding,
+    TransportError,
 )
-from crewlet_operator.cache import InformerOptions
-from crewlet_operator.kube.client import Scope
+from crewlet_operator.cache import Cache, InformerOptions
+from crewlet_operator.kube.client import ObjectList, Scope
 from crewlet_operator.ring import (
     Assign,
     Drain,
@@ -33,6 +35,7 @@ from crewlet_operator.ring import (
     member_name,
     next_step,
 )
+from crewlet_operator.sharding import Gate, Membership
 
 KEYS = [f"tenant-{i}" for i in range(3000)]
 KEYS_R = RingLabels("example.com", "r")
@@ -290,3 +293,98 @@ async def test_without_sharding_there_is_no_member(client: Client) -> None:
     manager = Manager(client, sharded(sharding=None))
     assert manager.member is None
     assert manager.shard_labels == {}
+
+
+# -- the gate and the membership, on stand-ins for the cache and the client ------------------
+
+
+class Recorder:
+    """A client stand-in that records patches and answers lists from ``leases``."""
+
+    def __init__(self, leases: list[dict[str, object]] | None = None) -> None:
+        self.patches: list[tuple[str, dict[str, object]]] = []
+        self.leases = leases or []
+        self.fail = False
+
+    async def patch(
+        self, resource: object, name: str, patch: dict[str, object], namespace: str | None = None
+    ) -> dict[str, object]:
+        self.patches.append((name, patch))
+        return {}
+
+    async def list(self, resource: object, scope: object = None) -> ObjectList:
+        if self.fail:
+            raise TransportError("unreachable")
+        return ObjectList(items=list(self.leases), resource_version="1")
+
+
+class StoreStandIn:
+    def __init__(self, objects: dict[str, dict[str, object]], client: Recorder) -> None:
+        self.objects = objects
+        self.client = client
+
+    def get(self, resource: object, name: str, namespace: str | None = None) -> object:
+        return self.objects.get(name)
+
+
+def widget(name: str, **labels: str) -> dict[str, object]:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": "7", "labels": labels}}
+
+
+async def test_the_gate_reconciles_only_its_members_objects_and_acknowledges_a_drain() -> None:
+    client = Recorder()
+    cache = StoreStandIn(
+        {
+            "mine": widget("mine", **{SHARD: "a"}),
+            "theirs": widget("theirs", **{SHARD: "b"}),
+            "unassigned": widget("unassigned"),
+            "draining": widget("draining", **{SHARD: "a", DRAIN: "true"}),
+        },
+        client,
+    )
+    reconciled: list[str] = []
+
+    async def inner(request: Request) -> None:
+        reconciled.append(request.name)
+
+    gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, "a")
+    for name in ("mine", "theirs", "unassigned", "draining", "gone"):
+        await gate.reconcile(Request("ns", name))
+    assert reconciled == ["mine"]
+    assert client.patches == [
+        (
+            "draining",
+            {"metadata": {"resourceVersion": "7", "labels": {SHARD: None, DRAIN: None}}},
+        )
+    ]
+
+
+def lease(name: str, renewed: str, holder: str = "someone") -> dict[str, object]:
+    return {
+        "metadata": {"name": name, "namespace": "ops"},
+        "spec": {"holderIdentity": holder, "renewTime": renewed, "leaseDurationSeconds": 15},
+    }
+
+
+async def test_membership_judges_at_its_last_successful_list(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [100.0]
+    monkeypatch.setattr("crewlet_operator.sharding.time.monotonic", lambda: now[0])
+    client = Recorder([lease("a", "t1"), lease("b", "t1"), lease("c", "t1", holder="")])
+    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1)
+    assert membership.live() is None, "nothing is known before the first list"
+    assert await membership.observe()
+    # First seen counts as renewed; a released Lease (no holder) is not live.
+    assert membership.live() == frozenset({"a", "b"})
+    now[0] = 110.0
+    client.leases = [lease("a", "t2"), lease("b", "t1")]
+    assert await membership.observe()
+    now[0] = 116.0
+    client.fail = True
+    assert not await membership.observe()
+    # b has not changed for 16 s, past its 15 s; but the last list that succeeded was 10 s in.
+    assert membership.live() == frozenset({"a", "b"})
+    client.fail = False
+    assert await membership.observe()
+    assert membership.live() == frozenset({"a"})
