@@ -62,6 +62,8 @@ class Replica:
     def __init__(self, kubeconfig: Path, identity: str, log: Path) -> None:
         self.identity = identity
         self.member = member_name(NAME, identity)
+        self.left_at: datetime.datetime | None = None
+        """When it was killed or told to stop: after it, it may be gone without a handoff."""
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
                 [
@@ -78,8 +80,15 @@ class Replica:
                 stderr=subprocess.STDOUT,
             )
 
+    def kill(self) -> None:
+        """SIGKILL: no release; its Leases must expire."""
+        self.left_at = datetime.datetime.now(datetime.UTC)
+        self.proc.kill()
+        self.proc.wait()
+
     def stop(self) -> None:
         if self.proc.poll() is None:
+            self.left_at = datetime.datetime.now(datetime.UTC)
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(30)
@@ -120,6 +129,10 @@ class Replicas:
     def stop(self) -> None:
         for replica in self.started:
             replica.stop()
+
+    def departures(self) -> dict[str, datetime.datetime]:
+        """When each replica that has left was killed or told to stop."""
+        return {r.identity: r.left_at for r in self.started if r.left_at is not None}
 
 
 @pytest.fixture
@@ -200,9 +213,11 @@ def company_of(event: Object) -> str | None:
 
 
 def handoff_violations(
-    events: list[Object], replicas: set[str], killed: str, killed_at: datetime.datetime
+    events: list[Object], replicas: set[str], departures: dict[str, datetime.datetime]
 ) -> list[str]:
-    """Where a Widget's writer changed other than through a handoff (empty: none)."""
+    """Where a Widget's writer changed other than through a handoff (empty: none): the previous
+    writer acknowledged a drain, or had left (``departures``: killed, or told to stop, which
+    drains and releases its Lease) before the next one's first write."""
     by_company: dict[str, list[Object]] = {}
     for event in events:
         company = company_of(event)
@@ -228,7 +243,8 @@ def handoff_violations(
                     and last["objectRef"].get("resource") == "widgets"
                     and not last["objectRef"].get("subresource")
                 )
-                dead = writer == killed and moment(event["stageTimestamp"]) > killed_at
+                left = departures.get(writer)
+                dead = left is not None and moment(event["stageTimestamp"]) > left
                 if not (acknowledged or dead) or not labelled_since:
                     violations.append(
                         f"{company}: {writer} then {agent} at {event['stageTimestamp']} "
@@ -282,10 +298,8 @@ async def test_replicas_share_the_widgets_hand_over_on_join_and_pick_up_the_dead
         theirs = {k for k, m in (await members_of(admin)).items() if m == victim.member}
         assert theirs, "the sharder's replica has Widgets of its own"
         await asyncio.sleep(3)  # keep writing everywhere a while longer
-        killed_at = datetime.datetime.now(datetime.UTC)
         started = time.monotonic()
-        victim.proc.kill()  # SIGKILL: no release; its Leases must expire
-        victim.proc.wait()
+        victim.kill()
         survivors = everyone - {victim.member}
 
         async def picked_up() -> bool:
@@ -322,4 +336,51 @@ async def test_replicas_share_the_widgets_hand_over_on_join_and_pick_up_the_dead
         and (e.get("responseStatus") or {}).get("code") == 200
     }
     assert moved <= acknowledged, "each move on the join was acknowledged"
-    assert handoff_violations(events, identities, victim.identity, killed_at) == []
+    assert handoff_violations(events, identities, replicas.departures()) == []
+
+
+@pytest.mark.filterwarnings(
+    "ignore::crewlet_operator.envtest.controlplane.EmptyAggregatedRolesWarning"
+)
+async def test_a_member_that_stops_gracefully_hands_over_without_waiting_for_expiry(
+    plane: ControlPlane, admin: Client, replicas: Replicas
+) -> None:
+    """SIGTERM: the member drains its reconciles and releases its Lease, so its Widgets move at
+    the next membership list, well within a lease duration, and still never to two writers."""
+    for ns, name in widgets():
+        await admin.create(WIDGET, widget(ns, name, "0"))
+    members = {replicas.start().member, replicas.start().member}
+    changing = asyncio.create_task(keep_changing(admin))
+    try:
+        await eventually(
+            lambda: shared(admin, members), timeout=120, interval=0.5, message="over 2 members"
+        )
+        leader_lease = await admin.get(LEASE, f"{NAME}-leader", LEASE_NAMESPACE)
+        # The one that does not lead stops: the sharder keeps running throughout.
+        leaving = next(
+            r for r in replicas.started if r.identity != leader_lease["spec"]["holderIdentity"]
+        )
+        leaving.stop()
+        assert leaving.proc.returncode == 0
+        gone = time.monotonic()
+        staying = members - {leaving.member}
+
+        async def picked_up() -> bool:
+            return not set((await members_of(admin)).values()) - staying
+
+        await eventually(picked_up, timeout=60, interval=0.1, message="the Widgets it left")
+        took = time.monotonic() - gone
+        print(f"\nthe stopped member's Widgets picked up {took:.2f} s after it exited")
+        assert took < LEASE_SECONDS, took
+        await asyncio.sleep(2)
+    finally:
+        changing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await changing
+    await eventually(
+        lambda: converged(admin, staying), timeout=60, interval=0.5, message="converged"
+    )
+    replicas.stop()
+    identities = {r.identity for r in replicas.started}
+    events = plane.audit_events()
+    assert handoff_violations(events, identities, replicas.departures()) == []
