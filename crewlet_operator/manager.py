@@ -167,8 +167,9 @@ class ManagerOptions:
     """Spread the objects of one primary kind over every replica instead of one active replica
     and warm standbys: each replica holds a member Lease ``<name>-<hash>`` in the leader
     election namespace and reconciles the objects labelled for it; the leader also assigns and
-    moves them (see :mod:`crewlet_operator.sharding`). Needs leader election. None (the
-    default): one active replica."""
+    moves them (see :mod:`crewlet_operator.sharding`). Needs leader election; every replica
+    runs its caches, so ``warm_standby`` has no effect. None (the default): one active
+    replica."""
 
     def __post_init__(self) -> None:
         if len(self.name) > 63 or not _DNS1123_LABEL.fullmatch(self.name):
