@@ -21,10 +21,10 @@ Guides, each on the page of the module it describes:
 Every name below is importable from this package. The pieces, one concept a module (as
 controller-runtime has one package a concept): ``kube`` (client, resources, config), ``cache``
 (informers), ``workqueue``, ``controller`` (controller and builder), ``manager``,
-``checkpoint`` (restarts that redo nothing), ``leader``, ``serving``, ``conditions``,
-``owners``, ``diff``, ``predicate``, ``writes`` (a controller's own writes), ``events``,
-``rbac`` (the RBAC the controllers declare), ``metrics``, ``envtest`` (a real local control
-plane for tests).
+``checkpoint`` (restarts that redo nothing), ``leader``, ``sharding`` (objects spread over
+every replica), ``serving``, ``conditions``, ``owners``, ``diff``, ``predicate``, ``writes`` (a
+controller's own writes), ``events``, ``rbac`` (the RBAC the controllers declare),
+``metrics``, ``envtest`` (a real local control plane for tests).
 """
 
 from crewlet_operator.cache import (
@@ -205,6 +205,7 @@ from crewlet_operator.ratelimit import (
 from crewlet_operator.rbac import PolicyRule
 from crewlet_operator.reconcile import ReconcileFunc, Reconciler, Request, Result
 from crewlet_operator.serving import HealthServer, MetricsServer
+from crewlet_operator.sharding import Sharding
 from crewlet_operator.workqueue import (
     AGING_INTERVAL,
     HIGH_PRIORITY,
@@ -334,6 +335,7 @@ __all__ = [
     "SchemaError",
     "Scope",
     "ServerError",
+    "Sharding",
     "Storage",
     "Store",
     "Stream",

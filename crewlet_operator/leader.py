@@ -201,6 +201,9 @@ class LeaderElectionConfig:
     leader that finds a live Lease ahead of its own steps down (its :meth:`~LeaderElector.hold`
     returns, as when a renewal fails). Needs ``get``, ``list`` and ``watch`` on Leases in every
     namespace. None (the default): only this Lease counts."""
+    labels: Mapping[str, str] | None = None
+    """Labels put on the Lease with each write of it, for others to find it by (a shard
+    member's ring: see :mod:`crewlet_operator.sharding`)."""
 
     def __post_init__(self) -> None:
         if not self.lease_duration > self.renew_deadline > JITTER * self.retry_period > 0:
@@ -477,11 +480,13 @@ class LeaderElector:
             meta["annotations"] = {**(meta.get("annotations") or {}), **extra}
 
     def _label(self, lease: dict[str, Any]) -> None:
-        """Put the exclusive labels on ``lease`` before it is written (a Lease written before
-        they were configured gains them with this replica's next write)."""
-        if self.config.exclusive_labels:
+        """Put the exclusive labels and the configured labels on ``lease`` before it is written
+        (a Lease written before they were configured gains them with this replica's next
+        write)."""
+        extra = {**(self.config.labels or {}), **(self.config.exclusive_labels or {})}
+        if extra:
             meta = lease.setdefault("metadata", {})
-            meta["labels"] = {**(meta.get("labels") or {}), **self.config.exclusive_labels}
+            meta["labels"] = {**(meta.get("labels") or {}), **extra}
 
     def _lead(self, leading: bool) -> None:
         self.is_leader = leading

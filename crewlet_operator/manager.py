@@ -59,18 +59,21 @@ from crewlet_operator.cache import Cache, InformerOptions
 from crewlet_operator.controller import Builder, Controller
 from crewlet_operator.errors import HealthCheckFailed
 from crewlet_operator.errors import LeadershipLostError as LeadershipLostError  # noqa: PLC0414
-from crewlet_operator.kube.client import Client
+from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.mapper import RESTMapper
 from crewlet_operator.leader import LeaderElectionConfig, LeaderElector, default_identity
 from crewlet_operator.metrics import EventLoopLag
 from crewlet_operator.rbac import PolicyRule
+from crewlet_operator.ring import RingLabels, member_name
 from crewlet_operator.serving import HealthServer, MetricsServer
+from crewlet_operator.sharding import Membership, ShardedBuilder, Sharder, Sharding
 
 __all__ = [
     "LeadershipLostError",
     "Manager",
     "ManagerOptions",
     "Runnable",
+    "Sharding",
     "default_namespace",
 ]
 
@@ -160,6 +163,13 @@ class ManagerOptions:
     long as the process, and every full collection after would walk them again (a start over
     3,000 Companies spent 1.2 s of 17 in full collections). False for a process whose objects
     at that moment are not meant to last."""
+    sharding: Sharding | None = None
+    """Spread the objects of one primary kind over every replica instead of one active replica
+    and warm standbys: each replica holds a member Lease ``<name>-<hash>`` in the leader
+    election namespace and reconciles the objects labelled for it; the leader also assigns and
+    moves them (see :mod:`crewlet_operator.sharding`). Needs leader election; every replica
+    runs its caches, so ``warm_standby`` has no effect. None (the default): one active
+    replica."""
 
     def __post_init__(self) -> None:
         if len(self.name) > 63 or not _DNS1123_LABEL.fullmatch(self.name):
@@ -168,6 +178,10 @@ class ManagerOptions:
                 "63 lowercase letters, digits and '-', starting and ending with a letter or a "
                 "digit), such as 'my-controller': the manager writes as it and elects on the "
                 "Lease '<name>-leader'"
+            )
+        if self.sharding is not None and not self.leader_election:
+            raise ValueError(
+                "ManagerOptions(sharding=...) needs leader_election: the leader is the sharder"
             )
 
     @property
@@ -233,16 +247,88 @@ class Manager:
         self._started_runnables: list[Runnable] = []
         self._holding: asyncio.Task[None] | None = None
         self._froze_gc = False
+        self._background: list[asyncio.Task[None]] = []
+        self._sharded: set[str] = set()
+        self.member: str | None = None
+        """With sharding, this replica's member name (its member Lease's); None without."""
+        self._member_elector: LeaderElector | None = None
+        self._membership: Membership | None = None
+        self._sharder: Sharder | None = None
+        if self.options.sharding is not None and self.elector is not None:
+            self._shard_setup(self.options.sharding, self.elector.config)
         self.health.add_readyz_check("informers-synced", self.ready_to_lead)
         if self.elector is not None and self.options.exclusive_lease_labels is not None:
             self.health.add_readyz_check("one-leader-per-cluster", self.no_other_install_leads)
         self.health.add_healthz_check("informers-watching", lambda: not self.cache.stale())
 
+    def _shard_setup(self, sharding: Sharding, leader: LeaderElectionConfig) -> None:
+        """The member Lease (renewed, and fencing, like the leader's) and the membership view."""
+        self.member = member_name(self.options.name, self.options.identity)
+        self._member_elector = LeaderElector(
+            self.client,
+            LeaderElectionConfig(
+                name=self.member,
+                namespace=leader.namespace,
+                identity=leader.identity,
+                lease_duration=leader.lease_duration,
+                renew_deadline=leader.renew_deadline,
+                retry_period=leader.retry_period,
+                labels={self.ring_labels.member: self.ring_labels.ring},
+            ),
+        )
+        self._membership = Membership(
+            self.client, leader.namespace, self.ring_labels, leader.retry_period
+        )
+
+    @property
+    def ring_labels(self) -> RingLabels:
+        """The ring's label keys: under ``Sharding.domain``, for the ring ``Sharding.ring``,
+        else the manager's name. Without sharding, unused."""
+        sharding = self.options.sharding
+        if sharding is None:
+            return RingLabels("", self.options.name)
+        return RingLabels(sharding.domain, sharding.ring or self.options.name)
+
+    @property
+    def shard_labels(self) -> dict[str, str]:
+        """With sharding, the label a sharded controller puts on every child it writes, so that
+        its owned informers (which select it) see them: ``{shard.<domain>/<ring>: member}``.
+        Empty without sharding."""
+        return {} if self.member is None else {self.ring_labels.shard: self.member}
+
     def controller(self, name: str) -> Builder:
         """Start building a controller named ``name`` (names label metrics and logs)."""
         if any(c.name == name for c in self.controllers):
             raise ValueError(f"a controller named {name!r} already exists")
-        return Builder(self, name)
+        if self.options.sharding is None or self.member is None:
+            return Builder(self, name)
+        return ShardedBuilder(
+            self,
+            name,
+            sharding=self.options.sharding,
+            labels=self.ring_labels,
+            member=self.member,
+            defaults=self.options.cache_options,
+            on_complete=self._sharded_controller,
+        )
+
+    def _sharded_controller(self, controller: Controller, scope: Scope) -> None:
+        """A sharded controller was built: it runs on every member; the leader shards its
+        primary kind's objects in ``scope``."""
+        sharding = self.options.sharding
+        if sharding is None or self._membership is None or self.elector is None:
+            return
+        self._sharded.add(controller.name)
+        if self._sharder is None:
+            self._sharder = Sharder(
+                self.client.with_field_manager(f"{self.field_manager}-sharder"),
+                sharding.resource,
+                scope,
+                labels=self.ring_labels,
+                membership=self._membership,
+                key=sharding.key,
+                retry_period=self.elector.config.retry_period,
+            )
 
     def add_controller(self, controller: Controller) -> None:
         """Run ``controller`` with the manager."""
@@ -360,6 +446,9 @@ class Manager:
     async def _serve(self, warm: bool, started: list[Controller]) -> None:
         """Start the caches and controllers in order (the caches before the lease when warm,
         after it when cold), then wait for a stop or the loss of the lease."""
+        if self._member_elector is not None:
+            await self._serve_sharded(self._member_elector, started)
+            return
         if warm and not await self._start_caches():
             return
         for controller in self.controllers:
@@ -390,6 +479,49 @@ class Manager:
         log.info("controllers started", controllers=[c.name for c in started])
         self.started.set()
         await self._stop.wait()
+
+    async def _serve_sharded(self, member: LeaderElector, started: list[Controller]) -> None:
+        """With sharding: the caches, the member Lease, then the sharded controllers (and those
+        that need no leader), at once on every replica; the leader-only controllers and the
+        sharder once this replica leads. Losing either Lease stops everything at once."""
+        if not await self._start_caches():
+            return
+        if self._membership is not None:
+            self._background.append(
+                asyncio.create_task(self._membership.run(), name="ring membership")
+            )
+        if not await self._until_stopped(member.acquire()):
+            return
+        self._holding = asyncio.create_task(self._hold(member), name="member lease renewal")
+        for controller in self.controllers:
+            if controller.name in self._sharded or not controller.need_leader_election:
+                await controller.start()
+                started.append(controller)
+        log.info("member of the ring", ring=self.ring_labels.ring, member=self.member)
+        self.started.set()
+        self._background.append(asyncio.create_task(self._lead_and_shard(started), name="sharder"))
+        await self._stop.wait()
+
+    async def _lead_and_shard(self, started: list[Controller]) -> None:
+        """Campaign for the leader Lease; once leading, start the leader-only controllers and
+        run the sharder. A failure stops the manager as a lost lease does."""
+        if self.elector is None:
+            return
+        try:
+            await self.elector.acquire()
+            self._background.append(
+                asyncio.create_task(self._hold(self.elector), name="lease renewal")
+            )
+            for controller in self.controllers:
+                if controller not in started:
+                    await controller.start()
+                    started.append(controller)
+            if self._sharder is not None:
+                await self._sharder.run()
+        except Exception:
+            log.exception("the sharder failed")
+            self._lost = True
+            self._stop.set()
 
     async def _start_caches(self) -> bool:
         """Start the informers and the runnables, and wait for the informers' first lists;
@@ -434,12 +566,15 @@ class Manager:
             # Renewals end before the drain, as they always have: a leader that loses the
             # lease while draining could not be stopped from writing any more.
             await cancel_and_wait(self._holding)
+        await cancel_and_wait(*self._background)
         if lost:
             await asyncio.gather(*(c.abort() for c in controllers))
         else:
             await asyncio.gather(*(c.stop(grace) for c in controllers))
             if self.elector is not None:
                 await self.elector.release()
+            if self._member_elector is not None:
+                await self._member_elector.release()
         for runnable in reversed(self._started_runnables):
             await runnable.stop()
         await self.cache.stop()

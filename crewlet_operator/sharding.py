@@ -1,0 +1,361 @@
+"""Sharding: the objects of one primary kind spread over every replica, each writing its share.
+
+Opt in with ``ManagerOptions(sharding=Sharding(resource=WIDGET, domain="example.com"))``. Every
+replica is then active:
+
+- **Membership.** Each replica holds a Lease of its own, ``<name>-<hash of its identity>``,
+  labelled ``sharding.<domain>/ring: <ring>``, acquired and renewed by a
+  :class:`~crewlet_operator.leader.LeaderElector` (its timings, its fencing: a replica that
+  cannot renew within ``renew_deadline`` stops writing at once, before its Lease may be judged
+  expired). The Lease's name is the replica's *member* name. Every replica lists the ring's
+  Leases each ``retry_period`` (:class:`Membership`); a member is live while its Lease has a
+  holder and was seen to change within its duration, judged at the last successful list.
+- **Assignment.** The replica holding the ordinary leader Lease is the *sharder*
+  (:class:`Sharder`): it hashes each primary object's key (its namespace by default, so that a
+  tenant's objects stay together) onto the live members (:class:`~crewlet_operator.ring.HashRing`)
+  and writes the member into the object's shard label ``shard.<domain>/<ring>``.
+- **Handoff.** An object whose member is live but no longer its hash target gets the drain label
+  ``drain.<domain>/<ring>``. Its member, on its next request for it (after any reconcile of it
+  in flight: the queue never hands one request to two workers), writes nothing else for it and
+  acknowledges by clearing both labels; only then does the sharder label it for its new member.
+  An object whose member's Lease has expired is relabelled at once: that member stopped writing
+  before its Lease expired. Every label write is conditional on the ``resourceVersion`` it was
+  decided on, so a decision on a stale cache fails instead of acting.
+- **Caches.** A member's informer of the primary kind selects its own shard label, so it holds
+  and reconciles its share alone; its informers of the kinds it :meth:`~ShardedBuilder.owns`
+  select the same label, which the reconciler puts on every child it writes
+  (:attr:`Manager.shard_labels <crewlet_operator.manager.Manager.shard_labels>`). After a move the
+  children still carry the old member's label until the new member writes them again (once): a
+  reconciler that applies its children whole (server-side apply) needs nothing more; one that
+  reads a child from the cache before writing it finds none there the first time.
+- **The gate.** Before each reconcile a member reads the primary object from its cache: one not
+  labelled for it (moved, or not yet assigned) is not reconciled, one draining is acknowledged
+  instead. What it writes for an object is therefore always written while the object is its own.
+
+Invariants: (1) only the sharder sets a shard label, and only on an object with none or with a
+dead member's; (2) only the member clears its own label, and only in answer to a drain; (3) a
+member writes for an object only while the object carries its label and no drain, read before
+each reconcile. Hence no object is written by two live members in any window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import structlog
+
+from crewlet_operator.cache import Cache, Informer, InformerOptions, MetadataOnly
+from crewlet_operator.controller import Builder, Controller, ControllerHost
+from crewlet_operator.errors import ConflictError, CrewletError, NotFoundError
+from crewlet_operator.kube.client import Client, Scope
+from crewlet_operator.kube.resources import LEASE, Resource
+from crewlet_operator.leader import RivalLeases
+from crewlet_operator.objects import KubeObject
+from crewlet_operator.predicate import Predicate
+from crewlet_operator.rbac import PolicyRule
+from crewlet_operator.reconcile import ReconcileFunc, Reconciler, Request, Result, as_reconcile_func
+from crewlet_operator.ring import Assign, Drain, HashRing, RingLabels, next_step
+
+__all__ = ["Membership", "ShardedBuilder", "Sharder", "Sharding", "by_namespace"]
+
+log = structlog.get_logger("crewlet_operator.sharding")
+
+
+def by_namespace(obj: KubeObject) -> str:
+    """The default key: the object's namespace (its name for a cluster-scoped kind), so that
+    the objects of one namespace (one tenant's) stay on one member."""
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or meta.get("name") or "")
+
+
+@dataclass(kw_only=True)
+class Sharding:
+    """Shard the controllers whose primary kind is ``resource`` over every live replica.
+
+    The controllers built with ``manager.controller(...).for_(resource)`` run on every replica,
+    each on the objects labelled for it; the other controllers keep leader election (they run
+    on the leader, which is also the sharder). See :mod:`crewlet_operator.sharding`.
+    """
+
+    resource: Resource
+    """The primary kind whose objects are spread over the members."""
+    domain: str
+    """A DNS domain of the controller's own, for its labels (``shard.<domain>/<ring>``, ...:
+    :class:`~crewlet_operator.ring.RingLabels`), such as ``example.com``."""
+    ring: str | None = None
+    """The ring's name, in the labels; None (the default): the manager's name."""
+    key: Callable[[KubeObject], str] = by_namespace
+    """What an object is hashed by: its namespace (:func:`by_namespace`) unless told."""
+
+
+def _and(selector: str | None, term: str) -> str:
+    return f"{selector},{term}" if selector else term
+
+
+class ShardedBuilder(Builder):
+    """A :class:`~crewlet_operator.controller.Builder` for a manager with sharding: a controller
+    whose primary kind is the sharded one caches only this member's objects (its primary and
+    owned informers select the member's shard label) and reconciles them through the gate.
+    Other controllers are built as usual."""
+
+    def __init__(
+        self,
+        manager: ControllerHost,
+        name: str,
+        *,
+        sharding: Sharding,
+        labels: RingLabels,
+        member: str,
+        defaults: InformerOptions | None,
+        on_complete: Callable[[Controller, Scope], None],
+    ) -> None:
+        super().__init__(manager, name)
+        self._sharding = sharding
+        self._labels = labels
+        self._member = member
+        self._defaults = defaults
+        self._on_complete = on_complete
+        self._base_scope: Scope | None = None
+
+    def _mine(self, options: InformerOptions | None) -> InformerOptions:
+        base = options or self._defaults or InformerOptions()
+        term = f"{self._labels.shard}={self._member}"
+        scope = replace(base.scope, label_selector=_and(base.scope.label_selector, term))
+        return replace(base, scope=scope)
+
+    def for_(
+        self,
+        resource: Resource,
+        *,
+        predicates: Sequence[Predicate] = (),
+        options: InformerOptions | None = None,
+    ) -> Builder:
+        """The primary kind; the sharded kind's informer selects this member's label."""
+        if resource != self._sharding.resource:
+            return super().for_(resource, predicates=predicates, options=options)
+        self._base_scope = (options or self._defaults or InformerOptions()).scope
+        return super().for_(resource, predicates=predicates, options=self._mine(options))
+
+    def owns(
+        self,
+        resource: Resource,
+        *,
+        predicates: Sequence[Predicate] = (),
+        options: InformerOptions | None = None,
+    ) -> Builder:
+        """A child kind; under a sharded primary its informer selects this member's label
+        (children written with :attr:`Manager.shard_labels`)."""
+        if self._base_scope is not None:
+            options = self._mine(options)
+        return super().owns(resource, predicates=predicates, options=options)
+
+    def complete(self, reconciler: Reconciler | ReconcileFunc) -> Controller:
+        """Create the controller; a sharded one reconciles through the gate."""
+        if self._base_scope is None:
+            return super().complete(reconciler)
+        gate = Gate(
+            as_reconcile_func(reconciler),
+            self._manager.cache,
+            self._sharding.resource,
+            self._labels,
+            self._member,
+        )
+        controller = super().complete(gate.reconcile)
+        controller.add_rbac_rules(PolicyRule.on(self._sharding.resource, "patch"))
+        self._on_complete(controller, self._base_scope)
+        return controller
+
+
+class Gate:
+    """Reconciles a request only while its object is this member's; acknowledges a drain."""
+
+    def __init__(
+        self,
+        reconcile: ReconcileFunc,
+        cache: Cache,
+        resource: Resource,
+        labels: RingLabels,
+        member: str,
+    ) -> None:
+        self._reconcile = reconcile
+        self._cache = cache
+        self._resource = resource
+        self._shard = labels.shard
+        self._drain = labels.drain
+        self._member = member
+
+    async def reconcile(self, request: Request) -> Result | None:
+        """Reconcile ``request`` if its object, as cached, is labelled for this member and not
+        draining; acknowledge a drain; leave anything else alone."""
+        obj = self._cache.get(self._resource, request.name, request.namespace)
+        if obj is None:
+            return None  # gone, or another member's: nothing of it is ours to write
+        meta = obj.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if labels.get(self._shard) != self._member:
+            return None
+        if self._drain in labels:
+            await self._acknowledge(request, str(meta.get("resourceVersion") or ""))
+            return None
+        return await self._reconcile(request)
+
+    async def _acknowledge(self, request: Request, resource_version: str) -> None:
+        """Let the object go: clear both labels, on the version that asked (a conflict means
+        the cache was behind: the request is retried)."""
+        patch = {
+            "metadata": {
+                "resourceVersion": resource_version,
+                "labels": {self._shard: None, self._drain: None},
+            }
+        }
+        with contextlib.suppress(NotFoundError):
+            await self._cache.client.patch(self._resource, request.name, patch, request.namespace)
+            log.info("handed off", namespace=request.namespace, name=request.name)
+
+
+class Membership:
+    """The ring's members as this replica sees them: it lists their Leases every
+    ``retry_period`` (:meth:`run`), and judges each by the rule of
+    :class:`~crewlet_operator.leader.RivalLeases` (live while held and seen to change within
+    its duration, by this process's monotonic clock), *at the last successful list*: a replica
+    that cannot list never takes a live member for dead."""
+
+    def __init__(
+        self, client: Client, namespace: str, labels: RingLabels, retry_period: float
+    ) -> None:
+        self._client = client
+        self._scope = Scope(namespace, label_selector=f"{labels.member}={labels.ring}")
+        self._retry_period = retry_period
+        self._seen = RivalLeases(namespace, "")  # no Lease is named "": none left out
+        self._listed_at: float | None = None
+        self.changed = asyncio.Event()
+        """Set when the set of live members may have changed (each list); the sharder clears it."""
+
+    def live(self) -> frozenset[str] | None:
+        """The live members' names; None until the first successful list."""
+        if self._listed_at is None:
+            return None
+        return frozenset(lease.name for lease in self._seen.live(self._listed_at))
+
+    async def observe(self) -> bool:
+        """List the ring's Leases once; False when the list failed."""
+        try:
+            listed = await self._client.list(LEASE, self._scope)
+        except CrewletError as exc:
+            log.debug("listing the ring's leases failed", error=str(exc))
+            return False
+        now = time.monotonic()
+        self._seen.observe(listed.items, now)
+        self._listed_at = now
+        self.changed.set()
+        return True
+
+    async def run(self) -> None:
+        """Observe every ``retry_period`` until cancelled."""
+        while True:
+            await self.observe()
+            await asyncio.sleep(self._retry_period)
+
+
+class Sharder:
+    """Assigns the primary objects to members and moves them (on the leader alone): see the
+    module's documentation for the protocol, and :func:`~crewlet_operator.ring.next_step` for
+    each decision. It writes as its own field manager, so its label writes are told apart from
+    the members' in an audit log."""
+
+    def __init__(
+        self,
+        client: Client,
+        resource: Resource,
+        scope: Scope,
+        *,
+        labels: RingLabels,
+        membership: Membership,
+        key: Callable[[KubeObject], str],
+        retry_period: float,
+    ) -> None:
+        self._client = client
+        self._resource = resource
+        self._labels = labels
+        self._membership = membership
+        self._key = key
+        self._retry_period = retry_period
+        self._informer = Informer(
+            client, resource, InformerOptions(scope=scope, storage=MetadataOnly())
+        )
+        self._informer.add_handler(_Wake(membership.changed))
+
+    async def run(self) -> None:
+        """Watch the primary objects and make a pass over them whenever they or the members
+        change (at least every ``retry_period``), until cancelled."""
+        watching = asyncio.create_task(self._informer.run(), name="sharder informer")
+        try:
+            await self._informer.wait_for_sync()
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._retry_period):
+                        await self._membership.changed.wait()
+                self._membership.changed.clear()
+                await self.shard_pass()
+        finally:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
+
+    async def shard_pass(self) -> int:
+        """One pass over the cached objects; the number of label writes made."""
+        live = self._membership.live()
+        if live is None:
+            return 0
+        ring = HashRing(live)
+        writes = 0
+        for obj in self._informer.store.list():
+            meta = obj.get("metadata") or {}
+            labels: Mapping[str, str] = meta.get("labels") or {}
+            step = next_step(labels, self._labels, ring.owner(self._key(obj)), live)
+            if step is None:
+                continue
+            if isinstance(step, Assign):
+                change: dict[str, Any] = {
+                    self._labels.shard: step.member,
+                    self._labels.drain: None,
+                }
+            else:
+                assert isinstance(step, Drain)
+                change = {self._labels.drain: "true"}
+            patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"), "labels": change}}
+            try:
+                await self._client.patch(
+                    self._resource, str(meta.get("name")), patch, meta.get("namespace")
+                )
+            except (ConflictError, NotFoundError):
+                continue  # decided on a stale copy: the watch brings the new one
+            writes += 1
+            log.info(
+                "assigned" if isinstance(step, Assign) else "draining",
+                namespace=meta.get("namespace"),
+                name=meta.get("name"),
+                member=step.member if isinstance(step, Assign) else labels.get(self._labels.shard),
+            )
+        return writes
+
+
+class _Wake:
+    """An informer handler that sets an event on every change."""
+
+    def __init__(self, event: asyncio.Event) -> None:
+        self._event = event
+
+    def on_add(self, obj: KubeObject, initial: bool = False) -> None:
+        self._event.set()
+
+    def on_update(self, old: KubeObject, new: KubeObject) -> None:
+        self._event.set()
+
+    def on_delete(self, obj: KubeObject) -> None:
+        self._event.set()

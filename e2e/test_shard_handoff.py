@@ -1,0 +1,386 @@
+"""Sharding on the real control plane (issue 38): replicas of a sharded controller
+(e2e/shardlet.py) share Widgets across several namespaces: two, then a third joins (Widgets move
+to it by drain and acknowledgement), then the sharder's replica is killed.
+
+Asserted from the API server's records:
+
+- every Widget converges (its ConfigMap and its Ready condition at its generation), while the
+  test keeps changing them, before and after the kill;
+- the dead member's Widgets are all assigned to live members within about one lease duration
+  of the kill;
+- the audit log (each replica writes with a user agent of its own): for every Widget and its
+  ConfigMap, the writing replica changes only at a handoff: the previous writer's last write
+  was its acknowledgement of a drain (a patch of the Widget), or it was killed before the next
+  writer's first write; and the sharder labelled the object after the previous writer's last
+  write and before the next one's first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from crewlet_operator import CONFIG_MAP, LEASE, NAMESPACE, Client, Scope, find_condition
+from crewlet_operator.envtest import ControlPlane, install_crds, load_crds
+from crewlet_operator.envtest.wait import eventually
+from crewlet_operator.ring import RingLabels, member_name
+
+E2E = Path(__file__).resolve().parent
+EXAMPLES = E2E.parent / "examples"
+sys.path.insert(0, str(EXAMPLES))
+
+from widgets import WIDGET  # noqa: E402
+
+NAME = "shardlet"
+LEASE_SECONDS = 4.0
+LEASE_NAMESPACE = "shard-system"
+NAMESPACES = [f"tenant-{i}" for i in range(12)]
+PER_NAMESPACE = 3
+LABELS = RingLabels("example.crewlet.ai", NAME)
+SHARD = LABELS.shard
+SLACK = 4.0
+"""Seconds past the lease duration the pick-up may take: a membership list (every second), the
+new leader's campaign and its sharder's first list, and one label write a Widget."""
+
+Object = dict[str, Any]
+
+
+class Replica:
+    """e2e/shardlet.py as a process, identified by ``identity`` (also its user agent)."""
+
+    def __init__(self, kubeconfig: Path, identity: str, log: Path) -> None:
+        self.identity = identity
+        self.member = member_name(NAME, identity)
+        self.left_at: datetime.datetime | None = None
+        """When it was killed or told to stop: after it, it may be gone without a handoff."""
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    str(E2E / "shardlet.py"),
+                    "--kubeconfig",
+                    str(kubeconfig),
+                    "--identity",
+                    identity,
+                    "--lease-namespace",
+                    LEASE_NAMESPACE,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def kill(self) -> None:
+        """SIGKILL: no release; its Leases must expire."""
+        self.left_at = datetime.datetime.now(datetime.UTC)
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.left_at = datetime.datetime.now(datetime.UTC)
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def plane(tmp_path: Path) -> Iterator[ControlPlane]:
+    with ControlPlane(tmp_path / "plane", audit=True) as started:
+        yield started
+
+
+@pytest_asyncio.fixture
+async def admin(plane: ControlPlane) -> AsyncIterator[Client]:
+    async with Client(plane.admin_config(), field_manager="e2e-test") as client:
+        await install_crds(client, load_crds(EXAMPLES / "example.crewlet.ai_widgets.yaml"))
+        for ns in [LEASE_NAMESPACE, *NAMESPACES]:
+            await client.create(NAMESPACE, {"metadata": {"name": ns}})
+        yield client
+
+
+class Replicas:
+    """The replicas a test starts, each stopped after it."""
+
+    def __init__(self, kubeconfig: Path, logs: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.logs = logs
+        self.started: list[Replica] = []
+
+    def start(self) -> Replica:
+        identity = f"replica-{len(self.started)}"
+        replica = Replica(self.kubeconfig, identity, self.logs / f"{identity}.log")
+        self.started.append(replica)
+        return replica
+
+    def stop(self) -> None:
+        for replica in self.started:
+            replica.stop()
+
+    def departures(self) -> dict[str, datetime.datetime]:
+        """When each replica that has left was killed or told to stop."""
+        return {r.identity: r.left_at for r in self.started if r.left_at is not None}
+
+
+@pytest.fixture
+def replicas(plane: ControlPlane, tmp_path: Path) -> Iterator[Replicas]:
+    started = Replicas(plane.kubeconfig, tmp_path)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def widget(ns: str, name: str, value: str) -> Object:
+    return {"metadata": {"name": name, "namespace": ns}, "spec": {"data": {"v": value}}}
+
+
+def widgets() -> list[tuple[str, str]]:
+    return [(ns, f"w{i}") for ns in NAMESPACES for i in range(PER_NAMESPACE)]
+
+
+async def keep_changing(client: Client) -> None:
+    """Change one Widget after another, so that every replica keeps writing."""
+    round_ = 0
+    while True:
+        round_ += 1
+        for ns, name in widgets():
+            patch = {"spec": {"data": {"v": str(round_)}}}
+            await client.patch(WIDGET, name, patch, ns)
+            await asyncio.sleep(0.02)
+
+
+async def converged(client: Client, live: set[str]) -> bool:
+    """Every Widget is with a live member, Ready at its generation, its ConfigMap rendered."""
+    items = (await client.list(WIDGET)).items
+    maps = {
+        (m["metadata"]["namespace"], m["metadata"]["name"]): m
+        for m in (await client.list(CONFIG_MAP, Scope(label_selector=SHARD))).items
+    }
+    if len(items) != len(widgets()):
+        return False
+    for item in items:
+        meta = item["metadata"]
+        ready = find_condition((item.get("status") or {}).get("conditions"), "Ready")
+        rendered = maps.get((meta["namespace"], f"{meta['name']}-rendered"))
+        if (
+            (meta.get("labels") or {}).get(SHARD) not in live
+            or ready is None
+            or ready.get("observedGeneration") != meta["generation"]
+            or rendered is None
+            or rendered.get("data") != item["spec"]["data"]
+        ):
+            return False
+    return True
+
+
+async def members_of(client: Client) -> dict[str, str]:
+    """Each Widget's member."""
+    return {
+        f"{w['metadata']['namespace']}/{w['metadata']['name']}": (
+            (w["metadata"].get("labels") or {}).get(SHARD, "")
+        )
+        for w in (await client.list(WIDGET)).items
+    }
+
+
+def moment(stamp: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def company_of(event: Object) -> str | None:
+    """The Widget an audited write is about (the Widget's own, its status, its ConfigMap)."""
+    ref = event.get("objectRef") or {}
+    ns, name = ref.get("namespace"), ref.get("name") or ""
+    if ref.get("resource") == "widgets":
+        return f"{ns}/{name}"
+    if ref.get("resource") == "configmaps" and name.endswith("-rendered"):
+        return f"{ns}/{name.removesuffix('-rendered')}"
+    return None
+
+
+def handoff_violations(
+    events: list[Object], replicas: set[str], departures: dict[str, datetime.datetime]
+) -> list[str]:
+    """Where a Widget's writer changed other than through a handoff (empty: none): the previous
+    writer acknowledged a drain, or had left (``departures``: killed, or told to stop, which
+    drains and releases its Lease) before the next one's first write."""
+    by_company: dict[str, list[Object]] = {}
+    for event in events:
+        company = company_of(event)
+        code = int((event.get("responseStatus") or {}).get("code") or 0)
+        if company is not None and 200 <= code < 300 and event.get("verb") != "get":
+            by_company.setdefault(company, []).append(event)
+    violations = []
+    for company, writes in by_company.items():
+        writer: str | None = None
+        last: Object | None = None
+        labelled_since = False
+        for event in writes:
+            agent = event.get("userAgent")
+            if f"fieldManager={NAME}-sharder" in str(event.get("requestURI")):
+                labelled_since = True
+                continue
+            if agent not in replicas:
+                continue  # the test's own writes
+            if writer is not None and agent != writer:
+                assert last is not None
+                acknowledged = (
+                    last.get("verb") == "patch"
+                    and last["objectRef"].get("resource") == "widgets"
+                    and not last["objectRef"].get("subresource")
+                )
+                left = departures.get(writer)
+                dead = left is not None and moment(event["stageTimestamp"]) > left
+                if not (acknowledged or dead) or not labelled_since:
+                    violations.append(
+                        f"{company}: {writer} then {agent} at {event['stageTimestamp']} "
+                        f"(acknowledged={acknowledged}, dead={dead}, relabelled={labelled_since})"
+                    )
+            # The next writer must come after a label write that follows this one.
+            labelled_since = False
+            writer, last = agent, event
+    return violations
+
+
+async def shared(client: Client, members: set[str]) -> bool:
+    """Every Widget converged, and every member holds some."""
+    owners = set((await members_of(client)).values())
+    return owners == members and await converged(client, members)
+
+
+# No RBAC is tested here: the control plane runs without kube-controller-manager.
+@pytest.mark.filterwarnings(
+    "ignore::crewlet_operator.envtest.controlplane.EmptyAggregatedRolesWarning"
+)
+async def test_replicas_share_the_widgets_hand_over_on_join_and_pick_up_the_dead(
+    plane: ControlPlane, admin: Client, replicas: Replicas
+) -> None:
+    for ns, name in widgets():
+        await admin.create(WIDGET, widget(ns, name, "0"))
+    first = {replicas.start().member, replicas.start().member}
+    changing = asyncio.create_task(keep_changing(admin))
+    try:
+        await eventually(
+            lambda: shared(admin, first), timeout=120, interval=0.5, message="over 2 members"
+        )
+        before = await members_of(admin)
+        joined = replicas.start()
+        everyone = {*first, joined.member}
+        await eventually(
+            lambda: shared(admin, everyone), timeout=120, interval=0.5, message="over 3 members"
+        )
+        moved = {k for k, m in (await members_of(admin)).items() if m != before[k]}
+        assert moved, "the member that joined took Widgets over"
+        leases = (
+            await admin.list(
+                LEASE, Scope(LEASE_NAMESPACE, label_selector=f"{LABELS.member}={NAME}")
+            )
+        ).items
+        assert {lease["metadata"]["name"] for lease in leases} == everyone
+
+        leader_lease = await admin.get(LEASE, f"{NAME}-leader", LEASE_NAMESPACE)
+        holder = leader_lease["spec"]["holderIdentity"]
+        victim = next(r for r in replicas.started if r.identity == holder)
+        theirs = {k for k, m in (await members_of(admin)).items() if m == victim.member}
+        assert theirs, "the sharder's replica has Widgets of its own"
+        await asyncio.sleep(3)  # keep writing everywhere a while longer
+        started = time.monotonic()
+        victim.kill()
+        survivors = everyone - {victim.member}
+
+        async def picked_up() -> bool:
+            return not set((await members_of(admin)).values()) - survivors
+
+        await eventually(picked_up, timeout=60, interval=0.1, message="the dead member's Widgets")
+        took = time.monotonic() - started
+        print(f"\nthe dead member's {len(theirs)} Widgets picked up {took:.2f} s after the kill")
+        assert took <= LEASE_SECONDS + SLACK, took
+        await asyncio.sleep(3)
+    finally:
+        changing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await changing
+
+    await eventually(
+        lambda: converged(admin, survivors), timeout=60, interval=0.5, message="converged"
+    )
+    assert set((await members_of(admin)).values()) == survivors
+    replicas.stop()
+
+    events = plane.audit_events()
+    identities = {r.identity for r in replicas.started}
+    written = {e.get("userAgent") for e in events if company_of(e) is not None}
+    assert identities <= written, "every replica wrote, under its own user agent"
+    acknowledged = {
+        company_of(e)
+        for e in events
+        if e.get("userAgent") in identities
+        and e["objectRef"].get("resource") == "widgets"
+        and not e["objectRef"].get("subresource")
+        and e.get("verb") == "patch"
+        and f"fieldManager={NAME}-sharder" not in str(e.get("requestURI"))
+        and (e.get("responseStatus") or {}).get("code") == 200
+    }
+    assert moved <= acknowledged, "each move on the join was acknowledged"
+    assert handoff_violations(events, identities, replicas.departures()) == []
+
+
+@pytest.mark.filterwarnings(
+    "ignore::crewlet_operator.envtest.controlplane.EmptyAggregatedRolesWarning"
+)
+async def test_a_member_that_stops_gracefully_hands_over_without_waiting_for_expiry(
+    plane: ControlPlane, admin: Client, replicas: Replicas
+) -> None:
+    """SIGTERM: the member drains its reconciles and releases its Lease, so its Widgets move at
+    the next membership list, well within a lease duration, and still never to two writers."""
+    for ns, name in widgets():
+        await admin.create(WIDGET, widget(ns, name, "0"))
+    members = {replicas.start().member, replicas.start().member}
+    changing = asyncio.create_task(keep_changing(admin))
+    try:
+        await eventually(
+            lambda: shared(admin, members), timeout=120, interval=0.5, message="over 2 members"
+        )
+        leader_lease = await admin.get(LEASE, f"{NAME}-leader", LEASE_NAMESPACE)
+        # The one that does not lead stops: the sharder keeps running throughout.
+        leaving = next(
+            r for r in replicas.started if r.identity != leader_lease["spec"]["holderIdentity"]
+        )
+        leaving.stop()
+        assert leaving.proc.returncode == 0
+        gone = time.monotonic()
+        staying = members - {leaving.member}
+
+        async def picked_up() -> bool:
+            return not set((await members_of(admin)).values()) - staying
+
+        await eventually(picked_up, timeout=60, interval=0.1, message="the Widgets it left")
+        took = time.monotonic() - gone
+        print(f"\nthe stopped member's Widgets picked up {took:.2f} s after it exited")
+        assert took < LEASE_SECONDS, took
+        await asyncio.sleep(2)
+    finally:
+        changing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await changing
+    await eventually(
+        lambda: converged(admin, staying), timeout=60, interval=0.5, message="converged"
+    )
+    replicas.stop()
+    identities = {r.identity for r in replicas.started}
+    events = plane.audit_events()
+    assert handoff_violations(events, identities, replicas.departures()) == []

@@ -1,0 +1,390 @@
+"""Sharding's decisions without an API server: the hash ring (balanced, deterministic, moving
+little when members come and go), the sharder's next step for an object, a model of the whole
+handoff run under random schedules (never two members writing one object), and how a manager
+with sharding builds its controllers."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import cast
+
+import pytest
+import pytest_asyncio
+
+from crewlet_operator import (
+    CONFIG_MAP,
+    SECRET,
+    Client,
+    Manager,
+    ManagerOptions,
+    Request,
+    RestConfig,
+    Sharding,
+    TransportError,
+)
+from crewlet_operator.cache import Cache, InformerOptions
+from crewlet_operator.kube.client import ObjectList, Scope
+from crewlet_operator.ring import (
+    Assign,
+    Drain,
+    HashRing,
+    RingLabels,
+    member_name,
+    next_step,
+)
+from crewlet_operator.sharding import Gate, Membership
+
+KEYS = [f"tenant-{i}" for i in range(3000)]
+KEYS_R = RingLabels("example.com", "r")
+SHARD = KEYS_R.shard
+DRAIN = KEYS_R.drain
+
+
+def owners(ring: HashRing) -> dict[str, str | None]:
+    return {key: ring.owner(key) for key in KEYS}
+
+
+# -- the ring --------------------------------------------------------------------------------
+
+
+def test_an_empty_ring_has_no_owner() -> None:
+    assert HashRing([]).owner("a") is None
+
+
+def test_the_ring_is_the_same_in_every_process_and_for_any_order() -> None:
+    assert owners(HashRing(["a", "b", "c"])) == owners(HashRing(["c", "a", "b", "a"]))
+    # Fixed points (SHA-256, not Python's salted hash): the same answer in every process.
+    assert [HashRing(["a", "b", "c"]).owner(k) for k in ("x", "y", "z")] == [
+        HashRing(["a", "b", "c"]).owner(k) for k in ("x", "y", "z")
+    ]
+
+
+@pytest.mark.parametrize("members", [2, 3, 5])
+def test_keys_spread_evenly(members: int) -> None:
+    ring = HashRing([f"m{i}" for i in range(members)])
+    counts = Counter(owners(ring).values())
+    assert len(counts) == members
+    fair = len(KEYS) / members
+    assert all(abs(n - fair) < 0.2 * fair for n in counts.values()), counts
+
+
+def test_a_member_that_joins_takes_keys_for_itself_alone() -> None:
+    before = owners(HashRing(["a", "b", "c"]))
+    after = owners(HashRing(["a", "b", "c", "d"]))
+    moved = {key for key in KEYS if before[key] != after[key]}
+    assert {after[key] for key in moved} == {"d"}
+    assert 0.15 < len(moved) / len(KEYS) < 0.35  # about a quarter
+
+
+def test_a_member_that_leaves_gives_away_its_own_keys_alone() -> None:
+    before = owners(HashRing(["a", "b", "c"]))
+    after = owners(HashRing(["a", "c"]))
+    assert {key for key in KEYS if before[key] != after[key]} == {
+        key for key in KEYS if before[key] == "b"
+    }
+
+
+def test_a_member_name_is_a_label_value_and_differs_by_identity() -> None:
+    long = member_name("x" * 63, "host_1")
+    assert len(long) <= 63
+    assert member_name("widgets", "host_1") != member_name("widgets", "host_2")
+    assert member_name("widgets", "host_1") == member_name("widgets", "host_1")
+
+
+# -- the sharder's next step -----------------------------------------------------------------
+
+LIVE = frozenset({"a", "b"})
+
+
+@pytest.mark.parametrize(
+    ("labels", "target", "step"),
+    [
+        ({}, "a", Assign("a")),  # new
+        ({SHARD: "a"}, "a", None),  # in place
+        ({SHARD: "a"}, "b", Drain()),  # live, elsewhere: its member must let go first
+        ({SHARD: "a", DRAIN: "true"}, "b", None),  # waiting for the acknowledgement
+        ({SHARD: "a", DRAIN: "true"}, "a", None),  # a drain is never withdrawn
+        ({DRAIN: "true"}, "b", Assign("b")),  # acknowledged (or a leftover drain label)
+        ({SHARD: "dead"}, "b", Assign("b")),  # its member stopped: straight over
+        ({SHARD: "dead", DRAIN: "true"}, "a", Assign("a")),
+        ({SHARD: "a"}, None, None),  # no live member: nothing to do
+    ],
+)
+def test_the_next_step(labels: dict[str, str], target: str | None, step: object) -> None:
+    assert next_step(labels, KEYS_R, target, LIVE) == step
+
+
+def test_labels_of_another_ring_do_not_count() -> None:
+    other = RingLabels("example.com", "other").shard
+    assert next_step({other: "a"}, KEYS_R, "b", LIVE) == Assign("b")
+
+
+def test_the_label_keys() -> None:
+    assert (KEYS_R.member, KEYS_R.shard, KEYS_R.drain) == (
+        "sharding.example.com/ring",
+        "shard.example.com/r",
+        "drain.example.com/r",
+    )
+
+
+# -- the protocol, under random schedules ------------------------------------------------------
+
+
+@dataclass
+class World:
+    """Objects' labels as the API server holds them, a version each, and the members."""
+
+    labels: dict[str, dict[str, str]]
+    version: dict[str, int]
+    live: set[str]
+    writing: dict[str, set[str]] = field(default_factory=dict)
+    """Per object, the members that may write it now by the gate's rule."""
+
+    def write(self, obj: str, expected: int, change: dict[str, str | None]) -> bool:
+        """A conditional label write (a merge patch carrying the resourceVersion)."""
+        if self.version[obj] != expected:
+            return False
+        for key, value in change.items():
+            if value is None:
+                self.labels[obj].pop(key, None)
+            else:
+                self.labels[obj][key] = value
+        self.version[obj] += 1
+        return True
+
+
+def gate_allows(labels: dict[str, str], member: str) -> bool:
+    return labels.get(SHARD) == member and DRAIN not in labels
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_no_object_is_ever_writable_by_two_live_members(seed: int) -> None:
+    """Members join and die at random while a sharder (acting on stale snapshots, as from an
+    informer) and the members (acknowledging drains from their own stale snapshots) step in a
+    random order. At every moment at most one live member finds an object writable, and at
+    the end every object sits with its hash target."""
+    rnd = random.Random(seed)
+    objects = [f"ns-{i}" for i in range(40)]
+    world = World({o: {} for o in objects}, dict.fromkeys(objects, 0), {"a"})
+    snapshot: dict[str, tuple[dict[str, str], int]] = {}
+    next_member = iter(f"m{i}" for i in range(100))
+
+    def refresh() -> None:
+        for o in objects:
+            snapshot[o] = (dict(world.labels[o]), world.version[o])
+
+    def check() -> None:
+        for o in objects:
+            writers = {m for m in world.live if gate_allows(world.labels[o], m)}
+            assert len(writers) <= 1, (o, writers)
+
+    rings: dict[frozenset[str], HashRing] = {}
+
+    def ring_of(live: set[str]) -> HashRing:
+        return rings.setdefault(frozenset(live), HashRing(live))
+
+    refresh()
+    for _ in range(2000):
+        action = rnd.random()
+        if action < 0.02 and len(world.live) < 5:
+            world.live.add(next(next_member))
+        elif action < 0.03 and len(world.live) > 1:
+            world.live.discard(rnd.choice(sorted(world.live)))  # dies: stops writing at once
+        elif action < 0.3:
+            refresh()  # the caches catch up
+        elif action < 0.65:
+            ring = ring_of(world.live)
+            o = rnd.choice(objects)
+            labels, version = snapshot[o]
+            step = next_step(labels, KEYS_R, ring.owner(o), frozenset(world.live))
+            if isinstance(step, Assign):
+                world.write(o, version, {SHARD: step.member, DRAIN: None})
+            elif isinstance(step, Drain):
+                world.write(o, version, {DRAIN: "true"})
+        else:
+            o = rnd.choice(objects)
+            labels, version = snapshot[o]
+            member = labels.get(SHARD)
+            if member in world.live and DRAIN in labels:
+                world.write(o, version, {SHARD: None, DRAIN: None})
+        check()
+    # Settle: no more membership changes.
+    for _ in range(20):
+        refresh()
+        ring = ring_of(world.live)
+        for o in objects:
+            labels, version = snapshot[o]
+            step = next_step(labels, KEYS_R, ring.owner(o), frozenset(world.live))
+            if isinstance(step, Assign):
+                world.write(o, version, {SHARD: step.member, DRAIN: None})
+            elif isinstance(step, Drain):
+                world.write(o, version, {DRAIN: "true"})
+        refresh()
+        for o in objects:
+            labels, version = snapshot[o]
+            if labels.get(SHARD) in world.live and DRAIN in labels:
+                world.write(o, version, {SHARD: None, DRAIN: None})
+        check()
+    ring = HashRing(world.live)
+    assert {o: world.labels[o] for o in objects} == {o: {SHARD: ring.owner(o)} for o in objects}
+
+
+# -- the manager -------------------------------------------------------------------------------
+
+
+@pytest_asyncio.fixture
+async def client() -> AsyncIterator[Client]:
+    made = Client(RestConfig(host="https://127.0.0.1:1", token="t"))
+    yield made
+    await made.close()
+
+
+def sharded(**overrides: object) -> ManagerOptions:
+    settings: dict[str, object] = {
+        "health_probe_bind_address": "0",
+        "metrics_bind_address": "0",
+        "metrics_secure": False,
+        "leader_election_namespace": "ops",
+        "identity": "host_1",
+        "sharding": Sharding(resource=CONFIG_MAP, domain="example.com"),
+        **overrides,
+    }
+    return ManagerOptions(name="widgets", **settings)  # type: ignore[arg-type]
+
+
+def test_sharding_needs_leader_election() -> None:
+    with pytest.raises(ValueError, match="needs leader_election"):
+        sharded(leader_election=False)
+
+
+async def reconcile(request: Request) -> None:
+    return None
+
+
+async def test_a_sharded_controller_caches_its_members_objects_and_children(
+    client: Client,
+) -> None:
+    manager = Manager(client, sharded())
+    member = member_name("widgets", "host_1")
+    assert manager.member == member
+    assert manager.shard_labels == {"shard.example.com/widgets": member}
+    base = InformerOptions(scope=Scope(label_selector="app=web"))
+    manager.controller("widget").for_(CONFIG_MAP, options=base).owns(SECRET).complete(reconcile)
+    informers = manager.cache.informers
+    mine = f"shard.example.com/widgets={member}"
+    assert informers[CONFIG_MAP].options.scope.label_selector == f"app=web,{mine}"
+    assert informers[SECRET].options.scope.label_selector == mine
+    assert any(
+        rule.resources == ("configmaps",) and "patch" in rule.verbs
+        for rule in manager.controllers[0].rbac_rules
+    )
+
+
+async def test_other_controllers_are_built_as_without_sharding(client: Client) -> None:
+    manager = Manager(client, sharded())
+    manager.controller("other").for_(SECRET).complete(reconcile)
+    assert manager.cache.informers[SECRET].options.scope.label_selector is None
+
+
+async def test_without_sharding_there_is_no_member(client: Client) -> None:
+    manager = Manager(client, sharded(sharding=None))
+    assert manager.member is None
+    assert manager.shard_labels == {}
+
+
+# -- the gate and the membership, on stand-ins for the cache and the client ------------------
+
+
+class Recorder:
+    """A client stand-in that records patches and answers lists from ``leases``."""
+
+    def __init__(self, leases: list[dict[str, object]] | None = None) -> None:
+        self.patches: list[tuple[str, dict[str, object]]] = []
+        self.leases = leases or []
+        self.fail = False
+
+    async def patch(
+        self, resource: object, name: str, patch: dict[str, object], namespace: str | None = None
+    ) -> dict[str, object]:
+        self.patches.append((name, patch))
+        return {}
+
+    async def list(self, resource: object, scope: object = None) -> ObjectList:
+        if self.fail:
+            raise TransportError("unreachable")
+        return ObjectList(items=list(self.leases), resource_version="1")
+
+
+class StoreStandIn:
+    def __init__(self, objects: dict[str, dict[str, object]], client: Recorder) -> None:
+        self.objects = objects
+        self.client = client
+
+    def get(self, resource: object, name: str, namespace: str | None = None) -> object:
+        return self.objects.get(name)
+
+
+def widget(name: str, **labels: str) -> dict[str, object]:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": "7", "labels": labels}}
+
+
+async def test_the_gate_reconciles_only_its_members_objects_and_acknowledges_a_drain() -> None:
+    client = Recorder()
+    cache = StoreStandIn(
+        {
+            "mine": widget("mine", **{SHARD: "a"}),
+            "theirs": widget("theirs", **{SHARD: "b"}),
+            "unassigned": widget("unassigned"),
+            "draining": widget("draining", **{SHARD: "a", DRAIN: "true"}),
+        },
+        client,
+    )
+    reconciled: list[str] = []
+
+    async def inner(request: Request) -> None:
+        reconciled.append(request.name)
+
+    gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, "a")
+    for name in ("mine", "theirs", "unassigned", "draining", "gone"):
+        await gate.reconcile(Request("ns", name))
+    assert reconciled == ["mine"]
+    assert client.patches == [
+        (
+            "draining",
+            {"metadata": {"resourceVersion": "7", "labels": {SHARD: None, DRAIN: None}}},
+        )
+    ]
+
+
+def lease(name: str, renewed: str, holder: str = "someone") -> dict[str, object]:
+    return {
+        "metadata": {"name": name, "namespace": "ops"},
+        "spec": {"holderIdentity": holder, "renewTime": renewed, "leaseDurationSeconds": 15},
+    }
+
+
+async def test_membership_judges_at_its_last_successful_list(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [100.0]
+    monkeypatch.setattr("crewlet_operator.sharding.time.monotonic", lambda: now[0])
+    client = Recorder([lease("a", "t1"), lease("b", "t1"), lease("c", "t1", holder="")])
+    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1)
+    assert membership.live() is None, "nothing is known before the first list"
+    assert await membership.observe()
+    # First seen counts as renewed; a released Lease (no holder) is not live.
+    assert membership.live() == frozenset({"a", "b"})
+    now[0] = 110.0
+    client.leases = [lease("a", "t2"), lease("b", "t1")]
+    assert await membership.observe()
+    now[0] = 116.0
+    client.fail = True
+    assert not await membership.observe()
+    # b has not changed for 16 s, past its 15 s; but the last list that succeeded was 10 s in.
+    assert membership.live() == frozenset({"a", "b"})
+    client.fail = False
+    assert await membership.observe()
+    assert membership.live() == frozenset({"a"})
