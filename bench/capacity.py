@@ -51,7 +51,7 @@ from bench.peers.contenders import Contender, ControllerRuntime, Crewlet
 from bench.peers.figure import CLASS, CORE_EVENT, QUIET, quiet, while_alive
 from bench.progress import CHILDREN, Key, Progress, current_version
 from bench.report import Figure
-from bench.session import Session
+from bench.session import WRITTEN, Session, writes_between
 from crewlet_operator import (
     STATEFUL_SET,
     ApiError,
@@ -83,6 +83,9 @@ changes later than that, and the generator did not keep the step's rate."""
 LATE_SHARE = 0.01
 DEFAULT_REPLICAS = 1
 """The bench's classes' seats replicas (the class default), which a Company starts with."""
+
+BENCH_WRITES = frozenset({"POST companies", "PATCH companies"})
+"""The bench's own requests: its creates and updates (neither contender makes them)."""
 
 Kind = Literal["create", "update"]
 Object = dict[str, Any]
@@ -180,6 +183,11 @@ class Step:
     """The contender's Companies at the step's end."""
     broke: tuple[str, ...]
     """What the step broke: ``queue wait``, ``converged``, ``generator`` (empty: it held)."""
+    writes: dict[str, int] = field(default_factory=dict)
+    """The contender's mutating requests from the step's start until its changes converged
+    (or :data:`PATIENCE` ran out), by ``VERB resource[/subresource]``: the bench's aside."""
+    reconciles: float = 0.0
+    """The contender's Company reconciles over the same time."""
 
     @property
     def held(self) -> bool:
@@ -201,6 +209,9 @@ class Step:
             "companies": self.companies,
             "held": self.held,
             "broke": list(self.broke),
+            "writes": self.writes,
+            "writes_per_change": round(sum(self.writes.values()) / max(1, self.changes), 1),
+            "reconciles_per_change": round(self.reconciles / max(1, self.changes), 2),
         }
 
 
@@ -405,6 +416,9 @@ async def _step(
             change.version = int(resource_version(answer) or 0)
             change.generation = int(answer["metadata"]["generation"])
 
+    plane = cluster.plane
+    writes_before = await asyncio.to_thread(plane.mutating_requests, WRITTEN)
+    reconciles_before = await contender.handled()
     changes: list[Change] = []
     tasks = []
     skipped = 0
@@ -436,11 +450,19 @@ async def _step(
             raise observer.failure
         contender.check_alive()
         await asyncio.sleep(0.2)
+    writes = writes_between(
+        await asyncio.to_thread(plane.mutating_requests, WRITTEN), writes_before
+    )
+    reconciles = await contender.handled() - reconciles_before
     for change in changes:
         observer.forget(change)
         if not math.isinf(change.converged()):
             world.idle.append(change.key)
-    return evaluate(rate, changes, skipped, len(world.refs))
+    return dataclasses.replace(
+        evaluate(rate, changes, skipped, len(world.refs)),
+        writes={k: v for k, v in writes.items() if k not in BENCH_WRITES},
+        reconciles=reconciles,
+    )
 
 
 def _of_class(refs: list[CompanyRef]) -> list[CompanyRef]:
@@ -512,10 +534,12 @@ async def capacity(session: Session) -> Figure:
 
 def _step_text(step: Step) -> str:
     verdict = "held" if step.held else "broke " + ", ".join(step.broke)
+    shown = step.as_json()
     return (
         f"{step.rate:g} changes/s ({step.sent_per_s:.1f} sent/s, {step.companies} companies): "
         f"p99 queue wait {_text(step.queue_wait['p99'])}, converged "
-        f"{_text(step.converged['p99'])}: {verdict}"
+        f"{_text(step.converged['p99'])}; a change {shown['writes_per_change']} writes, "
+        f"{shown['reconciles_per_change']} reconciles: {verdict}"
     )
 
 

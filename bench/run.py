@@ -50,7 +50,7 @@ operator processes measured on the way to 10,000 Companies."""
 DEFAULT = tuple(name for name in FIGURES if name not in ("peers", "capacity"))
 """What runs unless figures are named: not peers, which builds two more operators (Go and a
 kopf virtualenv, from the network the first time) and adds minutes to the run, nor capacity,
-which needs the Go one too, and adds about ten minutes."""
+which needs the Go one too."""
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -3,6 +3,7 @@ queue wait and convergence are, how a step is judged, and where raising the rate
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from bench.capacity import (
@@ -90,6 +91,9 @@ def test_a_step_holds_when_both_p99s_are_under_the_slo() -> None:
     assert "update_p99" not in step.converged
     assert math.isclose(step.sent_per_s, 10.0)
     assert step.as_json()["companies"] == 600
+    counted = dataclasses.replace(step, writes={"APPLY statefulsets": 150}, reconciles=250.0)
+    assert counted.as_json()["writes_per_change"] == 1.5
+    assert counted.as_json()["reconciles_per_change"] == 2.5
 
 
 def test_a_step_breaks_on_either_p99_and_a_change_never_converged_is_later_than_any() -> None:
