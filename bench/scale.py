@@ -30,6 +30,11 @@ class Scale:
     """The peers figure's burst, and the size of each contender's world at its restart."""
     peers_large: int
     """Each contender's world at its second restart, with ``BENCH_PEERS_LARGE=1``."""
+    capacity_seed: int
+    """Companies each contender of the capacity figure converges before its first step."""
+    capacity_rates: tuple[float, ...]
+    """The capacity figure's steps: changes a second, raised until one breaks the SLO."""
+    capacity_step_seconds: float
     timeout: float
     """Seconds any one wait may take before the figure fails."""
 
@@ -48,6 +53,9 @@ FULL = Scale(
     startup=10000,
     peers=1000,
     peers_large=10000,
+    capacity_seed=500,
+    capacity_rates=(5.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 75.0, 100.0, 150.0),
+    capacity_step_seconds=20.0,
     timeout=900.0,
 )
 SMALL = Scale(
@@ -64,6 +72,9 @@ SMALL = Scale(
     startup=500,
     peers=200,
     peers_large=500,
+    capacity_seed=50,
+    capacity_rates=(5.0, 10.0, 20.0, 40.0, 80.0),
+    capacity_step_seconds=8.0,
     timeout=300.0,
 )
 SCALES = {s.name: s for s in (FULL, SMALL)}

@@ -105,3 +105,33 @@ def test_differences_ignore_what_the_server_added() -> None:
         "spec.ports.0.port: 81, not 80",
         "spec.selector.a missing",
     ]
+
+
+def test_a_companys_seats_replicas_go_where_the_reconciler_puts_them() -> None:
+    built = template.build(render(), CLASS)
+    uid = "3b241101-e2bb-4255-8caf-4136c566a962"
+    made = placeholders.instantiate(built, "team-blue", "acme", uid, seats_replicas=4)
+    scaled = company("team-blue", "acme", uid)
+    scaled["spec"]["seats"] = {"replicas": 4}
+    rendered = render()(scaled)
+
+    [(index, *keys)] = built["seatsReplicas"]
+    assert rendered[index]["metadata"]["name"] == "acme-seats"
+    assert keys == ["spec", "replicas"]
+    assert made[index]["spec"]["replicas"] == rendered[index]["spec"]["replicas"] == 4
+    default = placeholders.instantiate(built, "team-blue", "acme", uid)
+    assert default[index]["spec"]["replicas"] == 1, "the class default"
+    assert built["children"][index]["spec"]["replicas"] == 1, "the template is left as it was"
+
+
+def test_a_field_the_seats_replicas_change_besides_the_number_is_refused() -> None:
+    plain = render()
+
+    def with_replicas_in_a_label(company: Object) -> list[Object]:
+        children = plain(company)
+        replicas = str((company["spec"].get("seats") or {}).get("replicas", 1))
+        children[0]["metadata"]["labels"]["example/seats"] = replicas
+        return children
+
+    with pytest.raises(template.TemplateError, match="example/seats"):
+        template.build(with_replicas_in_a_label, CLASS)

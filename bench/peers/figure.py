@@ -144,10 +144,10 @@ async def _burst(session: Session, contender: Contender, refs: list[CompanyRef])
         cpu = contender.cpu()
         started = time.monotonic()
         await cluster.create_companies(refs)
-        await _while_alive(contender, progress.wait(timeout))
+        await while_alive(contender, progress.wait(timeout))
         converged = progress.last_converged() - started
         cpu = contender.cpu() - cpu
-    writes = _writes(await _quiet(session, QUIET), before)
+    writes = _writes(await quiet(session, QUIET), before)
     return {
         "companies": len(refs),
         "converge_s": round(converged, 2),
@@ -167,7 +167,7 @@ async def _restart(session: Session, contender: Contender, companies: int) -> Ob
         return await contender.handled() >= companies
 
     done = await until(passed, session.scale.timeout, f"{contender.name} restart", interval=0.25)
-    writes = _writes(await _quiet(session, SETTLE), before)
+    writes = _writes(await quiet(session, SETTLE), before)
     memory = contender.memory()
     return {
         "companies": companies,
@@ -179,7 +179,7 @@ async def _restart(session: Session, contender: Contender, companies: int) -> Ob
     }
 
 
-async def _while_alive(contender: Contender, wait: Coroutine[Any, Any, None]) -> None:
+async def while_alive(contender: Contender, wait: Coroutine[Any, Any, None]) -> None:
     """Await ``wait``, failing as soon as the contender exits."""
     task = asyncio.ensure_future(wait)
     try:
@@ -192,7 +192,7 @@ async def _while_alive(contender: Contender, wait: Coroutine[Any, Any, None]) ->
         task.cancel()
 
 
-async def _quiet(session: Session, seconds: float) -> dict[str, int]:
+async def quiet(session: Session, seconds: float) -> dict[str, int]:
     """The API server's mutating request counts once none has come for ``seconds``."""
     plane = session.cluster.plane
     counts, changed = plane.mutating_requests(WRITTEN), time.monotonic()

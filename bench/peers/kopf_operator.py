@@ -59,9 +59,10 @@ async def disconnect(memo: Any, **_: Any) -> None:
 @kopf.on.resume(*COMPANIES)
 @kopf.on.create(*COMPANIES)
 @kopf.on.update(*COMPANIES)
-async def reconcile(meta: Any, status: Any, patch: Any, memo: Any, **_: Any) -> None:
+async def reconcile(meta: Any, spec: Any, status: Any, patch: Any, memo: Any, **_: Any) -> None:
     """Apply every child, then accept the Company if it is not accepted at this generation."""
-    for child in instantiate(TEMPLATE, meta["namespace"], meta["name"], meta["uid"]):
+    replicas = (spec.get("seats") or {}).get("replicas")
+    for child in instantiate(TEMPLATE, meta["namespace"], meta["name"], meta["uid"], replicas):
         await memo.dynamic.server_side_apply(
             memo.resources[(child["apiVersion"], child["kind"])],
             body=child,

@@ -7,6 +7,7 @@ peer applied is what :func:`instantiate` makes of the template.
 A template (written by :mod:`bench.peers.template`) is JSON::
 
     {"engineClass": ..., "placeholders": {"@@NAME@@": "name", ...},
+     "seatsReplicas": [[4, "spec", "replicas"]],
      "children": [{"apiVersion": "v1", "kind": "Secret", ...}, ...]}
 
 The rules, for a Company with namespace, name and uid:
@@ -17,7 +18,11 @@ The rules, for a Company with namespace, name and uid:
   ``digest`` (the SHA-256, in hex, of ``<uid>/<placeholder>``: a per-Company value of the
   length of the operator's hashes of what it rendered, which the peers do not re-implement);
 - the values of a Secret's ``data`` are text in the template (so that placeholders can occur
-  in them); they are base64-encoded after the replacement.
+  in them); they are base64-encoded after the replacement;
+- when the Company sets ``spec.seats.replicas``, that number goes where each of
+  ``seatsReplicas`` points (a child's index, then the keys down to the field), in place of the
+  class default the template holds (the peers do not clamp it to the class's bounds: the bench
+  sets none outside them).
 """
 
 from __future__ import annotations
@@ -80,7 +85,17 @@ def encode_secret_data(obj: Object) -> Object:
     return {**obj, "data": data}
 
 
-def instantiate(template: Object, namespace: str, name: str, uid: str) -> list[Object]:
-    """The children for one Company, in apply order."""
+def instantiate(
+    template: Object, namespace: str, name: str, uid: str, seats_replicas: int | None = None
+) -> list[Object]:
+    """The children for one Company (``seats_replicas``: its ``spec.seats.replicas``), in apply
+    order."""
     replacements = values(template["placeholders"], namespace, name, uid)
-    return [encode_secret_data(substitute(child, replacements)) for child in template["children"]]
+    children = [substitute(child, replacements) for child in template["children"]]
+    if seats_replicas is not None:
+        for index, *keys, last in template["seatsReplicas"]:
+            parent = children[index]
+            for key in keys:
+                parent = parent[key]
+            parent[last] = seats_replicas
+    return [encode_secret_data(child) for child in children]

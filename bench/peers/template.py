@@ -9,7 +9,10 @@ namespace, name, uid and token become placeholders; then the template is filled 
 one, and every value that still differs is a value derived from the others (the hashes of the
 rendered config and Secrets, in annotations) and becomes a ``digest`` placeholder. Anything else
 that differs, and anything filling the template in does not reproduce, is a :class:`TemplateError`:
-a per-Company value the peers do not know.
+a per-Company value the peers do not know. Last, the first one is rendered again with
+``spec.seats.replicas`` set (:data:`SEATS_REPLICAS_PROBE`): the fields that take that number are
+where the peers put a Company's own (``seatsReplicas``), and any other field it changes, hashes
+aside, is a :class:`TemplateError` too.
 """
 
 from __future__ import annotations
@@ -56,8 +59,11 @@ class Sample:
     name: str
     uid: str
 
-    def company(self, class_name: str) -> Object:
-        """The Company as the API server would hold it."""
+    def company(self, class_name: str, seats_replicas: int | None = None) -> Object:
+        """The Company as the API server would hold it (``spec.seats.replicas`` if given)."""
+        spec: Object = {"className": class_name}
+        if seats_replicas is not None:
+            spec["seats"] = {"replicas": seats_replicas}
         return {
             "apiVersion": COMPANY.api_version,
             "kind": COMPANY.kind,
@@ -67,7 +73,7 @@ class Sample:
                 "uid": self.uid,
                 "generation": 1,
             },
-            "spec": {"className": class_name},
+            "spec": spec,
         }
 
     def replacements(self) -> dict[str, str]:
@@ -83,6 +89,8 @@ class Sample:
 
 FIRST = Sample(namespace="tplnamespace", name="tplcompany", uid="tpluid-first")
 SECOND = Sample(namespace="other-space", name="othername", uid="otheruid-second")
+SEATS_REPLICAS_PROBE = 7
+"""A ``spec.seats.replicas`` within the class's default bounds, and not their default."""
 
 
 def renderer(engine_class: Object, model_keys: Object) -> Renderer:
@@ -129,14 +137,40 @@ def build(render: Renderer, class_name: str) -> Object:
             _set(child, path, digests.setdefault(original, f"@@DIGEST-{len(digests) + 1}@@"))
         if set(expected_leaves) - set(leaves(child)):
             raise TemplateError(f"child {index}: the other company's has more fields")
+    scaled = render(FIRST.company(class_name, SEATS_REPLICAS_PROBE))
     template = {
         "engineClass": class_name,
         "placeholders": {**_KNOWN, **dict.fromkeys(digests.values(), placeholders.DIGEST)},
+        "seatsReplicas": _seats_replicas(first, [_as_text(child) for child in scaled]),
         "children": children,
     }
     for sample in (FIRST, SECOND):
         _check(template, sample, render(sample.company(class_name)))
+    _check(template, FIRST, scaled, SEATS_REPLICAS_PROBE)
     return template
+
+
+def _seats_replicas(first: list[Object], scaled: list[Object]) -> list[list[str | int]]:
+    """Where ``spec.seats.replicas`` goes: the fields of ``first``'s children that hold
+    :data:`SEATS_REPLICAS_PROBE` in ``scaled`` (the same company with it set), as a child's
+    index and the keys down to the field."""
+    found: list[list[str | int]] = []
+    for index, (child, other) in enumerate(zip(first, scaled, strict=True)):
+        child_leaves, other_leaves = leaves(child), leaves(other)
+        if child_leaves.keys() != other_leaves.keys():
+            raise TemplateError(f"child {index}: spec.seats.replicas changes its fields")
+        for path, value in child_leaves.items():
+            changed = other_leaves[path]
+            if changed == value or (_is_digest(value) and _is_digest(changed)):
+                continue
+            if changed != SEATS_REPLICAS_PROBE or not all(isinstance(k, str) for k in path):
+                raise TemplateError(
+                    f"child {index} {_name(path)}: spec.seats.replicas makes it {changed!r}"
+                )
+            found.append([index, *path])
+    if not found:
+        raise TemplateError("spec.seats.replicas changes no child")
+    return found
 
 
 def write(render: Renderer, class_name: str, path: Path) -> Path:
@@ -168,9 +202,13 @@ def differences(desired: Object, live: Object) -> list[str]:
     return found
 
 
-def _check(template: Object, sample: Sample, rendered: list[Object]) -> None:
+def _check(
+    template: Object, sample: Sample, rendered: list[Object], seats_replicas: int | None = None
+) -> None:
     """Filling the template in for ``sample`` gives its children, digests aside."""
-    made = placeholders.instantiate(template, sample.namespace, sample.name, sample.uid)
+    made = placeholders.instantiate(
+        template, sample.namespace, sample.name, sample.uid, seats_replicas
+    )
     for index, (child, expected) in enumerate(zip(made, rendered, strict=True)):
         made_leaves, expected_leaves = leaves(child), leaves(expected)
         if made_leaves.keys() != expected_leaves.keys():

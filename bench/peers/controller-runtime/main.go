@@ -4,9 +4,9 @@
 // It watches Companies (unstructured, crewlet.ai/v1alpha1) and owns the kinds of their
 // children; for each Company it fills in the placeholders of the template that
 // bench/peers/template.py renders from the Python operator (the rules are in
-// bench/peers/placeholders.py), server-side applies the children with ForceOwnership under its
-// own field manager, and sets Accepted=True (with observedGeneration) through the status
-// subresource when the condition changed. The bench builds it into the binary cache; see
+// bench/peers/placeholders.py; the Company's spec.seats.replicas among them), server-side
+// applies the children with ForceOwnership under its own field manager, and sets Accepted=True
+// (with observedGeneration) through the status subresource when the condition changed. The bench builds it into the binary cache; see
 // bench/peers/toolchain.py.
 package main
 
@@ -64,6 +64,14 @@ var owned = []client.Object{
 type template struct {
 	Placeholders map[string]string
 	Children     []map[string]interface{}
+	// SeatsReplicas is where a Company's spec.seats.replicas goes, when it sets one.
+	SeatsReplicas []seatsField
+}
+
+// seatsField is a child's index and the keys down to a field that takes the seats replicas.
+type seatsField struct {
+	Child int
+	Keys  []string
 }
 
 func loadTemplate(path string, scheme *runtime.Scheme) (*template, error) {
@@ -92,6 +100,26 @@ func loadTemplate(path string, scheme *runtime.Scheme) (*template, error) {
 			return nil, fmt.Errorf("%s: a child that is no object", path)
 		}
 		tpl.Children = append(tpl.Children, obj)
+	}
+	fields, _ := document["seatsReplicas"].([]interface{})
+	for _, item := range fields {
+		parts, _ := item.([]interface{})
+		index, ok := int64(-1), len(parts) > 1
+		if ok {
+			index, ok = parts[0].(int64)
+		}
+		field := seatsField{Child: int(index)}
+		if ok {
+			for _, part := range parts[1:] {
+				key, isKey := part.(string)
+				ok = ok && isKey
+				field.Keys = append(field.Keys, key)
+			}
+		}
+		if !ok || field.Child < 0 || field.Child >= len(tpl.Children) {
+			return nil, fmt.Errorf("%s: seatsReplicas holds %v, not a child's index and keys", path, item)
+		}
+		tpl.SeatsReplicas = append(tpl.SeatsReplicas, field)
 	}
 	kinds := map[schema.GroupVersionKind]bool{}
 	for _, obj := range owned {
@@ -165,6 +193,12 @@ func (r *CompanyReconciler) children(company *unstructured.Unstructured) []*unst
 			}
 		}
 		children = append(children, &unstructured.Unstructured{Object: obj})
+	}
+	if replicas, found, _ := unstructured.NestedInt64(company.Object, "spec", "seats", "replicas"); found {
+		for _, field := range r.template.SeatsReplicas {
+			// The path was checked at start, and every map on it is the template's own.
+			_ = unstructured.SetNestedField(children[field.Child].Object, replicas, field.Keys...)
+		}
 	}
 	return children
 }
