@@ -54,8 +54,8 @@ import inspect
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from typing import TypeVar, overload
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar, overload
 
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.manager import Manager, ManagerOptions
@@ -71,7 +71,7 @@ __all__ = [
 ]
 
 
-def manager_options_for_tests(name: str, **overrides: object) -> ManagerOptions:
+def manager_options_for_tests(name: str, **overrides: Any) -> ManagerOptions:
     """Options for a manager run by a test: named ``name`` (the controller's, so that the test
     exercises the field manager it writes as in production), no leader election (one process),
     and no probe or metrics port (``"0"``), so that tests run side by side; ``overrides`` set
@@ -79,11 +79,9 @@ def manager_options_for_tests(name: str, **overrides: object) -> ManagerOptions:
     options = ManagerOptions(
         name=name, leader_election=False, health_probe_bind_address="0", metrics_bind_address="0"
     )
-    for key, value in overrides.items():
-        if not hasattr(options, key):
-            raise TypeError(f"ManagerOptions has no field {key!r}")
-        setattr(options, key, value)
-    return options
+    # replace() goes through __init__: a name that is no field (a property such as
+    # ``lease_name`` included) is a TypeError, and __post_init__ checks the options again.
+    return replace(options, **overrides)
 
 
 @dataclass

@@ -8,7 +8,15 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from crewlet_operator import CONFIG_MAP, Client, Manager, ManagerOptions, RestConfig
+from crewlet_operator import (
+    CONFIG_MAP,
+    Client,
+    Manager,
+    ManagerOptions,
+    RestConfig,
+    Sharding,
+)
+from crewlet_operator.testing import manager_options_for_tests
 
 
 @pytest_asyncio.fixture
@@ -94,3 +102,14 @@ async def test_a_client_without_a_field_manager_refuses_to_apply_before_any_requ
         # The server is unreachable: a request would raise TransportError instead.
         with pytest.raises(ValueError, match=r"no field manager.*manager\.client"):
             await write
+
+
+def test_the_test_options_take_fields_only() -> None:
+    """``manager_options_for_tests``: an override is a field (a property such as ``lease_name``
+    is refused at once, not at the manager's start), and the options are validated again."""
+    assert manager_options_for_tests("widgets", lease_duration=4.0).lease_duration == 4.0
+    with pytest.raises(TypeError, match="lease_name"):
+        manager_options_for_tests("widgets", lease_name="x")
+    sharding = Sharding(resource=CONFIG_MAP, domain="example.com")
+    with pytest.raises(ValueError, match="needs leader_election"):
+        manager_options_for_tests("widgets", sharding=sharding)
