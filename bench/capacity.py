@@ -64,6 +64,7 @@ from crewlet_operator import (
     name,
     namespace,
 )
+from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.objects import resource_version
 from crewlet_operator_daemon import naming
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY
@@ -299,11 +300,7 @@ class Observer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
 
     def follow(self, change: Change) -> None:
         """Record what the watches see of ``change``'s Company from now until :meth:`forget`."""

@@ -31,6 +31,7 @@ from crewlet_operator import (
     name,
     namespace,
 )
+from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.objects import resource_version
 from crewlet_operator_daemon import naming
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY
@@ -103,11 +104,7 @@ class Progress:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
 
     @property
     def converged(self) -> int:
