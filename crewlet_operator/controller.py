@@ -490,13 +490,17 @@ class Builder:
         for resource, mapper, watch_predicates, watch_options in self._watches:
             controller.watch(resource, mapper, watch_predicates, watch_options)
         if self._checkpoint is not None:
-            manager = self._manager
-            self._checkpoint.attach(
-                controller,
-                owned=[resource for resource, _, _ in self._owns],
-                found=lambda: manager.lease_annotations_found,
-            )
-            manager.add_lease_annotations(self._checkpoint.annotations)
+            self._attach_checkpoint(self._checkpoint, controller)
         controller.add_rbac_rules(*self._write_rules(primary))
         self._manager.add_controller(controller)
         return controller
+
+    def _attach_checkpoint(self, checkpoint: RestartCheckpoint, controller: Controller) -> None:
+        """Judge the checkpoint the previous leader left in the Lease, and leave one there."""
+        manager = self._manager
+        checkpoint.attach(
+            controller,
+            owned=[resource for resource, _, _ in self._owns],
+            found=lambda: manager.lease_annotations_found,
+        )
+        manager.add_lease_annotations(checkpoint.annotations)

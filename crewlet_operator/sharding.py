@@ -50,6 +50,7 @@ from typing import Any
 import structlog
 
 from crewlet_operator.cache import Cache, Informer, InformerOptions, MetadataOnly
+from crewlet_operator.checkpoint import RestartCheckpoint
 from crewlet_operator.controller import Builder, Controller, ControllerHost
 from crewlet_operator.errors import ConflictError, CrewletError, NotFoundError
 from crewlet_operator.kube.client import Client, Scope
@@ -169,6 +170,17 @@ class ShardedBuilder(Builder):
         controller.add_rbac_rules(PolicyRule.on(self._sharding.resource, "patch"))
         self._on_complete(controller, self._base_scope)
         return controller
+
+
+    def _attach_checkpoint(self, checkpoint: RestartCheckpoint, controller: Controller) -> None:
+        """A sharded controller keeps no restart checkpoint: one replica's Lease would speak
+        for its share alone, and the share moves with the ring. Each member reconciles its
+        share in full at start, as controller-runtime does; other controllers keep theirs."""
+        if self._base_scope is None:
+            super()._attach_checkpoint(checkpoint, controller)
+            return
+        log.info("a sharded controller reconciles its share in full at start", name=self._name)
+        checkpoint.attach(controller, owned=[], found=dict)
 
 
 class Gate:
