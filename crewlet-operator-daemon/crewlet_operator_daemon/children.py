@@ -208,7 +208,7 @@ def _metadata(
     meta: Object = {
         "name": name,
         "namespace": ctx.namespace,
-        "labels": naming.labels(ctx.name, component),
+        "labels": naming.labels(ctx.name, component) | dict(ctx.facts.shard_labels),
     }
     if annotations:
         meta["annotations"] = dict(annotations)

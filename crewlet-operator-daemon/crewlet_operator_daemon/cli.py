@@ -18,9 +18,11 @@ from crewlet_operator import (
     LeadershipLostError,
     Manager,
     ManagerOptions,
+    Sharding,
     configure_logging,
     default_namespace,
 )
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY
 from crewlet_operator_daemon.controller import CrewletControllers
 from crewlet_operator_daemon.plan import MANAGER_NAME, ClusterFacts
 
@@ -68,6 +70,11 @@ namespace, so a second install (a second Helm release, ``dist/install.yaml`` bes
 would otherwise lead too, and reconcile the same companies. With them, it waits while another
 install's Lease is held and live, and writes nothing. With ``--leader-elect=false`` there is no
 Lease, and no such check: the chart's default elects a leader."""
+
+SHARDING_DOMAIN = "crewlet.ai"
+"""The domain of the ring's labels with ``--sharding``: a company carries
+``shard.crewlet.ai/crewlet-operator: <member>``, each replica's Lease
+``sharding.crewlet.ai/ring: crewlet-operator``."""
 
 log = structlog.get_logger("crewlet_operator_daemon.cli")
 
@@ -121,6 +128,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=MAX_CONCURRENT_RECONCILES,
         help="workers per controller",
     )
+    p.add_argument(
+        "--sharding",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        help=(
+            "spread the companies over every replica by their namespace, each replica active "
+            "on its share (default false: one active replica, the others warm standbys)"
+        ),
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--log-format", default="json", choices=["json", "console", "auto"])
     return p.parse_args(argv)
@@ -139,6 +157,7 @@ def manager_options(args: argparse.Namespace) -> ManagerOptions:
         metrics_cert_dir=Path(args.metrics_cert_dir) if args.metrics_cert_dir else None,
         health_probe_bind_address=args.health_probe_bind_address,
         max_concurrent_reconciles=args.max_concurrent_reconciles,
+        sharding=Sharding(resource=COMPANY, domain=SHARDING_DOMAIN) if args.sharding else None,
     )
 
 
@@ -176,6 +195,7 @@ async def run(args: argparse.Namespace) -> int:
             gateway_api=gateway_api,
             operator_namespace=args.leader_election_namespace or default_namespace(),
             field_manager=manager.field_manager,
+            shard_labels=tuple(manager.shard_labels.items()),
         )
         CrewletControllers(manager, facts)
         await manager.run(handle_signals=True)

@@ -57,6 +57,9 @@ class ClusterFacts:
     field_manager: str = MANAGER_NAME
     """The field manager the operator applies as: a child is compared with what that manager
     owns of it (the manager's ``field_manager``)."""
+    shard_labels: tuple[tuple[str, str], ...] = ()
+    """Labels every child carries besides the operator's: with sharding, this replica's shard
+    label (``Manager.shard_labels``), which its caches of children select."""
 
 
 def child_resources(facts: ClusterFacts) -> list[Resource]:
