@@ -148,7 +148,7 @@ from crewlet_operator.kube.resources import (
 )
 from crewlet_operator.kube.retry import RetryPolicy
 from crewlet_operator.label_selector import validate_label_selector
-from crewlet_operator.leader import LeaderElectionConfig, LeaderElector
+from crewlet_operator.leader import LeaderElectionConfig, LeaderElector, default_identity
 from crewlet_operator.logging import configure_logging
 from crewlet_operator.manager import (
     Manager,
@@ -353,6 +353,7 @@ __all__ = [
     "configure_logging",
     "controller_reference",
     "default_controller_rate_limiter",
+    "default_identity",
     "default_namespace",
     "find_condition",
     "generation",

@@ -49,6 +49,7 @@ from typing import Any
 
 import structlog
 
+from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache import Cache, Informer, InformerOptions, MetadataOnly
 from crewlet_operator.checkpoint import RestartCheckpoint
 from crewlet_operator.controller import Builder, Controller, ControllerHost
@@ -170,7 +171,6 @@ class ShardedBuilder(Builder):
         controller.add_rbac_rules(PolicyRule.on(self._sharding.resource, "patch"))
         self._on_complete(controller, self._base_scope)
         return controller
-
 
     def _attach_checkpoint(self, checkpoint: RestartCheckpoint, controller: Controller) -> None:
         """A sharded controller keeps no restart checkpoint: one replica's Lease would speak
@@ -315,9 +315,7 @@ class Sharder:
                 self._membership.changed.clear()
                 await self.shard_pass()
         finally:
-            watching.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watching
+            await cancel_and_wait(watching)
 
     async def shard_pass(self) -> int:
         """One pass over the cached objects; the number of label writes made."""

@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 
 from crewlet_operator import LeaderElectionConfig
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY
 from crewlet_operator_daemon.cli import (
     LEASE_LABELS,
     manager_options,
     parse_args,
     unsupported_kubernetes,
+    user_agent,
 )
 
 
@@ -101,3 +103,18 @@ def test_any_other_minor_is_unsupported(version: dict[str, Any], served: str) ->
     assert reason is not None
     assert f"serves Kubernetes {served}" in reason
     assert "supports 1.37 only" in reason
+
+
+def test_sharding_is_off_unless_asked_and_spreads_companies_when_asked() -> None:
+    assert manager_options(parse_args([])).sharding is None
+    sharding = manager_options(parse_args(["--sharding"])).sharding
+    assert sharding is not None
+    assert sharding.resource == COMPANY
+    assert sharding.domain == "crewlet.ai"
+
+
+def test_the_user_agent_names_the_replica_and_keeps_the_managers_name_first() -> None:
+    agent = user_agent("pod-7_1234")
+    assert agent.startswith("crewlet-operator/")  # the API server's manager name for updates
+    assert agent.endswith("(pod-7_1234)")
+    assert manager_options(parse_args([]), "pod-7_1234").identity == "pod-7_1234"

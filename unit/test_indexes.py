@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from crewlet_operator_daemon.hostnames import route_hosts
 from crewlet_operator_daemon.indexes import (
     company_of_child,
+    directory_entry,
     hostname_changed,
     hostname_of,
     namesake_identity,
@@ -96,3 +98,54 @@ def test_only_refusals_for_others_objects_are_contested(
     reason: str | None, contested: bool
 ) -> None:
     assert refused_for_others(company(reason=reason)) is contested
+
+
+def test_the_directory_keeps_a_companys_class_and_hostname_and_who_it_is() -> None:
+    stored = company("hooks.example.com") | {"apiVersion": "crewlet.ai/v1alpha1", "kind": "Company"}
+    stored["metadata"] |= {
+        "uid": "u1",
+        "resourceVersion": "7",
+        "creationTimestamp": "2026-12-05T00:00:00Z",
+        "labels": {"team": "a"},
+        "annotations": {"note": "x"},
+        "managedFields": [{"manager": "kubectl"}],
+    }
+    stored["spec"] |= {"seats": {"replicas": 3}}
+    entry = directory_entry(stored)
+    assert entry == {
+        "apiVersion": "crewlet.ai/v1alpha1",
+        "kind": "Company",
+        "metadata": {
+            "name": "acme",
+            "namespace": "team-a",
+            "uid": "u1",
+            "resourceVersion": "7",
+            "creationTimestamp": "2026-12-05T00:00:00Z",
+        },
+        "spec": {"className": "standard", "webhookHostname": "hooks.example.com"},
+    }
+    assert hostname_of(entry) == ["hooks.example.com"]
+
+
+@pytest.mark.parametrize(
+    ("route", "hosts"),
+    [
+        (
+            {"kind": "HTTPRoute", "spec": {"hostnames": ["a.example"], "rules": [{"matches": []}]}},
+            ["a.example"],
+        ),
+        (
+            {"kind": "Ingress", "spec": {"rules": [{"host": "b.example", "http": {"paths": []}}]}},
+            ["b.example"],
+        ),
+    ],
+)
+def test_the_directory_keeps_the_hosts_a_route_routes_and_its_owner(
+    route: Object, hosts: list[str]
+) -> None:
+    owner = {"kind": "Company", "name": "acme", "uid": "u1", "controller": True}
+    route["metadata"] = {"name": "acme-webhooks", "namespace": "team-a", "ownerReferences": [owner]}
+    entry = directory_entry(route)
+    assert route_hosts(entry) == hosts
+    assert entry["metadata"]["ownerReferences"] == [owner]
+    assert "matches" not in str(entry) and "http" not in entry["spec"].get("rules", [{}])[0]

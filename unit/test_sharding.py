@@ -22,6 +22,7 @@ from crewlet_operator import (
     ManagerOptions,
     Request,
     RestConfig,
+    RestartCheckpoint,
     Sharding,
     TransportError,
 )
@@ -287,6 +288,22 @@ async def test_other_controllers_are_built_as_without_sharding(client: Client) -
     manager = Manager(client, sharded())
     manager.controller("other").for_(SECRET).complete(reconcile)
     assert manager.cache.informers[SECRET].options.scope.label_selector is None
+
+
+async def test_a_sharded_controller_keeps_no_restart_checkpoint_and_others_do(
+    client: Client,
+) -> None:
+    manager = Manager(client, sharded())
+    sharded_checkpoint = RestartCheckpoint("v1", annotation="example.com/sharded")
+    other_checkpoint = RestartCheckpoint("v1", annotation="example.com/other")
+    manager.controller("widget").for_(CONFIG_MAP).with_checkpoint(sharded_checkpoint).complete(
+        reconcile
+    )
+    manager.controller("other").for_(SECRET).with_checkpoint(other_checkpoint).complete(reconcile)
+    # A leader's checkpoint would speak for its own share alone: the sharded controller writes
+    # none into the leader's Lease (and judges none), the other controller keeps its own.
+    assert manager._lease_words == [other_checkpoint.annotations]
+    assert sharded_checkpoint.resumed() is None
 
 
 async def test_without_sharding_there_is_no_member(client: Client) -> None:

@@ -66,6 +66,7 @@ from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator_daemon.checkpoint import ANNOTATION, LINES, code_version
 from crewlet_operator_daemon.class_controller import (
     CLASS_INDEX,
+    DIRECTORY_SYNC_TIMEOUT,
     SECRET_ANSWER_TIMEOUT,
     EngineClassController,
     class_name,
@@ -79,6 +80,7 @@ from crewlet_operator_daemon.indexes import (
     COMPANY_INDEX,
     HOSTNAME_INDEX,
     company_of_child,
+    directory_entry,
     hostname_changed,
     hostname_of,
     namesake_identity,
@@ -217,6 +219,12 @@ class CrewletControllers:
         for resource in self.children:
             self.namesakes.informer(resource, unlabelled)
         manager.add(self.namesakes)
+        self.route = HTTP_ROUTE if facts.gateway_api else INGRESS
+        """The kind of a company's webhook route."""
+        self.directory = self._directory(manager) if manager.member is not None else None
+        """With sharding, every company and webhook route of the cluster, by what ranks a
+        hostname's claimants and counts a class's companies: the caches hold this replica's
+        share alone. None without: the caches hold every company."""
         self._keep_owned = keep_owned_fields_of(manager.field_manager)
 
         self.status_echoes = OwnStatusWrites()
@@ -235,12 +243,11 @@ class CrewletControllers:
         builder.watches(NAMESPACE, self._companies_in_namespace, predicates=[LabelChanged()])
         builder.watches(PERSISTENT_VOLUME_CLAIM, self._company_of_labels, options=labelled)
         # A hostname freed (its holder deleted, or given another) goes to the next in line.
-        builder.watches(
-            COMPANY,
-            self._hostname_peers,
-            predicates=[new_predicate_funcs(create=lambda _: False, update=hostname_changed)],
-            options=company_options,
-        )
+        hostname_peers = new_predicate_funcs(create=lambda _: False, update=hostname_changed)
+        if self.directory is None:
+            builder.watches(
+                COMPANY, self._hostname_peers, predicates=[hostname_peers], options=company_options
+            )
         # What it writes beyond its children, and the Secrets its classes name (watched one
         # by one): declared for the RBAC the chart is checked against (unit/test_chart_rbac.py).
         builder.with_rbac(
@@ -257,11 +264,48 @@ class CrewletControllers:
             .complete(self.reconcile_company)
         )
         self.secrets.add_handler(self.company_controller.enqueue_handler(self._companies_of_secret))
+        if self.directory is not None:
+            self.directory.informer(COMPANY).add_handler(
+                self.company_controller.enqueue_handler(self._hostname_peers, [hostname_peers])
+            )
         for resource in self.children:
             self.namesakes.informer(resource).add_handler(
                 self.company_controller.enqueue_handler(self._companies_named_by)
             )
-        self.class_controller = EngineClassController(manager, self.secrets, company_options)
+        self.class_controller = EngineClassController(
+            manager, self.secrets, company_options, directory=self.directory
+        )
+
+    @property
+    def companies(self) -> Cache:
+        """Where every company of the cluster is found: the directory with sharding, else
+        the caches."""
+        return self.directory or self.cache
+
+    def _directory(self, manager: Manager) -> Cache:
+        """Every company and webhook route, trimmed (:func:`directory_entry`), for a sharded
+        replica: a hostname is the cluster's, whichever replica its claimants are on."""
+        directory = Cache(manager.client)
+        directory.informer(
+            COMPANY,
+            InformerOptions(
+                transform=directory_entry,
+                indexers={CLASS_INDEX: class_of, HOSTNAME_INDEX: hostname_of},
+                lists=Stream(page_size=COMPACT_PAGE),
+                storage=Compact(),
+            ),
+        )
+        directory.informer(
+            self.route,
+            InformerOptions(
+                scope=Scope(label_selector=naming.MANAGED_BY_SELECTOR),
+                transform=directory_entry,
+                lists=Stream(page_size=COMPACT_PAGE),
+                storage=Compact(),
+            ),
+        )
+        manager.add(directory)
+        return directory
 
     # -- mapping events to requests -----------------------------------------------------------
     def _companies_of_class(self, engine_class: Object) -> list[Request]:
@@ -294,7 +338,7 @@ class CrewletControllers:
             return []
         return [
             Request(*peer.split("/", 1))
-            for peer in self.cache.keys(COMPANY, (HOSTNAME_INDEX, wanted))
+            for peer in self.companies.keys(COMPANY, (HOSTNAME_INDEX, wanted))
             if peer != key
         ]
 
@@ -371,16 +415,18 @@ class CrewletControllers:
         wanted = hostname(company)
         if not wanted:
             return None
-        claimants = self.cache.list(COMPANY, index=(HOSTNAME_INDEX, wanted))
+        if self.directory is not None:
+            await self.directory.wait_for_sync(DIRECTORY_SYNC_TIMEOUT)
+        claimants = self.companies.list(COMPANY, index=(HOSTNAME_INDEX, wanted))
         if len(claimants) < 2:
             return None
-        route = HTTP_ROUTE if self.facts.gateway_api else INGRESS
         routes: dict[str, Object | None] = {}
         for claimant in claimants:
             key = namespaced_key(namespace(claimant), name(claimant))
-            await self._whole_children(route, key)
-            routes[key] = self.cache.get(
-                route, naming.webhook_route(name(claimant)), namespace(claimant)
+            if self.directory is None:
+                await self._whole_children(self.route, key)
+            routes[key] = self.companies.get(
+                self.route, naming.webhook_route(name(claimant)), namespace(claimant)
             )
         return hostnames.holder(company, claimants, routes)
 
@@ -450,7 +496,7 @@ class CrewletControllers:
         if refused_for_others(company):
             return True
         wanted = hostname(company)
-        if wanted and len(self.cache.keys(COMPANY, (HOSTNAME_INDEX, wanted))) > 1:
+        if wanted and len(self.companies.keys(COMPANY, (HOSTNAME_INDEX, wanted))) > 1:
             return True
         ns, company_name = namespace(company) or "", name(company)
         return any(

@@ -49,6 +49,40 @@ def namesake_identity(obj: Object) -> Object:
     }
 
 
+DIRECTORY_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "ownerReferences",
+)
+"""What the directory of a sharded replica keeps of a company or a webhook route of any
+replica: enough to rank a hostname's claimants (:func:`crewlet_operator_daemon.hostnames.holder`)
+and to count a class's companies."""
+
+
+def directory_entry(obj: Object) -> Object:
+    """What the directory keeps of a Company (its class and hostname) or of a webhook route
+    (the hosts it routes), beside their :data:`DIRECTORY_METADATA`."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "Company":
+        kept = {k: spec[k] for k in ("className", "webhookHostname") if k in spec}
+    else:
+        kept = {"hostnames": list(spec.get("hostnames") or [])}
+        hosts = [rule["host"] for rule in spec.get("rules") or [] if rule.get("host")]
+        if hosts:
+            kept["rules"] = [{"host": host} for host in hosts]
+    return {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": {k: meta[k] for k in DIRECTORY_METADATA if k in meta},
+        "spec": kept,
+    }
+
+
 def refused_for_others(company: Object) -> bool:
     """Whether the company's stored verdict refuses it for objects not its own
     (:data:`CONTESTED`), which a restart checkpoint does not cover."""

@@ -68,10 +68,9 @@ class Stream:
     """List by a watch that sends every object first (Kubernetes' WatchList), decoding each as
     it comes, rather than page by page (each page decoded whole once it has come): the default.
 
-    Pages cost the API server half the CPU of a stream (it encodes and flushes every streamed
-    object as an event of its own): measured over 3,000 companies' objects, a StatefulSet's
-    list took 1.0 s of its CPU in pages of 500 against 2.0 s streamed, a Service's 0.35 against
-    1.1 s. A stream holds one object at a time where pages hold one page. An API server that
+    Pages cost the API server about half the CPU of a stream (it encodes and flushes every
+    streamed object as an event of its own; bench/NOTES.md, "Informer lists"). A stream holds
+    one object at a time where pages hold one page. An API server that
     refuses to stream, and the metadata alone (:class:`MetadataOnly`, the first list of
     ``Compact(metadata_first=True)``), are listed in pages of ``page_size`` either way.
     """
