@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from handoffs import handoff_violations
 
 from crewlet_operator import CONFIG_MAP, LEASE, NAMESPACE, Client, Scope, find_condition
 from crewlet_operator.envtest import ControlPlane, install_crds, load_crds
@@ -197,10 +198,6 @@ async def members_of(client: Client) -> dict[str, str]:
     }
 
 
-def moment(stamp: str) -> datetime.datetime:
-    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-
-
 def company_of(event: Object) -> str | None:
     """The Widget an audited write is about (the Widget's own, its status, its ConfigMap)."""
     ref = event.get("objectRef") or {}
@@ -212,48 +209,18 @@ def company_of(event: Object) -> str | None:
     return None
 
 
-def handoff_violations(
+def violations(
     events: list[Object], replicas: set[str], departures: dict[str, datetime.datetime]
 ) -> list[str]:
-    """Where a Widget's writer changed other than through a handoff (empty: none): the previous
-    writer acknowledged a drain, or had left (``departures``: killed, or told to stop, which
-    drains and releases its Lease) before the next one's first write."""
-    by_company: dict[str, list[Object]] = {}
-    for event in events:
-        company = company_of(event)
-        code = int((event.get("responseStatus") or {}).get("code") or 0)
-        if company is not None and 200 <= code < 300 and event.get("verb") != "get":
-            by_company.setdefault(company, []).append(event)
-    violations = []
-    for company, writes in by_company.items():
-        writer: str | None = None
-        last: Object | None = None
-        labelled_since = False
-        for event in writes:
-            agent = event.get("userAgent")
-            if f"fieldManager={NAME}-sharder" in str(event.get("requestURI")):
-                labelled_since = True
-                continue
-            if agent not in replicas:
-                continue  # the test's own writes
-            if writer is not None and agent != writer:
-                assert last is not None
-                acknowledged = (
-                    last.get("verb") == "patch"
-                    and last["objectRef"].get("resource") == "widgets"
-                    and not last["objectRef"].get("subresource")
-                )
-                left = departures.get(writer)
-                dead = left is not None and moment(event["stageTimestamp"]) > left
-                if not (acknowledged or dead) or not labelled_since:
-                    violations.append(
-                        f"{company}: {writer} then {agent} at {event['stageTimestamp']} "
-                        f"(acknowledged={acknowledged}, dead={dead}, relabelled={labelled_since})"
-                    )
-            # The next writer must come after a label write that follows this one.
-            labelled_since = False
-            writer, last = agent, event
-    return violations
+    """The Widgets' writers changed other than through a handoff (e2e/handoffs.py)."""
+    return handoff_violations(
+        events,
+        replicas,
+        departures,
+        object_of=company_of,
+        primary="widgets",
+        sharder=f"{NAME}-sharder",
+    )
 
 
 async def shared(client: Client, members: set[str]) -> bool:
@@ -336,7 +303,7 @@ async def test_replicas_share_the_widgets_hand_over_on_join_and_pick_up_the_dead
         and (e.get("responseStatus") or {}).get("code") == 200
     }
     assert moved <= acknowledged, "each move on the join was acknowledged"
-    assert handoff_violations(events, identities, replicas.departures()) == []
+    assert violations(events, identities, replicas.departures()) == []
 
 
 @pytest.mark.filterwarnings(
@@ -383,4 +350,4 @@ async def test_a_member_that_stops_gracefully_hands_over_without_waiting_for_exp
     replicas.stop()
     identities = {r.identity for r in replicas.started}
     events = plane.audit_events()
-    assert handoff_violations(events, identities, replicas.departures()) == []
+    assert violations(events, identities, replicas.departures()) == []

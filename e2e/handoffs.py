@@ -1,0 +1,72 @@
+"""The audit-log proof that a sharded controller never lets two replicas write one object: the
+writer of each primary object (and of what it owns) changes only at a handoff."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from typing import Any
+
+Object = dict[str, Any]
+
+
+def moment(stamp: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def handoff_violations(
+    events: list[Object],
+    replicas: set[str],
+    departures: dict[str, datetime.datetime],
+    *,
+    object_of: Callable[[Object], str | None],
+    primary: str,
+    sharder: str,
+) -> list[str]:
+    """Where an object's writer changed other than through a handoff (empty: none).
+
+    ``events`` are the API server's audit events, ``replicas`` the user agents of the replicas
+    (writes by anyone else are the test's own), ``departures`` when each replica that left was
+    killed or told to stop (after it, it may be gone without a handoff). ``object_of`` names the
+    primary object an audited write is about (None: none), ``primary`` is the primary kind's
+    plural, ``sharder`` the field manager of the sharder's label writes.
+
+    A writer may follow another only if the previous writer's last write was its
+    acknowledgement of a drain (a patch of the primary object itself), or it had left before
+    the next one's first write; and the sharder labelled the object in between."""
+    by_object: dict[str, list[Object]] = {}
+    for event in events:
+        key = object_of(event)
+        code = int((event.get("responseStatus") or {}).get("code") or 0)
+        if key is not None and 200 <= code < 300 and event.get("verb") not in ("get", "list"):
+            by_object.setdefault(key, []).append(event)
+    violations = []
+    for key, writes in by_object.items():
+        writer: str | None = None
+        last: Object | None = None
+        labelled_since = False
+        for event in writes:
+            agent = event.get("userAgent")
+            if f"fieldManager={sharder}" in str(event.get("requestURI")):
+                labelled_since = True
+                continue
+            if agent not in replicas:
+                continue
+            if writer is not None and agent != writer:
+                assert last is not None
+                acknowledged = (
+                    last.get("verb") == "patch"
+                    and last["objectRef"].get("resource") == primary
+                    and not last["objectRef"].get("subresource")
+                )
+                left = departures.get(writer)
+                dead = left is not None and moment(event["stageTimestamp"]) > left
+                if not (acknowledged or dead) or not labelled_since:
+                    violations.append(
+                        f"{key}: {writer} then {agent} at {event['stageTimestamp']} "
+                        f"(acknowledged={acknowledged}, dead={dead}, relabelled={labelled_since})"
+                    )
+            # The next writer must come after a label write that follows this one.
+            labelled_since = False
+            writer, last = agent, event
+    return violations
