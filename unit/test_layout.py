@@ -111,6 +111,7 @@ OPERATOR_IO = {
     "crewlet_operator_daemon.cli",
     "crewlet_operator_daemon.controller",
     "crewlet_operator_daemon.slots",
+    "crewlet_operator_daemon.writer",
 }
 # What a decision may not reach: the event loop and the HTTP client under the library's client,
 # cache, controller and manager.

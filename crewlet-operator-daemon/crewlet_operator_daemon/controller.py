@@ -1,8 +1,11 @@
 """The thin controllers around the pure Crewlet reconcile: gather the inputs from the caches,
-call :func:`crewlet_operator_daemon.company.reconcile`, and execute its plan.
+call :func:`crewlet_operator_daemon.company.reconcile`, and have
+:class:`~crewlet_operator_daemon.writer.CompanyWriter` write its plan.
 
 What is cached, and why it stays small: Companies and EngineClasses (all of them: they are the
-operator's own kinds), Namespaces (for ``allowedNamespaces``), and children only when they carry
+operator's own kinds; with ``--sharding``, this replica's share of the Companies, and every
+company's class and hostname in a trimmed directory beside), Namespaces (for
+``allowedNamespaces``), and children only when they carry
 ``app.kubernetes.io/managed-by: crewlet-operator``, trimmed to the fields the operator applied.
 Companies and children are kept compressed (a few hundred bytes each) and indexed by class and
 by company, so a reconcile decodes only its own. Referenced Secrets are watched one by one
@@ -11,11 +14,7 @@ by company, so a reconcile decodes only its own. Referenced Secrets are watched 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import dataclasses
 import functools
-from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -33,14 +32,10 @@ from crewlet_operator import (
     EventRecorder,
     GenerationChanged,
     InformerOptions,
-    InvalidError,
     LabelChanged,
     Manager,
     MetadataOnly,
     NamedObjects,
-    NotFoundError,
-    OwnStatusWrites,
-    OwnWrites,
     Pages,
     PolicyRule,
     Request,
@@ -49,7 +44,6 @@ from crewlet_operator import (
     Result,
     Scope,
     Stream,
-    generation,
     is_being_deleted,
     is_controlled_by,
     keep_owned_fields_of,
@@ -58,10 +52,8 @@ from crewlet_operator import (
     namespace,
     namespaced_key,
     new_predicate_funcs,
-    uid,
 )
 from crewlet_operator_daemon import hostnames, naming
-from crewlet_operator_daemon.admission import Admissions
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator_daemon.checkpoint import ANNOTATION, LINES, code_version
 from crewlet_operator_daemon.class_controller import (
@@ -72,7 +64,6 @@ from crewlet_operator_daemon.class_controller import (
     class_name,
     class_of,
     read_references,
-    write_status,
 )
 from crewlet_operator_daemon.company import reconcile
 from crewlet_operator_daemon.hostnames import hostname
@@ -88,23 +79,16 @@ from crewlet_operator_daemon.indexes import (
 )
 from crewlet_operator_daemon.plan import (
     CHILD_RESOURCES,
-    Apply,
     ClusterFacts,
     Observed,
-    Plan,
     child_resources,
 )
 from crewlet_operator_daemon.references import referenced_secrets
 from crewlet_operator_daemon.slots import ApplySlots
-from crewlet_operator_daemon.status import current_verdict, verdict
 from crewlet_operator_daemon.steps import (
-    Order,
-    Steps,
     labelled_namesake,
-    render_files,
-    steps,
-    waves,
 )
+from crewlet_operator_daemon.writer import CompanyWriter
 
 log = structlog.get_logger("crewlet_operator.company")
 
@@ -159,13 +143,13 @@ class CrewletControllers:
             manager.client, REPORTING_CONTROLLER, write_slots=self._apply_slots
         )
         manager.add(self.recorder)  # the manager waits for its Events on the way out
-        self._announced: dict[str, Object] = {}
-        """Company key to the verdict its children wait behind at :data:`CHILDREN_PRIORITY`
-        (written ahead of them, or found written), until they are applied: its next reconcile
-        applies them, whatever its priority, and the status echo may not have reached the cache
-        when their turn comes."""
-        self._admissions = Admissions()
-        """The class generations whose children the API server has admitted by a dry run."""
+        self.writer = CompanyWriter(
+            manager.client,
+            self.recorder,
+            self._apply_slots,
+            children_priority=CHILDREN_PRIORITY,
+            requeue=self._requeue,
+        )
         self.checkpoint = RestartCheckpoint(
             code_version(facts),
             annotation=ANNOTATION,
@@ -227,16 +211,11 @@ class CrewletControllers:
         share alone. None without: the caches hold every company."""
         self._keep_owned = keep_owned_fields_of(manager.field_manager)
 
-        self.status_echoes = OwnStatusWrites()
-        # The children's echoes of the operator's own applies would reconcile each company once
-        # more to find what it just wrote (2.3 reconciles a company in a burst of 1,000 without
-        # this, 1.5 with it).
-        self.child_echoes = OwnWrites()
         builder = manager.controller("company").for_(
-            COMPANY, predicates=[self.status_echoes], options=company_options
+            COMPANY, predicates=[self.writer.status_echoes], options=company_options
         )
         for resource in self.children:
-            builder.owns(resource, predicates=[self.child_echoes], options=owned)
+            builder.owns(resource, predicates=[self.writer.child_echoes], options=owned)
         # A class's status (its companies count) changes with every company: only its spec
         # concerns them, else one new company would reconcile every other of its class.
         builder.watches(ENGINE_CLASS, self._companies_of_class, predicates=[GenerationChanged()])
@@ -275,6 +254,9 @@ class CrewletControllers:
         self.class_controller = EngineClassController(
             manager, self.secrets, company_options, directory=self.directory
         )
+
+    def _requeue(self, request: Request, priority: int) -> None:
+        self.company_controller.queue.add(request, priority)
 
     @property
     def companies(self) -> Cache:
@@ -360,7 +342,7 @@ class CrewletControllers:
             await self._whole_children(resource, key)
             cached = self.cache.list(resource, index=(COMPANY_INDEX, key))
             # The children this process applied last may not have reached the cache yet.
-            for child in self.child_echoes.newest(resource.kind, cached, ns):
+            for child in self.writer.child_echoes.newest(resource.kind, cached, ns):
                 if company_of_child(child) == [key]:
                     children[(resource.kind, name(child))] = child
         namesakes = await self._namesakes(company, children)
@@ -446,7 +428,7 @@ class CrewletControllers:
         """Converge one Company."""
         company = self.cache.get(COMPANY, request.name, request.namespace)
         if company is None:
-            self._announced.pop(str(request), None)
+            self.writer.forget(str(request))
             return None  # deleted: owner references garbage-collect the children; claims stay
         engine_class = self.cache.get(ENGINE_CLASS, class_name(company))
         ns = self.cache.get(NAMESPACE, request.namespace or "") or {}
@@ -458,7 +440,7 @@ class CrewletControllers:
             return None
         observed = await self.observe(company, engine_class)
         decide = functools.partial(reconcile, company, engine_class, labels(ns), facts=self.facts)
-        result = await self.execute(company, engine_class, observed, decide)
+        result = await self.writer.execute(company, engine_class, observed, decide)
         if result is None and labelled_namesake(company, observed):
             return Result(requeue_after=LABELLED_NAMESAKE_RECHECK)
         return result
@@ -504,191 +486,3 @@ class CrewletControllers:
             for resource in self.children
             for child_name in naming.child_names(company_name, resource.kind)
         )
-
-    async def execute(
-        self,
-        company: Object,
-        engine_class: Object | None,
-        observed: Observed,
-        decide: Callable[..., Plan],
-    ) -> Result | None:
-        """Decide the company's plan and write what :func:`crewlet_operator_daemon.steps.steps` says
-        to write of it now, and nothing else; ``decide(observed, render_files=...)`` is the pure
-        reconcile over everything but what was observed.
-
-        Each change of verdict is an Event on the Company, so ``kubectl describe company`` says
-        why. While many verdicts are on their way, the children's applies narrow
-        (:class:`~crewlet_operator_daemon.slots.ApplySlots`): the verdicts wait on the same API
-        server.
-
-        A child the API server refuses (a class field only it can judge, such as a toleration
-        or a storage class name) is an input of the reconcile like any other refusal
-        (:attr:`~crewlet_operator_daemon.plan.Observed.rejection`), and leaves nothing half-written:
-        until one company of a class's generation has been admitted (by a dry run or by being
-        written), its children are first applied as a dry run, before any verdict. The
-        company is tried again after a growing backoff: some refusals pass by themselves (a
-        Service's "failed to allocate IP" while etcd is away is a 422 too), and no event would
-        announce it.
-        """
-        key = f"{namespace(company)}/{name(company)}"
-        request = Request(namespace(company), name(company))
-        stored, current = verdict(company.get("status")), current_verdict(company)
-        announced = self._announced.get(key)
-        plan = decide(observed, render_files=render_files(announced))
-        step = steps(
-            plan,
-            stored=stored,
-            current=current,
-            announced=announced,
-            admitted=self._admitted(engine_class),
-        )
-        if step.order is Order.LATER:
-            self._remember(key, step)
-            self.company_controller.queue.add(request, CHILDREN_PRIORITY)
-            return None
-        if step.needs_files:
-            plan = decide(observed)
-        with self._apply_slots.verdict() if step.news else contextlib.nullcontext():
-            retry: Result | None = None
-            try:
-                await self._admit(plan, engine_class)
-                if step.order is Order.ALL and await self._write_children(plan):
-                    # A child changed while it was written: look again, as its event would have.
-                    self.company_controller.queue.add(request)
-            except InvalidError as refused:
-                retry = Result(requeue=True)
-                # The refusal supersedes the verdict the children waited behind.
-                plan = decide(dataclasses.replace(observed, rejection=refused.message))
-                step = steps(plan, stored=stored, current=current, announced=None, admitted=False)
-            await self._write_step(company, observed, plan, step)
-            return retry
-
-    async def _write_step(
-        self, company: Object, observed: Observed, plan: Plan, step: Steps
-    ) -> None:
-        """Write what is left of ``step`` once its children are written: the claim's
-        annotations and the status (with an Event when it is news), and send the company back
-        to the queue when its children come later."""
-        key = f"{namespace(company)}/{name(company)}"
-        if step.announced is None:
-            self._remember(key, step)
-        if step.order is Order.ALL and plan.claim_annotations and observed.data_claim is not None:
-            await self.client.patch(
-                PERSISTENT_VOLUME_CLAIM,
-                name(observed.data_claim),
-                {"metadata": {"annotations": plan.claim_annotations}},
-                namespace(observed.data_claim),
-            )
-        decided = verdict(plan.status)
-        if plan.status is not None:
-            meta = {"name": name(company), "namespace": namespace(company)}
-            # Told first: the echo can beat the write's answer to this process.
-            self.status_echoes.wrote(key, plan.status)
-            await write_status(self.client, COMPANY, meta, plan.status)
-            if step.news and decided is not None:
-                self._announce(company, decided)
-        if step.order is Order.VERDICT_FIRST:
-            self._remember(key, step)
-            self.company_controller.queue.add(
-                Request(namespace(company), name(company)), CHILDREN_PRIORITY
-            )
-
-    def _remember(self, key: str, step: Steps) -> None:
-        """Keep the verdict the company's children wait behind, or forget it."""
-        if step.announced is None:
-            self._announced.pop(key, None)
-        else:
-            self._announced[key] = step.announced
-
-    def _announce(self, company: Object, decided: Object) -> None:
-        """An Event for a new verdict: Normal when accepted, a Warning with the reason when
-        not. Its note is the condition's message, which never holds a Secret's value."""
-        accepted = decided.get("status") == "True"
-        self.recorder.record(
-            company,
-            "Normal" if accepted else "Warning",
-            str(decided.get("reason")),
-            "Accept" if accepted else "Refuse",
-            str(decided.get("message") or ""),
-        )
-
-    def _admitted(self, engine_class: Object | None) -> bool:
-        """Whether the children of a company of this class's generation passed a dry run."""
-        return engine_class is not None and self._admissions.admitted(
-            uid(engine_class) or "", generation(engine_class)
-        )
-
-    async def _admit(self, plan: Plan, engine_class: Object | None) -> None:
-        """Dry-run the plan's applies unless the API server has already admitted the children
-        of a company of the class's generation. Once is enough: what it can refuse comes from
-        the class, and the verdicts of a burst come before any company's children are written
-        (else each would be dry-run: 13 requests more a company); the companies of a burst
-        that need it at once wait for the first one's
-        (:class:`~crewlet_operator_daemon.admission.Admissions`).
-
-        Raises:
-            InvalidError: the API server refused a child; nothing was written.
-        """
-        if not plan.applies:
-            return
-
-        async def dry_run() -> None:
-            assert plan.complete, "children dry-run from a plan whose files were left out"
-            for wave in waves(plan.applies):
-                await self._apply_all(wave, dry_run=True)
-
-        if engine_class is None:
-            await dry_run()
-        else:
-            await self._admissions.admit(uid(engine_class) or "", generation(engine_class), dry_run)
-
-    async def _write_children(self, plan: Plan) -> bool:
-        """Apply and delete the plan's children (admitted by :meth:`_admit`): whether one of
-        them changed while it was written (see :meth:`_apply_all`)."""
-        assert plan.complete, "children applied from a plan whose files were left out"
-        missed = False
-        for wave in waves(plan.applies):
-            missed |= await self._apply_all(wave)
-        for delete in plan.deletes:
-            with contextlib.suppress(NotFoundError):
-                await self.client.delete(
-                    delete.resource, delete.name, delete.namespace, uid=delete.uid
-                )
-        return missed
-
-    async def _apply_all(self, applies: list[Apply], dry_run: bool = False) -> bool:
-        """Apply each at once: a company's children are independent of one another, and one
-        at a time a burst is bound by the round trips, not by the API server. Whether a change
-        to one of them came while it was written (the company needs another reconcile).
-
-        Raises:
-            APIError: the first refusal, once every apply has been answered.
-        """
-        with contextlib.ExitStack() as held:
-            writes = (
-                []
-                if dry_run
-                else [held.enter_context(self.child_echoes.writing(a.object)) for a in applies]
-            )
-            answers = await asyncio.gather(
-                *(self._apply(a, dry_run) for a in applies), return_exceptions=True
-            )
-            for write, answer in zip(writes, answers, strict=False):  # no writes in a dry run
-                if not isinstance(answer, BaseException):
-                    write.done(answer)
-        missed = any(write.reconcile_again for write in writes)
-        for answer in answers:
-            if isinstance(answer, BaseException):
-                raise answer
-        return missed
-
-    async def _apply(self, apply: Apply, dry_run: bool) -> Object:
-        """Apply one child when a slot is free (:class:`~crewlet_operator_daemon.slots.ApplySlots`:
-        fewer while verdicts wait). Status writes and the admission's dry runs take none: they are
-        on the verdict's path, which never queues behind a backlog's children."""
-        if dry_run:
-            return await self.client.apply_owned(
-                apply.resource, apply.object, apply.existing, dry_run=True
-            )
-        async with self._apply_slots:
-            return await self.client.apply_owned(apply.resource, apply.object, apply.existing)
