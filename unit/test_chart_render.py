@@ -1328,6 +1328,8 @@ MANAGER_RESOURCES = {
     ("gateway.networking.k8s.io", "httproutes"): WRITES,
     # The high-water engine version the manager keeps in a Company's status.
     ("crewlet.ai", "companies/status"): frozenset({"UPDATE"}),
+    # A Company's ring labels, with sharding (held to those labels alone, sharding or not).
+    ("crewlet.ai", "companies"): frozenset({"UPDATE"}),
 }
 
 
@@ -1356,7 +1358,7 @@ def test_manager_writes_policy_shape(render: Callable[..., list[Doc]]) -> None:
     assert policy["spec"]["variables"], "variables keep the validations readable"
     for validation in policy["spec"]["validations"]:
         assert validation["message"] and validation["messageExpression"], validation
-    assert len(policy["spec"]["validations"]) == 42
+    assert len(policy["spec"]["validations"]) == 44
     assert "matchResources" not in binding["spec"], "every namespace"
     variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
     assert (json.loads(variables["gateways"]), json.loads(variables["imagePrefixes"])) == ([], [])
