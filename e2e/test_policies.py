@@ -49,12 +49,13 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import pytest
 import pytest_asyncio
 import yaml
 
+from crewlet_operator.cache import Cache
 from crewlet_operator.envtest import ControlPlane, binaries
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
@@ -64,8 +65,12 @@ from crewlet_operator.kube import resources as r
 from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import Resource
+from crewlet_operator.reconcile import Request
+from crewlet_operator.ring import HashRing, RingLabels, member_name
+from crewlet_operator.sharding import Gate, Membership, Sharder, by_namespace
 from crewlet_operator_daemon import ClusterFacts, Observed, desired_children
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon.cli import SHARDING_DOMAIN
 from crewlet_operator_daemon.plan import MANAGER_NAME
 from crewlet_operator_daemon.versions import CLAIM_ANNOTATION
 
@@ -141,6 +146,8 @@ MANAGER_RULES: dict[str, tuple[str, str]] = {
     "claim-annotations-only": ("claims", "a claim changes only in its version annotation"),
     "claim-version-kept": ("claims", "the claim's high-water version is never lowered"),
     "status-version-kept": ("company status", "status.highestEngineVersion is never lowered"),
+    "company-ring-labels": ("company", "a Company changes only in its two ring labels"),
+    "company-ring-label-values": ("company", "shard: a member's name or none; drain: true or none"),
     "manager-only": ("scope", "the same writes by another ServiceAccount are unaffected"),
     "release-prefix": ("scope", "every release name keeps the manager checked"),
     "fullname-override": ("scope", "a fullnameOverride that renames the SA leaves it unchecked"),
@@ -307,7 +314,12 @@ def sa_token_secret(namespace: str, name: str, labelled: bool = True) -> Doc:
 
 
 async def merge_patch(
-    client: Client, resource: Resource, name: str, namespace: str | None, patch: Doc
+    client: Client,
+    resource: Resource,
+    name: str,
+    namespace: str | None,
+    patch: Doc,
+    field_manager: str = "policy-test",
 ) -> Doc:
     """A dry-run merge patch (an UPDATE in admission)."""
     answer: Doc = await client.request(
@@ -315,7 +327,7 @@ async def merge_patch(
         resource.path(namespace, name),
         body=patch,
         content_type="application/merge-patch+json",
-        query={"dryRun": "All", "fieldManager": "policy-test"},
+        query={"dryRun": "All", "fieldManager": field_manager},
     )
     return answer
 
@@ -403,9 +415,28 @@ FULL_CLASS: Doc = {
 PLAIN_CLASS: Doc = {"engine": {"image": ENGINE_IMAGE}}
 """A class that uses none: files on the volume, no scheduling, no exposure."""
 
-Variant = Literal["ingress", "gateway", "plain"]
+Variant = Literal["ingress", "gateway", "plain", "sharded"]
 """Which render: the full class without the Gateway API (an Ingress), with it (an HTTPRoute),
-or the plain class for a company without a webhook hostname."""
+the plain class for a company without a webhook hostname, or the full class without the
+Gateway API by a replica of a sharded manager (its shard label on every child)."""
+
+# -- sharding (manager.sharding.enabled) --------------------------------------------------------
+
+RING = RingLabels(SHARDING_DOMAIN, MANAGER_NAME)
+SHARD = RING.shard
+"""shard.crewlet.ai/crewlet-operator: on a Company, the replica it is assigned to; on each
+child, the replica that wrote it."""
+DRAIN = RING.drain
+"""drain.crewlet.ai/crewlet-operator: on a Company its replica is asked to let go."""
+MEMBER = member_name(MANAGER_NAME, "crewlet-operator-controller-manager-6b8f7c9d5-k2x7q")
+"""A replica's member name (its member Lease's), as the library names it."""
+OLD_MEMBER = member_name(MANAGER_NAME, "crewlet-operator-controller-manager-6b8f7c9d5-z9m4w")
+SHARDER = f"{MANAGER_NAME}-sharder"
+"""The field manager the leader assigns and drains Companies as (the members write as
+crewlet-operator)."""
+RESOURCE_VERSION = "<the Company's resourceVersion>"
+"""In a case's patch: the resourceVersion of the Company as it stands (every ring label write
+is conditional on the version it was decided on)."""
 Key = tuple[str, str]
 Shapes = dict[Key, tuple[Resource, Doc]]
 
@@ -452,7 +483,11 @@ def shapes(company: Doc, variant: Variant = "ingress") -> Shapes:
         "metadata": {"name": "standard"},
         "spec": copy.deepcopy(spec),
     }
-    facts = ClusterFacts(gateway_api=variant == "gateway", operator_namespace=RELEASE_NS)
+    facts = ClusterFacts(
+        gateway_api=variant == "gateway",
+        operator_namespace=RELEASE_NS,
+        shard_labels=((SHARD, MEMBER),) if variant == "sharded" else (),
+    )
     children = desired_children(
         rendered,
         engine_class,
@@ -612,6 +647,8 @@ class Case:
     patch: Doc | None = None
     existing: Change | None = None
     someone_else: Doc | None = None
+    field_manager: str = "policy-test"
+    """The field manager of a ``patch``."""
 
 
 IDENTITY = ("label-on-write", "labels-allowlist", "name-bound", "annotations-allowlist")
@@ -667,6 +704,7 @@ OPERATOR_CHILDREN: dict[Variant, tuple[Key, ...]] = {
     "gateway": (HTTP_ROUTE,),
     "plain": (SA, ENV, CONFIG, DATA_NETPOL, DATA_STS, SEATS_STS),
 }
+OPERATOR_CHILDREN["sharded"] = OPERATOR_CHILDREN["ingress"]
 
 
 def creates() -> list[Case]:
@@ -751,8 +789,8 @@ CASES: list[Case] = [
         DATA_STS,
         f"{WRITES} StatefulSet {{ns}}/acme-data only with the operator's labels "
         "(app.kubernetes.io/managed-by: crewlet-operator, app.kubernetes.io/name: crewlet, "
-        "crewlet.ai/company: <company>, app.kubernetes.io/component: data or seats), not "
-        "k8s-app: kube-dns",
+        "crewlet.ai/company: <company>, app.kubernetes.io/component: data or seats and, with "
+        "sharding, shard.crewlet.ai/crewlet-operator: <replica>), not k8s-app: kube-dns",
         change=at((*LABELS, "k8s-app"), "kube-dns"),
     ),
     deny(
@@ -760,8 +798,8 @@ CASES: list[Case] = [
         "labels-allowlist",
         ENV,
         "only with the operator's labels (app.kubernetes.io/managed-by: crewlet-operator, "
-        "app.kubernetes.io/name: crewlet, crewlet.ai/company: <company>), not "
-        "app.kubernetes.io/component: data",
+        "app.kubernetes.io/name: crewlet, crewlet.ai/company: <company> and, with sharding, "
+        "shard.crewlet.ai/crewlet-operator: <replica>), not app.kubernetes.io/component: data",
         change=at((*LABELS, "app.kubernetes.io/component"), "data"),
     ),
     deny(
@@ -2132,6 +2170,190 @@ CASES: list[Case] = [
             ("removed", at(("status",), {"versionProtection": "Unordered"}), "removed"),
         )
     ),
+    # -- sharding: the children's shard label ------------------------------------------------
+    # (creates() makes every child of the sharded render, its shard label on each.)
+    Case(
+        "child-relabelled-after-a-move",
+        ("labels-allowlist", "owners-unchanged", "pod-template-metadata"),
+        DATA_STS,
+        op="update",
+        variant="sharded",
+        existing=at((*LABELS, SHARD), OLD_MEMBER),
+    ),
+    Case(
+        "child-labelled-when-sharding-starts",
+        ("labels-allowlist", "owners-unchanged"),
+        SA,
+        op="update",
+        variant="sharded",
+        existing=at((*LABELS, SHARD), DROP),
+    ),
+    deny(
+        "child-shard-label-empty",
+        "labels-allowlist",
+        API_SERVICE,
+        "only with the operator's labels (app.kubernetes.io/managed-by: crewlet-operator, "
+        "app.kubernetes.io/name: crewlet, crewlet.ai/company: <company>, "
+        "app.kubernetes.io/component: data or seats and, with sharding, "
+        f"{SHARD}: <replica>), not {SHARD}:",
+        variant="sharded",
+        change=at((*LABELS, SHARD), ""),
+    ),
+    deny(
+        "pod-template-shard-label",
+        "pod-template-metadata",
+        DATA_STS,
+        f"{WRITES} StatefulSet {{ns}}/acme-data only with the operator's labels on its pod "
+        f"template (app.kubernetes.io/managed-by: crewlet-operator, app.kubernetes.io/name: "
+        "crewlet, crewlet.ai/company: acme, app.kubernetes.io/component: data) and annotations "
+        f"(crewlet.ai/config-hash, crewlet.ai/secrets-hash), not {SHARD}",
+        variant="sharded",
+        change=at((*TEMPLATE, "labels", SHARD), MEMBER),
+    ),
+    deny(
+        "pod-template-shard-label-on-update",
+        "pod-template-metadata",
+        SEATS_STS,
+        f"not {SHARD}",
+        op="update",
+        variant="sharded",
+        change=at((*TEMPLATE, "labels", SHARD), MEMBER),
+    ),
+    deny(
+        "claim-template-shard-label",
+        "claim-template-shape",
+        DATA_STS,
+        f"{WRITES} StatefulSet {{ns}}/acme-data only with the operator's claim template",
+        variant="sharded",
+        change=at((*CLAIM_TEMPLATE, "metadata", "labels", SHARD), MEMBER),
+    ),
+    # -- sharding: a Company's ring labels -----------------------------------------------------
+    # The patches as crewlet_operator.sharding writes them: the sharder's (Sharder.shard_pass)
+    # and the member's (Gate._acknowledge), each a merge patch on the resourceVersion it was
+    # decided on. test_the_sharder_and_a_member_move_a_company_as_the_manager runs the
+    # library's own.
+    *(
+        Case(
+            f"company-{case}",
+            ("company-ring-labels", "company-ring-label-values"),
+            THE_COMPANY,
+            op="patch",
+            existing=existing,
+            patch={"metadata": {"resourceVersion": RESOURCE_VERSION, "labels": labels}},
+            field_manager=field_manager,
+        )
+        for case, existing, labels, field_manager in (
+            ("assigned-by-the-sharder", None, {SHARD: MEMBER, DRAIN: None}, SHARDER),
+            (
+                "taken-from-a-dead-member",
+                both(
+                    at((*LABELS, SHARD), OLD_MEMBER),
+                    at((*LABELS, "team"), "blue"),
+                    at((*ANNOTATIONS, "example.com/note"), "theirs"),
+                ),
+                {SHARD: MEMBER, DRAIN: None},
+                SHARDER,
+            ),
+            ("drained-by-the-sharder", at((*LABELS, SHARD), OLD_MEMBER), {DRAIN: "true"}, SHARDER),
+            (
+                "let-go-by-its-member",
+                both(at((*LABELS, SHARD), MEMBER), at((*LABELS, DRAIN), "true")),
+                {SHARD: None, DRAIN: None},
+                MANAGER_NAME,
+            ),
+        )
+    ),
+    *(
+        deny(
+            f"company-{case}",
+            "company-ring-labels",
+            THE_COMPANY,
+            "may change Company {ns}/acme only in its labels shard.crewlet.ai/crewlet-operator "
+            "and drain.crewlet.ai/crewlet-operator (the replica it is assigned to, with "
+            f"sharding), not its {shown}",
+            op="patch",
+            existing=existing,
+            patch={"metadata": {"resourceVersion": RESOURCE_VERSION}, **patch},
+            field_manager=SHARDER,
+        )
+        for case, existing, patch, shown in (
+            (
+                "spec-changed",
+                None,
+                {"metadata": {"labels": {SHARD: MEMBER}}, "spec": {"className": "premium"}},
+                "spec",
+            ),
+            ("hostname-taken", None, {"spec": {"webhookHostname": "bank.example.com"}}, "spec"),
+            ("relabelled", None, {"metadata": {"labels": {"team": "red"}}}, "other labels"),
+            (
+                "label-removed",
+                at((*LABELS, "team"), "blue"),
+                {"metadata": {"labels": {"team": None, SHARD: MEMBER}}},
+                "other labels",
+            ),
+            (
+                "annotated",
+                None,
+                {"metadata": {"annotations": {"example.com/x": "y"}}},
+                "annotations",
+            ),
+            (
+                "annotation-removed",
+                at((*ANNOTATIONS, "example.com/note"), "theirs"),
+                {"metadata": {"annotations": {"example.com/note": None}}},
+                "annotations",
+            ),
+            (
+                "given-an-owner",
+                None,
+                {"metadata": {"ownerReferences": [CONFIG_MAP_OWNER]}},
+                "ownerReferences",
+            ),
+            (
+                "held-by-a-finalizer",
+                None,
+                {"metadata": {"finalizers": ["example.com/hold"]}},
+                "finalizers",
+            ),
+            (
+                "moved-and-respecified",
+                None,
+                {
+                    "metadata": {"labels": {SHARD: MEMBER}, "annotations": {"example.com/x": "y"}},
+                    "spec": {"className": "premium"},
+                },
+                "spec, annotations",
+            ),
+        )
+    ),
+    *(
+        deny(
+            f"company-{case}",
+            "company-ring-label-values",
+            THE_COMPANY,
+            f"may set the label {SHARD} of Company {{ns}}/acme only to a replica's name (a "
+            f'DNS-1123 label) or remove it, and {DRAIN} only to "true" or remove it, not {shown}',
+            op="patch",
+            existing=existing,
+            patch={"metadata": {"resourceVersion": RESOURCE_VERSION, "labels": labels}},
+            field_manager=SHARDER,
+        )
+        for case, existing, labels, shown in (
+            (
+                "drain-set-to-false",
+                at((*LABELS, SHARD), MEMBER),
+                {DRAIN: "false"},
+                f'{DRAIN}: "false"',
+            ),
+            ("shard-label-emptied", at((*LABELS, SHARD), MEMBER), {SHARD: ""}, f'{SHARD}: ""'),
+            (
+                "shard-label-not-a-member-name",
+                None,
+                {SHARD: "Crewlet_Operator.0"},
+                f'{SHARD}: "Crewlet_Operator.0"',
+            ),
+        )
+    ),
 ]
 
 
@@ -2273,6 +2495,11 @@ async def prepare(client: Client, case: Case, objects: Shapes) -> None:
     if resource is COMPANY:
         status = {"metadata": identity(obj), "status": standing["status"]}
         await client.apply_status(COMPANY, status, field_manager=MANAGER_NAME)
+        # Its labels and annotations, as others (the sharder, the tenant) set them.
+        if standing["metadata"].keys() - {"name", "namespace"}:
+            await client.apply(COMPANY, {"metadata": standing["metadata"]}, field_manager=SHARDER)
+        company = await client.get(COMPANY, obj["metadata"]["name"], obj["metadata"]["namespace"])
+        obj["metadata"]["resourceVersion"] = company["metadata"]["resourceVersion"]
     else:
         await client.apply(resource, standing, field_manager=MANAGER_NAME)
     if case.someone_else is not None:
@@ -2296,7 +2523,12 @@ def write(client: Client, case: Case, objects: Shapes) -> Awaitable[Any]:
         return client.apply(resource, body, dry_run=True, field_manager=MANAGER_NAME)
     if case.op == "patch":
         assert case.patch is not None, case.id
-        return merge_patch(client, resource, meta["name"], meta["namespace"], case.patch)
+        patch = copy.deepcopy(case.patch)
+        if patch.get("metadata", {}).get("resourceVersion") == RESOURCE_VERSION:
+            patch["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
+        return merge_patch(
+            client, resource, meta["name"], meta["namespace"], patch, case.field_manager
+        )
     if case.op == "status":
         return client.apply_status(
             COMPANY,
@@ -2339,6 +2571,110 @@ async def test_another_service_account_is_left_alone(
         "manager-only", manager.create(r.SECRET, unlabelled, dry_run=True), "only with the label"
     )
     await admitted("manager-only", other.create(r.SECRET, unlabelled, dry_run=True))
+
+
+class Ring:
+    """Who is live, as the sharder sees it (what :class:`Membership` tells it from the member
+    Leases)."""
+
+    def __init__(self, *live: str) -> None:
+        self.members = frozenset(live)
+        self.changed = asyncio.Event()
+
+    def live(self) -> frozenset[str] | None:
+        return self.members
+
+    def become(self, *live: str) -> None:
+        self.members = frozenset(live)
+        self.changed.set()
+
+
+class CachedCompany:
+    """A member's cache as its gate reads it: the Company as last read, and the client."""
+
+    def __init__(self, client: Client, company: Doc) -> None:
+        self.client = client
+        self.company = company
+
+    def get(self, resource: Resource, name: str, namespace: str | None = None) -> Doc:
+        return self.company
+
+
+RING_RULES = ("company-ring-labels", "company-ring-label-values")
+
+
+async def test_the_sharder_and_a_member_move_a_company_as_the_manager(
+    kube_client: Client, held: Client, namespace: str
+) -> None:
+    """With manager.sharding.enabled: the library's own Sharder and Gate, writing as the
+    manager (its token, and impersonated), move a Company under the policy. The sharder assigns
+    it to the one live member, drains it when a newcomer's hash takes its namespace, the member
+    lets it go (clears both labels) and the sharder assigns it to the newcomer. Real writes, as
+    each step reads the last; the policy holds these same writes to the ring labels."""
+    await kube_client.create(COMPANY, company_doc(namespace))
+    ring = Ring(MEMBER)
+    sharder = Sharder(
+        held.with_field_manager(SHARDER),
+        COMPANY,
+        Scope(namespace),
+        labels=RING,
+        membership=cast(Membership, ring),
+        key=by_namespace,
+        retry_period=0.2,
+    )
+    running = asyncio.create_task(sharder.run(), name="sharder")
+
+    async def labelled(expected: dict[str, str | None]) -> Doc:
+        async def done() -> bool:
+            if running.done():
+                running.result()  # the sharder stopped: a write of its was refused
+                raise AssertionError("the sharder stopped")
+            company = await kube_client.get(COMPANY, ACME, namespace)
+            found = company["metadata"].get("labels") or {}
+            return all(found.get(k) == v for k, v in expected.items())
+
+        await eventually(done, timeout=30, interval=0.2, message=f"labelled {expected}")
+        return await kube_client.get(COMPANY, ACME, namespace)
+
+    async def never(request: Request) -> None:
+        raise AssertionError(f"a draining Company is let go, not reconciled: {request}")
+
+    try:
+        await admitted(RING_RULES, labelled({SHARD: MEMBER, DRAIN: None}))
+        newcomer = next(
+            m
+            for m in (member_name(MANAGER_NAME, f"replica-{i}") for i in range(100))
+            if HashRing([MEMBER, m]).owner(namespace) == m
+        )
+        ring.become(MEMBER, newcomer)
+        draining = await admitted(RING_RULES, labelled({SHARD: MEMBER, DRAIN: "true"}))
+        member = CachedCompany(held.with_field_manager(MANAGER_NAME), draining)
+        gate = Gate(never, cast(Cache, member), COMPANY, RING, MEMBER)
+        await admitted(RING_RULES, gate.reconcile(Request(namespace, ACME)))
+        moved = await admitted(RING_RULES, labelled({SHARD: newcomer, DRAIN: None}))
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+    # The policy does hold these writes: the same patch, with the spec, is refused.
+    await refused_by_manager_policy(
+        "company-ring-labels",
+        merge_patch(
+            held,
+            COMPANY,
+            ACME,
+            namespace,
+            {
+                "metadata": {
+                    "resourceVersion": moved["metadata"]["resourceVersion"],
+                    "labels": {SHARD: None, DRAIN: None},
+                },
+                "spec": {"className": "premium"},
+            },
+            MANAGER_NAME,
+        ),
+        f"may change Company {namespace}/acme only in its labels {SHARD} and {DRAIN}",
+    )
 
 
 def test_the_cases_cover_every_rule_both_ways() -> None:

@@ -3,7 +3,8 @@
 The operator's manager is built as the daemon builds it, from the chart's rendered Deployment
 arguments, with a client it never calls; :func:`crewlet_operator.rbac.manager_rules` reads its
 controllers' declarations, and every rule must be granted by the roles the chart binds to the
-manager's ServiceAccount: a verb missing from the chart fails here, not in a cluster.
+manager's ServiceAccount: a verb missing from the chart fails here, not in a cluster. So with
+manager.sharding.enabled: the chart passes --sharding, and grants what a sharded manager declares.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import pytest
 import yaml
 from fakes import offline_client
 
-from crewlet_operator import Manager, PolicyRule
+from crewlet_operator import Manager, PolicyRule, Request
 from crewlet_operator.envtest import binaries
 from crewlet_operator.rbac import manager_rules, ungranted
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY
 from crewlet_operator_daemon.cli import manager_options, parse_args
 from crewlet_operator_daemon.controller import CrewletControllers
 from crewlet_operator_daemon.plan import ClusterFacts
@@ -30,10 +32,18 @@ NAMESPACE = "crewlet-operator-system"
 Doc = dict[str, Any]
 
 
-def rendered() -> list[Doc]:
-    """``helm template`` the chart with its default values."""
+def rendered(*sets: str) -> list[Doc]:
+    """``helm template`` the chart with its default values, and ``sets`` (``--set``)."""
     result = subprocess.run(
-        [str(binaries.find("helm")), "template", RELEASE, str(CHART), "--namespace", NAMESPACE],
+        [
+            str(binaries.find("helm")),
+            "template",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            NAMESPACE,
+            *(arg for value in sets for arg in ("--set", value)),
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -46,6 +56,11 @@ def rendered() -> list[Doc]:
 @pytest.fixture(scope="module")
 def docs() -> list[Doc]:
     return rendered()
+
+
+@pytest.fixture(scope="module")
+def sharded_docs() -> list[Doc]:
+    return rendered("manager.sharding.enabled=true")
 
 
 def the_deployment(docs: list[Doc]) -> Doc:
@@ -63,6 +78,7 @@ def operator_manager(docs: list[Doc], gateway_api: bool) -> Manager:
         gateway_api=gateway_api,
         operator_namespace=args.leader_election_namespace,
         field_manager=manager.field_manager,
+        shard_labels=tuple(manager.shard_labels.items()),
     )
     CrewletControllers(manager, facts)
     return manager
@@ -90,9 +106,15 @@ def granted(docs: list[Doc], kind: str, namespace: str | None) -> list[PolicyRul
     return rules
 
 
+@pytest.mark.parametrize("sharded", [False, True], ids=["one-leader", "sharded"])
 @pytest.mark.parametrize("gateway_api", [True, False], ids=["gateway-api", "ingress"])
-def test_the_chart_grants_what_the_controllers_declare(docs: list[Doc], gateway_api: bool) -> None:
-    required = manager_rules(operator_manager(docs, gateway_api))
+def test_the_chart_grants_what_the_controllers_declare(
+    request: pytest.FixtureRequest, gateway_api: bool, sharded: bool
+) -> None:
+    docs: list[Doc] = request.getfixturevalue("sharded_docs" if sharded else "docs")
+    manager = operator_manager(docs, gateway_api)
+    assert (manager.options.sharding is not None) == sharded, "the chart passes --sharding"
+    required = manager_rules(manager)
     assert required.lease_namespace == NAMESPACE, "the Lease lives in the release's namespace"
     everywhere = granted(docs, "ClusterRoleBinding", None)
     missing = ungranted(required.cluster, everywhere)
@@ -119,3 +141,30 @@ def test_the_declarations_name_every_kind_the_operator_touches(docs: list[Doc]) 
         ("authorization.k8s.io", "subjectaccessreviews", "create"),
     ]
     assert [n for n in needed if not any(r.grants(*n) for r in rules)] == []
+
+
+def company_controller_rules(docs: list[Doc]) -> list[PolicyRule]:
+    """What the company controller declares on the manager the chart's arguments make, built
+    by the library alone (the daemon's own controllers: the test above)."""
+    (container,) = the_deployment(docs)["spec"]["template"]["spec"]["containers"]
+    manager = Manager(offline_client(), manager_options(parse_args(container["args"])))
+
+    async def reconcile(request: Request) -> None:
+        return None
+
+    manager.controller("company").for_(COMPANY).complete(reconcile)
+    return list(manager_rules(manager).cluster)
+
+
+def test_with_sharding_the_chart_grants_the_company_label_patches(
+    docs: list[Doc], sharded_docs: list[Doc]
+) -> None:
+    """With manager.sharding.enabled the chart passes --sharding, and the manager's company
+    controller is sharded: it declares the patch of Companies (their ring labels), which the
+    chart grants then, and only then."""
+    patch = ("crewlet.ai", "companies", "patch")
+    sharded = company_controller_rules(sharded_docs)
+    assert any(r.grants(*patch) for r in sharded), "the chart passes --sharding"
+    assert ungranted(sharded, granted(sharded_docs, "ClusterRoleBinding", None)) == []
+    assert not any(r.grants(*patch) for r in company_controller_rules(docs))
+    assert not any(r.grants(*patch) for r in granted(docs, "ClusterRoleBinding", None))

@@ -384,6 +384,8 @@ def test_values_yaml_has_the_pages_values_and_defaults() -> None:
         "limits": {"memory": "512Mi"},
     }
     assert "--leader-elect" in manager["args"]  # "The manager elects a leader by default"
+    # One active replica and a warm standby, unless sharding is turned on.
+    assert manager["sharding"] == {"enabled": False}
     anti = manager["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert anti[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     assert (values["metrics"]["enabled"], values["metrics"]["secure"]) == (True, True)
@@ -493,6 +495,27 @@ def test_the_daemon_accepts_every_flag_the_chart_passes(render: Callable[..., li
     assert args.metrics_cert_dir == "/etc/crewlet-operator/metrics-certs"
     off = parse_args(manager_container(render({"metrics": {"enabled": False}}))["args"])
     assert off.metrics_bind_address == "0"
+
+
+def test_sharding_passes_the_flag_only_when_enabled(render: Callable[..., list[Doc]]) -> None:
+    """manager.sharding.enabled: every replica active (--sharding); off by default, one active
+    replica and a warm standby as before."""
+    from crewlet_operator_daemon.cli import parse_args  # noqa: PLC0415 (the daemon's own parser)
+
+    for values in ({}, ALL_FEATURES, {"manager": {"sharding": {"enabled": False}}}):
+        args = manager_container(render(values))["args"]
+        assert not any(a.startswith("--sharding") for a in args), values
+        assert parse_args(args).sharding is False
+    sharded = manager_container(render({"manager": {"sharding": {"enabled": True}}}))["args"]
+    assert sharded.count("--sharding") == 1
+    parsed = parse_args(sharded)
+    assert parsed.sharding is True and parsed.leader_elect is True
+    deployment = one(
+        render({"manager": {"sharding": {"enabled": True}}}),
+        "Deployment",
+        "crewlet-operator-controller-manager",
+    )
+    assert deployment["spec"]["replicas"] == 2
 
 
 def test_image_tag_and_digest(render: Callable[..., list[Doc]]) -> None:
@@ -808,6 +831,17 @@ def test_network_policy_lets_in_only_metrics_and_probes(render: Callable[..., li
             id="leader-elect-0-separate",
         ),
         pytest.param(
+            {
+                "manager": {
+                    "args": ["--leader-elect=false"],
+                    "replicas": 1,
+                    "sharding": {"enabled": True},
+                }
+            },
+            "manager.sharding.enabled needs leader election, which manager.args turns off",
+            id="sharding-without-leader-election",
+        ),
+        pytest.param(
             {"prometheus": {"enabled": True}, "metrics": {"enabled": False}},
             "prometheus.enabled needs metrics.enabled",
             id="prometheus-without-metrics",
@@ -841,6 +875,11 @@ def test_leader_election_off_is_allowed_with_one_replica(render: Callable[..., l
     [
         ({"manager": {"replicas": "two"}}, "at '/manager/replicas': got string, want integer"),
         ({"metrics": {"secure": "yes"}}, "at '/metrics/secure': got string, want boolean"),
+        (
+            {"manager": {"sharding": {"enabled": "yes"}}},
+            "at '/manager/sharding/enabled': got string, want boolean",
+        ),
+        ({"manager": {"sharding": True}}, "at '/manager/sharding': got boolean, want object"),
         ({"replicas": 3}, "additional properties 'replicas' not allowed"),
         (
             {"tenantProvisioner": {"enabled": True, "subjects": [{"kind": "Robot", "name": "r"}]}},
@@ -851,7 +890,15 @@ def test_leader_election_off_is_allowed_with_one_replica(render: Callable[..., l
             "missing property 'namespace'",
         ),
     ],
-    ids=["wrong-type", "wrong-bool", "unknown-top-level-key", "subject-kind", "sa-namespace"],
+    ids=[
+        "wrong-type",
+        "wrong-bool",
+        "sharding-bool",
+        "sharding-not-an-object",
+        "unknown-top-level-key",
+        "subject-kind",
+        "sa-namespace",
+    ],
 )
 def test_values_schema_rejects(
     refused: Callable[[Values], str], values: Values, message: str
@@ -1160,6 +1207,22 @@ def test_manager_cluster_role_is_what_the_operator_uses(render: Callable[..., li
     assert rules_of(reader) == {("", "/metrics", "get")}
 
 
+def test_with_sharding_the_manager_patches_companies(render: Callable[..., list[Doc]]) -> None:
+    """manager.sharding.enabled: the leader assigns each Company to a replica, and a replica
+    lets one go, by patching the Company's labels; the ClusterRole grants patch on companies
+    then, and only then. The member Leases (one per replica, created, listed by their label,
+    renewed) are in the leader-election Role's namespace, which already grants every verb on
+    Leases."""
+    default = rules_of(one(render(), "ClusterRole", "crewlet-operator-manager-role"))
+    docs = render({"manager": {"sharding": {"enabled": True}}})
+    sharded = rules_of(one(docs, "ClusterRole", "crewlet-operator-manager-role"))
+    assert sharded - default == {("crewlet.ai", "companies", "patch")}
+    assert default <= sharded
+    leader = one(docs, "Role", "crewlet-operator-leader-election-role")
+    assert crud("coordination.k8s.io", "leases") <= rules_of(leader)
+    assert leader["metadata"]["namespace"] == NAMESPACE
+
+
 def test_aggregated_roles_cover_every_namespaced_crewlet_kind_and_no_engineclass(
     render: Callable[..., list[Doc]],
 ) -> None:
@@ -1265,6 +1328,8 @@ MANAGER_RESOURCES = {
     ("gateway.networking.k8s.io", "httproutes"): WRITES,
     # The high-water engine version the manager keeps in a Company's status.
     ("crewlet.ai", "companies/status"): frozenset({"UPDATE"}),
+    # A Company's ring labels, with sharding (held to those labels alone, sharding or not).
+    ("crewlet.ai", "companies"): frozenset({"UPDATE"}),
 }
 
 
@@ -1293,7 +1358,7 @@ def test_manager_writes_policy_shape(render: Callable[..., list[Doc]]) -> None:
     assert policy["spec"]["variables"], "variables keep the validations readable"
     for validation in policy["spec"]["validations"]:
         assert validation["message"] and validation["messageExpression"], validation
-    assert len(policy["spec"]["validations"]) == 42
+    assert len(policy["spec"]["validations"]) == 44
     assert "matchResources" not in binding["spec"], "every namespace"
     variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
     assert (json.loads(variables["gateways"]), json.loads(variables["imagePrefixes"])) == ([], [])

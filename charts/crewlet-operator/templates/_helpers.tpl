@@ -140,6 +140,9 @@ Refusals, at render time, with a message that says why (`fail`). Included by val
 {{- if and $leaderElectOff (gt (int .Values.manager.replicas) 1) }}
 {{- fail (printf "manager.args turns leader election off (--leader-elect=false) with manager.replicas %d: every replica would reconcile at once and fight over the same objects. Keep leader election on (the default), or run one replica." (int .Values.manager.replicas)) }}
 {{- end }}
+{{- if and $leaderElectOff .Values.manager.sharding.enabled }}
+{{- fail "manager.sharding.enabled needs leader election, which manager.args turns off (--leader-elect=false): the replica that holds the Lease assigns the companies to the replicas. Keep leader election on (the default)." }}
+{{- end }}
 {{- $pdb := .Values.manager.podDisruptionBudget }}
 {{- if $pdb.enabled }}
 {{- $max := not (kindIs "invalid" $pdb.maxUnavailable) }}
