@@ -1,0 +1,257 @@
+"""The operator sharded over three replicas (issue 38): ``manager.sharding.enabled``, each
+replica the daemon with ``--sharding`` as the chart runs it (the manager's token, the chart's
+RBAC and admission policy for that value), on the real control plane.
+
+Asserted from the API server's records:
+
+- every Company converges, each labelled for a live member, its children labelled for the same
+  member (its caches select them), and more than one member holds companies;
+- what needs every company still sees every company: an EngineClass counts the companies of
+  every member, and a webhook hostname asked for by companies on two members goes to the first;
+- a killed member's companies are relabelled for live members, and a change made to each of
+  them after the kill is converged by its new member;
+- the audit log (each replica's user agent names it): for every Company and its children, the
+  writing replica changes only at a handoff (e2e/handoffs.py).
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from handoffs import handoff_violations
+from operator_helpers import (
+    MANAGER_NAMESPACE,
+    Operator,
+    admin_client,
+    chart_documents,
+    company,
+    engine_class,
+    manager_kubeconfig,
+    wait_condition,
+    wait_converged,
+)
+
+from crewlet_operator import LEASE, STATEFUL_SET, Client, Scope
+from crewlet_operator.envtest import ControlPlane
+from crewlet_operator.envtest.wait import eventually
+from crewlet_operator.ring import RingLabels
+from crewlet_operator_daemon import naming
+from crewlet_operator_daemon.api.conditions import HOSTNAME_TAKEN
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon.cli import SHARDING_DOMAIN, user_agent
+from crewlet_operator_daemon.plan import CHILD_RESOURCES, MANAGER_NAME
+
+CLASS = "sharded"
+NAMESPACES = [f"shard-{i}" for i in range(12)]
+PER_NAMESPACE = 2
+REPLICAS = 3
+LABELS = RingLabels(SHARDING_DOMAIN, MANAGER_NAME)
+SHARD = LABELS.shard
+PLURALS = {r.plural: r.kind for r in CHILD_RESOURCES}
+"""The children's kinds by the plural an audit event names them by."""
+
+Object = dict[str, Any]
+Key = tuple[str, str]
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    with ControlPlane(tmp_path_factory.mktemp("sharding"), audit=True) as started:
+        yield started
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def client(plane: ControlPlane) -> AsyncIterator[Client]:
+    async with admin_client(plane, MANAGER_NAMESPACE, *NAMESPACES) as admin:
+        await admin.create(ENGINE_CLASS, engine_class(CLASS))
+        yield admin
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def kubeconfig(
+    plane: ControlPlane, client: Client, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The manager's token under the chart's RBAC and policy with sharding enabled."""
+    documents = chart_documents({"manager": {"sharding": {"enabled": True}}})
+    return await manager_kubeconfig(
+        client, plane, tmp_path_factory.mktemp("manager"), leader_election=True, documents=documents
+    )
+
+
+def companies() -> list[Key]:
+    return [(ns, f"co-{i}") for ns in NAMESPACES for i in range(PER_NAMESPACE)]
+
+
+def member_of(obj: Object) -> str:
+    return str((obj["metadata"].get("labels") or {}).get(SHARD, ""))
+
+
+async def members_of(client: Client) -> dict[Key, str]:
+    """Each Company's member."""
+    return {
+        (c["metadata"]["namespace"], c["metadata"]["name"]): member_of(c)
+        for c in (await client.list(COMPANY)).items
+    }
+
+
+async def live_members(client: Client) -> dict[str, str]:
+    """The ring's member Leases: member name to the identity holding it."""
+    leases = await client.list(
+        LEASE, Scope(MANAGER_NAMESPACE, label_selector=f"{LABELS.member}={MANAGER_NAME}")
+    )
+    return {
+        lease["metadata"]["name"]: str(lease["spec"].get("holderIdentity") or "")
+        for lease in leases.items
+    }
+
+
+def ring_member(replica: Operator) -> str | None:
+    """The member name a replica logged when it joined the ring (None: not yet)."""
+    for event in replica.log_events():
+        if event.get("event") == "member of the ring":
+            return str(event["member"])
+    return None
+
+
+async def children_members(client: Client) -> dict[Key, set[str]]:
+    """Each company's children's shard labels (every value any of its children carries)."""
+    found: dict[Key, set[str]] = {}
+    for resource in CHILD_RESOURCES:
+        listed = await client.list(resource, Scope(label_selector=naming.MANAGED_BY_SELECTOR))
+        for child in listed.items:
+            meta = child["metadata"]
+            key = (meta["namespace"], meta["labels"][naming.COMPANY_LABEL])
+            found.setdefault(key, set()).add(member_of(child))
+    return found
+
+
+def object_of(known: set[Key]) -> Any:
+    """The Company an audited write is about (its own, its status, a child's), or None."""
+
+    def company_of(event: Object) -> str | None:
+        ref = event.get("objectRef") or {}
+        ns, name, plural = ref.get("namespace") or "", ref.get("name") or "", ref.get("resource")
+        if plural == "companies":
+            return f"{ns}/{name}" if (ns, name) in known else None
+        kind = PLURALS.get(str(plural))
+        for owner in naming.companies_named_by(kind, name) if kind else []:
+            if (ns, owner) in known:
+                return f"{ns}/{owner}"
+        return None
+
+    return company_of
+
+
+@pytest.mark.filterwarnings(
+    "ignore::crewlet_operator.envtest.controlplane.EmptyAggregatedRolesWarning"
+)
+async def test_three_replicas_share_the_companies_and_pick_up_a_killed_ones(
+    plane: ControlPlane, client: Client, kubeconfig: Path, tmp_path: Path
+) -> None:
+    for ns, name in companies():
+        await client.create(COMPANY, company(ns, name, CLASS))
+    replicas = [
+        Operator(
+            kubeconfig,
+            tmp_path,
+            name=f"replica-{i}",
+            leader_elect=True,
+            lease_namespace=MANAGER_NAMESPACE,
+            args=["--sharding"],
+        )
+        for i in range(REPLICAS)
+    ]
+    left: dict[str, datetime.datetime] = {}
+    try:
+        await eventually(
+            lambda: all(r.ready() and ring_member(r) for r in replicas),
+            timeout=90,
+            message="every replica in the ring",
+        )
+        members = {str(ring_member(r)): r for r in replicas}
+        await wait_converged(client, companies(), timeout=240)
+
+        async def spread() -> bool:
+            held = await members_of(client)
+            live = set(await live_members(client))
+            return set(held.values()) <= live and set(members) <= live
+
+        await eventually(spread, timeout=60, message="every company on a live member")
+        held = await members_of(client)
+        assert len(set(held.values())) > 1, f"the companies are spread: {held}"
+        children = await children_members(client)
+        assert {key: {held[key]} for key in companies()} == {
+            key: children.get(key) for key in companies()
+        }, "each company's children carry its member's label"
+
+        # What needs every company sees every company, whichever member holds it.
+        async def counted() -> bool:
+            status = (await client.get(ENGINE_CLASS, CLASS)).get("status") or {}
+            return bool(status.get("companies") == len(companies()))
+
+        await eventually(counted, timeout=90, message="the class counts every member's companies")
+        by_member: dict[str, list[Key]] = {}
+        for key, member in held.items():
+            by_member.setdefault(member, []).append(key)
+        (first_ns, _), (second_ns, _) = (keys[0] for keys in list(by_member.values())[:2])
+        shared = "hooks.sharded.example"
+        await client.create(COMPANY, company(first_ns, "first", CLASS, webhookHostname=shared))
+        await wait_converged(client, [(first_ns, "first")], timeout=90, namespace=first_ns)
+        await client.create(COMPANY, company(second_ns, "second", CLASS, webhookHostname=shared))
+        refused = await wait_condition(
+            client, second_ns, "second", "Accepted", "False", reason=HOSTNAME_TAKEN
+        )
+        assert f"Company {first_ns}/first holds the webhook hostname {shared}" in refused["message"]
+
+        # The member holding most companies is killed; each of them is changed at once.
+        victim_member = max(by_member, key=lambda m: len(by_member[m]))
+        victim = members[victim_member]
+        theirs = by_member[victim_member]
+        identity = (await live_members(client))[victim_member]
+        left[user_agent(identity)] = datetime.datetime.now(datetime.UTC)
+        victim.kill()
+        killed = time.monotonic()
+        for ns, name in theirs:
+            await client.patch(COMPANY, name, {"spec": {"seats": {"replicas": 2}}}, ns)
+        survivors = set(members) - {victim_member}
+
+        async def picked_up() -> bool:
+            now = await members_of(client)
+            return all(now[key] in survivors for key in theirs)
+
+        await eventually(picked_up, timeout=90, message="the killed member's companies moved")
+        print(
+            f"\ncompanies by member {sorted(len(k) for k in by_member.values())}; the killed "
+            f"member's {len(theirs)} moved {time.monotonic() - killed:.1f} s after the kill"
+        )
+        await wait_converged(client, theirs, timeout=120)
+        for ns, name in theirs:
+            seats = await client.get(STATEFUL_SET, naming.statefulset(name, naming.SEATS), ns)
+            assert seats["spec"]["replicas"] == 2
+            assert member_of(seats) in survivors
+    finally:
+        for replica in replicas:
+            replica.stop()
+
+    agents = {
+        event.get("userAgent", "")
+        for event in plane.audit_events()
+        if str(event.get("userAgent", "")).startswith(f"{MANAGER_NAME}/")
+    }
+    assert len(agents) >= REPLICAS, f"each replica wrote under its own user agent: {agents}"
+    known = {*companies(), (first_ns, "first"), (second_ns, "second")}
+    violations = handoff_violations(
+        plane.audit_events(),
+        agents,
+        left,
+        object_of=object_of(known),
+        primary="companies",
+        sharder=f"{MANAGER_NAME}-sharder",
+    )
+    assert violations == []
