@@ -21,8 +21,8 @@ from crewlet_operator import (
     Manager,
     ManagerOptions,
     Request,
-    RestConfig,
     RestartCheckpoint,
+    RestConfig,
     Sharding,
     TransportError,
 )
