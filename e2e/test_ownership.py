@@ -10,7 +10,7 @@ the second Company claiming a taken webhookHostname gets Accepted=False with a r
 holder; the first keeps it."
 
 The module runs its own control plane: without the Gateway API, so the webhook route is an
-Ingress (the HTTPRoute's name is decided by the same code, and unit-tested).
+Ingress, until its last test installs the Gateway API and restarts the daemon for the HTTPRoute.
 """
 
 from __future__ import annotations
@@ -26,10 +26,12 @@ from operator_helpers import (
     PLATFORM,
     Daemon,
     admin_client,
+    chart_documents,
     company,
     engine_class,
     fresh_namespace,
     manager_daemon,
+    manager_kubeconfig,
     own_control_plane,
     wait_condition,
     wait_converged,
@@ -38,6 +40,7 @@ from operator_helpers import (
 from crewlet_operator import (
     CONFIG_MAP,
     EVENT,
+    HTTP_ROUTE,
     INGRESS,
     NETWORK_POLICY,
     SECRET,
@@ -48,7 +51,7 @@ from crewlet_operator import (
     find_condition,
     is_controlled_by,
 )
-from crewlet_operator.envtest import ControlPlane
+from crewlet_operator.envtest import ControlPlane, binaries, install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator_daemon import naming
 from crewlet_operator_daemon.api.conditions import HOSTNAME_TAKEN, NAME_TAKEN
@@ -326,3 +329,64 @@ async def test_a_hostname_belongs_to_the_company_that_took_it_first(
     await wait_condition(client, c, "elder", "Accepted", "True")
     after = await wait_condition(client, b, "second", "Accepted", "False", reason=HOSTNAME_TAKEN)
     assert f"Company {c}/elder holds" in after["message"]
+
+
+# -- the route's own kind, with the Gateway API ------------------------------------------------
+
+
+async def test_a_tenants_httproute_under_the_routes_name_is_never_taken(
+    plane: ControlPlane,
+    daemon: Daemon,
+    client: Client,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The webhook route's kind where the Gateway API is served (learnt at start: the module's
+    daemon is replaced by one started after it is installed, under a policy that names the
+    Gateway): the tenant's HTTPRoute is refused, kept through the Company's deletion, and the
+    company makes its own once it is gone. Last in the module: it leaves the Gateway API on."""
+    await install_crds(client, load_crds(binaries.find("gateway-api-crds.yaml")))
+    gateway = {"namespace": PLATFORM, "name": "public"}
+    documents = chart_documents({"managerWrites": {"gateways": [gateway]}})
+    tmp = tmp_path_factory.mktemp("routed")
+    daemon.stop()
+    routed = Daemon(
+        await manager_kubeconfig(client, plane, tmp, leader_election=True, documents=documents),
+        tmp,
+    )
+    await client.create(
+        ENGINE_CLASS, engine_class("routed", exposure={"gateway": {"parentRefs": [gateway]}})
+    )
+    ns = await fresh_namespace(client, "own-httproute")
+    name = naming.webhook_route("acme")
+    users_route = {
+        "metadata": _meta(ns, name),
+        "spec": {
+            "parentRefs": [{"name": "theirs"}],
+            "hostnames": ["web.example"],
+            "rules": [{"backendRefs": [{"name": "web", "port": 80}]}],
+        },
+    }
+    theirs = await client.create(HTTP_ROUTE, users_route)
+    acme = company(ns, "acme", "routed", webhookHostname="acme.routed.example")
+    await routed.start()
+    try:
+        await client.create(COMPANY, acme)
+        refused = await wait_condition(client, ns, "acme", "Accepted", "False", reason=NAME_TAKEN)
+        assert f"HTTPRoute {name} (controlled by no one)" in refused["message"]
+        assert await operators_objects(client, ns) == []
+
+        gone = await collected_with(client, await client.get(COMPANY, "acme", ns))
+        await client.delete(COMPANY, "acme", ns)
+        await eventually(gone, timeout=90, message="the garbage collector dealt with the Company")
+        assert untouched(await client.get(HTTP_ROUTE, name, ns), theirs)
+
+        await client.create(COMPANY, acme)
+        await wait_condition(client, ns, "acme", "Accepted", "False", reason=NAME_TAKEN)
+        await client.delete(HTTP_ROUTE, name, ns)
+        await wait_converged(client, [(ns, "acme")], timeout=90, namespace=ns)
+        made = await client.get(HTTP_ROUTE, name, ns)
+        assert made["metadata"]["uid"] != theirs["metadata"]["uid"]
+        assert is_controlled_by(made, await client.get(COMPANY, "acme", ns))
+        assert made["spec"]["hostnames"] == ["acme.routed.example"]
+    finally:
+        routed.stop()
