@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from bench.cluster import CompanyRef
+from bench.cluster import Cluster, CompanyRef
 from bench.latency import percentile
 from bench.peers import template, toolchain
 from bench.peers.contenders import Contender, ControllerRuntime, Crewlet
@@ -364,6 +364,32 @@ class World:
     replicas: dict[Key, int] = field(default_factory=dict)
 
 
+async def send_change(
+    cluster: Cluster, observer: Observer, change: Change, ref: CompanyRef | None = None
+) -> None:
+    """Send ``change``, followed by ``observer`` from just before: the create of ``ref``, or
+    (without one) the update of ``change.key`` to ``change.replicas`` seats (a merge patch);
+    record when it was sent and the generation and resourceVersion it was answered with, or
+    why it failed."""
+    observer.follow(change)
+    change.sent = time.monotonic()
+    try:
+        if ref is not None:
+            answer = await cluster.create_company(ref)
+        else:
+            answer = await cluster.api.patch(
+                COMPANY,
+                change.key[1],
+                {"spec": {"seats": {"replicas": change.replicas}}},
+                change.key[0],
+            )
+    except (ApiError, TransportError) as error:
+        change.failed = f"{type(error).__name__}: {error}"
+        return
+    change.version = int(resource_version(answer) or 0)
+    change.generation = int(answer["metadata"]["generation"])
+
+
 async def _seed(session: Session, contender: Contender, world: World) -> None:
     """Create the seed in one burst and wait until it has converged."""
     cluster = session.cluster
@@ -395,23 +421,7 @@ async def _step(
 
     async def send(change: Change, ref: CompanyRef | None) -> None:
         async with slots:
-            observer.follow(change)
-            change.sent = time.monotonic()
-            try:
-                if ref is not None:
-                    answer = await cluster.create_company(ref)
-                else:
-                    answer = await cluster.api.patch(
-                        COMPANY,
-                        change.key[1],
-                        {"spec": {"seats": {"replicas": change.replicas}}},
-                        change.key[0],
-                    )
-            except (ApiError, TransportError) as error:
-                change.failed = f"{type(error).__name__}: {error}"
-                return
-            change.version = int(resource_version(answer) or 0)
-            change.generation = int(answer["metadata"]["generation"])
+            await send_change(cluster, observer, change, ref)
 
     plane = cluster.plane
     writes_before = await asyncio.to_thread(plane.mutating_requests, WRITTEN)

@@ -13,10 +13,11 @@ floor."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from bench import floor
-from bench.daemon import cpu_seconds
+from bench.daemon import Daemon, cpu_seconds
 from bench.progress import Progress
 from bench.report import MIB, Figure
 from bench.session import Session
@@ -28,17 +29,27 @@ FLOOR_WORKERS = (4, 16, 64)
 operator's default ``--max-concurrent-reconciles`` was chosen from this measurement)."""
 
 
-async def burst(session: Session, phase: str, count: int) -> dict[str, float]:
-    """Create ``count`` Companies at once with the operator running: seconds until the last
-    create returned, until every one converged, and until the operator was idle again; how
-    many reconciles that took per Company; and the CPU seconds the operator, the bench, the
-    API server and etcd used until every one converged."""
-    daemon = await session.operator()
-    reconciles = await daemon.reconciles()
+async def burst(
+    session: Session, phase: str, count: int, daemons: Sequence[Daemon] = ()
+) -> dict[str, float]:
+    """Create ``count`` Companies at once with the operator running (``daemons``, every
+    replica, or the single operator when none are given): seconds until the last create
+    returned, until every one converged, and until the operator was idle again; how many
+    reconciles that took per Company; and the CPU seconds the operator, the bench, the API
+    server and etcd used until every one converged."""
+    replicas = list(daemons) or [await session.operator()]
+
+    async def reconciled() -> float:
+        return sum([await d.reconciles() for d in replicas])
+
+    def operator_cpu_now() -> float:
+        return sum(cpu_seconds(d.pid) for d in replicas)
+
+    reconciles = await reconciled()
     refs = session.cluster.allocate(phase, count)
     await session.cluster.create_namespaces(refs)
     async with Progress(session.cluster.api, [r.key for r in refs]) as progress:
-        operator_cpu = cpu_seconds(daemon.pid)
+        operator_cpu = operator_cpu_now()
         cpu = session.server_cpu() + operator_cpu + time.process_time()
         started = time.monotonic()
         companies = await session.cluster.create_companies(refs)
@@ -48,15 +59,15 @@ async def burst(session: Session, phase: str, count: int) -> dict[str, float]:
         except TimeoutError:
             session.unfilled += companies  # the floor script completes them: see Session.grow
             raise
-        operator_cpu = cpu_seconds(daemon.pid) - operator_cpu
-        cpu = session.server_cpu() + cpu_seconds(daemon.pid) + time.process_time() - cpu
-    idle = await daemon.quiesce(session.scale.timeout)
+        operator_cpu = operator_cpu_now() - operator_cpu
+        cpu = session.server_cpu() + operator_cpu_now() + time.process_time() - cpu
+    idle = max([await d.quiesce(session.scale.timeout) for d in replicas])
     session.converged += count
     return {
         "creates_s": round(created, 2),
         "operator_s": round(progress.last_converged() - started, 2),
         "idle_s": round(idle - started, 2),
-        "reconciles_per_company": round((await daemon.reconciles() - reconciles) / count, 2),
+        "reconciles_per_company": round((await reconciled() - reconciles) / count, 2),
         "cpu_s": round(cpu, 1),
         "operator_cpu_s": round(operator_cpu, 1),
     }

@@ -28,6 +28,8 @@ WORKERS = int(os.environ.get("BENCH_WORKERS") or MAX_CONCURRENT_RECONCILES)
 """``--max-concurrent-reconciles``: the daemon's default unless ``BENCH_WORKERS`` says
 otherwise (how that default was chosen)."""
 LEASE = "crewlet-operator-leader"
+SHARDED = "company"
+"""The controller ``--sharding`` spreads over the replicas (its primary kind is sharded)."""
 METADATA_ONLY = "crewlet_operator_cache_metadata_only_objects"
 """The operator's objects cached by their metadata alone (children, until listed whole)."""
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
@@ -59,6 +61,16 @@ def total(samples: list[Sample], name: str, labels: dict[str, str]) -> float:
         value
         for sample, found, value in samples
         if sample == name and all(found.get(k) == v for k, v in labels.items())
+    )
+
+
+def idle(samples: list[Sample], controller: str | None = None) -> bool:
+    """Whether an operator's ``samples`` show nothing queued and no reconcile running, in
+    ``controller`` (any controller when None)."""
+    of = {"controller": controller} if controller else {}
+    return (
+        total(samples, "workqueue_depth", of) == 0
+        and total(samples, "controller_runtime_active_workers", of) == 0
     )
 
 
@@ -128,9 +140,16 @@ def process_memory(pid: int) -> Memory:
 
 class Daemon:
     """One operator process; ``profile`` runs it under cProfile (the profile is written on a
-    graceful stop)."""
+    graceful stop), ``sharding`` with ``--sharding`` (a member of the ring)."""
 
-    def __init__(self, kubeconfig: Path, log_dir: Path, name: str, profile: bool = False) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        log_dir: Path,
+        name: str,
+        profile: bool = False,
+        sharding: bool = False,
+    ) -> None:
         self.name = name
         self.metrics_port, self.health_port = free_port(), free_port()
         command = [sys.executable]
@@ -150,7 +169,13 @@ class Daemon:
             f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
             f"--max-concurrent-reconciles={WORKERS}",
         ]
+        if sharding:
+            command.append("--sharding")
         self.process = ManagedProcess(name, command, log_dir)
+        self.idle_controller = SHARDED if sharding else None
+        """The controller whose queue tells that it is idle: with sharding, the sharded one
+        (the others run on the leader alone, and a follower's queues of them fill unserved);
+        without, every controller."""
         self.started_at = 0.0
 
     def start(self) -> None:
@@ -186,6 +211,15 @@ class Daemon:
         """``controller_runtime_reconcile_total`` of ``controller``, every result."""
         return await self.metric("controller_runtime_reconcile_total", controller=controller)
 
+    async def write_requests(self) -> float:
+        """The requests it has sent that may write (``rest_client_requests_total`` of POST,
+        PUT, PATCH and DELETE, its Lease renewals among them), answered or not."""
+        samples = await self.samples()
+        return sum(
+            total(samples, "rest_client_requests_total", {"method": method})
+            for method in ("POST", "PUT", "PATCH", "DELETE")
+        )
+
     async def whole(self) -> bool:
         """Whether its caches hold every object whole (none by its metadata alone)."""
         return await self.metric(METADATA_ONLY) == 0
@@ -194,22 +228,33 @@ class Daemon:
         """Whether it holds the Lease and runs its controllers."""
         return await self.metric("leader_election_master_status", name=LEASE) == 1
 
-    async def idle(self) -> bool:
-        """Nothing queued and no reconcile running, in any controller."""
-        samples = await self.samples()
-        return (
-            total(samples, "workqueue_depth", {}) == 0
-            and total(samples, "controller_runtime_active_workers", {}) == 0
-        )
+    async def member(self) -> str | None:
+        """With ``--sharding``, its member name (the member Lease it holds); None until it
+        holds one."""
+        held = [
+            found["name"]
+            for sample, found, value in await self.samples()
+            if sample == "leader_election_master_status" and found.get("name") != LEASE and value
+        ]
+        return held[0] if held else None
 
-    async def quiesce(self, timeout: float) -> float:
-        """Until :meth:`idle` on two scrapes 250 ms apart; when the first one was (monotonic)."""
+    async def idle(self) -> bool:
+        """Nothing queued and no reconcile running, in any controller (with sharding, in the
+        sharded one: :attr:`idle_controller`)."""
+        return idle(await self.samples(), self.idle_controller)
+
+    async def quiesce(
+        self, timeout: float, done: Callable[[], Awaitable[bool]] | None = None
+    ) -> float:
+        """Until :meth:`idle` (or ``done``, when given) on two scrapes 250 ms apart; when the
+        first one was (monotonic)."""
+        probe = done or self.idle
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
-            first = await until(self.idle, left, f"{self.name} idle", interval=0.25)
+            first = await until(probe, left, f"{self.name} idle", interval=0.25)
             await asyncio.sleep(0.25)
-            if await self.idle():
+            if await probe():
                 return first
 
     def memory(self) -> Memory:

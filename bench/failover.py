@@ -52,11 +52,12 @@ class Takeover:
     @property
     def after_last_renewal_s(self) -> float:
         """From the old holder's last renewal to the new holder's acquisition."""
-        seconds = _moment(self.acquired) - _moment(self.last_renewal)
+        seconds = moment(self.acquired) - moment(self.last_renewal)
         return seconds.total_seconds()
 
 
-def _moment(micro_time: str) -> datetime.datetime:
+def moment(micro_time: str) -> datetime.datetime:
+    """A Lease's RFC 3339 micro-time (``renewTime``, ``acquireTime``)."""
     return datetime.datetime.fromisoformat(micro_time)
 
 

@@ -2,8 +2,8 @@
 as a separate process, and print the figures (each one's target: bench/README.md).
 
 Figures, in the order they are printed: convergence, resync, memory, latency, fairness,
-failover, startup (all of them unless some are named), and peers and capacity (only when
-named).
+failover, startup (all of them unless some are named), and peers, capacity and sharding (only
+when named).
 ``BENCH_SCALE=small`` runs smaller sizes. Results go to ``bench/results/<timestamp>.json``;
 logs (operator, control plane, cProfile output with ``--profile``) to
 ``bench/results/<timestamp>/``.
@@ -16,7 +16,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from bench import capacity, convergence, failover, fairness, latency, restarts
+from bench import capacity, convergence, failover, fairness, latency, restarts, sharding
 from bench.peers import figure as peers
 from bench.report import RESULTS, Figure, Results, failed
 from bench.scale import from_environment
@@ -34,6 +34,7 @@ FIGURES: dict[str, tuple[FigureFunc, str]] = {
     "startup": (restarts.startup, restarts.STARTUP_TARGET),
     "peers": (peers.peers, peers.TARGET),
     "capacity": (capacity.capacity, capacity.TARGET),
+    "sharding": (sharding.sharding, sharding.TARGET),
 }
 RUN_ORDER = (
     "peers",
@@ -45,15 +46,18 @@ RUN_ORDER = (
     "fairness",
     "startup",
     "memory",
+    "sharding",
 )
 """Each figure builds on the world the previous ones left. Peers and capacity run first, as
 they need an empty world (and leave it empty); failover next, while every replica starts in
 seconds; resync restarts the operator the convergence figure left; memory reads what the
-operator processes measured on the way to 10,000 Companies."""
-DEFAULT = tuple(name for name in FIGURES if name not in ("peers", "capacity"))
+operator processes measured on the way to 10,000 Companies; sharding last, as it leaves every
+child labelled for a member of its rings (an unsharded operator would apply each again)."""
+DEFAULT = tuple(name for name in FIGURES if name not in ("peers", "capacity", "sharding"))
 """What runs unless figures are named: not peers, which builds two more operators (Go and a
 kopf virtualenv, from the network the first time) and adds minutes to the run, nor capacity,
-which needs the Go one too."""
+which needs the Go one too, nor sharding, whose rings apply every child of the 10,000 again
+(twice) and take longer than the rest of the run."""
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -26,6 +26,9 @@ class Scale:
     fairness_probes: int
     """Its probes, in a quiet namespace of their own."""
     startup: int
+    """The start-up figure's world, which the sharding figure starts its rings over too."""
+    sharding_burst: int
+    """New Companies created in one burst while three sharded replicas run."""
     peers: int
     """The peers figure's burst, and the size of each contender's world at its restart."""
     peers_large: int
@@ -51,6 +54,7 @@ FULL = Scale(
     fairness_burst=400,
     fairness_probes=30,
     startup=10000,
+    sharding_burst=300,
     peers=1000,
     peers_large=10000,
     capacity_seed=500,
@@ -70,6 +74,7 @@ SMALL = Scale(
     fairness_burst=400,
     fairness_probes=10,
     startup=500,
+    sharding_burst=50,
     peers=200,
     peers_large=500,
     capacity_seed=50,

@@ -103,6 +103,8 @@ class Session:
     cluster: Cluster = field(init=False)
     daemon: Daemon | None = None
     readings: list[Reading] = field(default_factory=list)
+    passes: list[Pass] = field(default_factory=list)
+    """Every restart's pass, in order."""
     converged: int = 0
     """Companies that are Accepted and have every child."""
     unfilled: list[Object] = field(default_factory=list)
@@ -121,11 +123,14 @@ class Session:
         await self.stop_operator(quiesce=False)
         await self.cluster.stop()
 
-    def new_daemon(self, role: str) -> Daemon:
-        """A daemon (not started yet) with its own ports and log file."""
+    def new_daemon(self, role: str, sharding: bool = False) -> Daemon:
+        """A daemon (not started yet) with its own ports and log file; ``sharding``: with
+        ``--sharding``."""
         self._daemons += 1
         name = f"operator-{self._daemons:02d}-{role}"
-        return Daemon(self.cluster.plane.kubeconfig, self.run_dir, name, self.profile)
+        return Daemon(
+            self.cluster.plane.kubeconfig, self.run_dir, name, self.profile, sharding=sharding
+        )
 
     async def stop_operator(self, quiesce: bool = True) -> None:
         """Stop the single operator, once it has nothing left to do (unless ``quiesce`` is
@@ -177,7 +182,7 @@ class Session:
         if not whole:
             whole.append(await until(daemon.whole, self.scale.timeout, f"{daemon.name} whole"))
         writes = writes_between(plane.mutating_requests(WRITTEN | {"leases"}), before)
-        return Pass(
+        found = Pass(
             companies=self.converged,
             ready_s=ready - daemon.started_at,
             whole_s=whole[0] - daemon.started_at,
@@ -189,6 +194,8 @@ class Session:
             ready_server_cpu_s=ready_server_cpu,
             ready_server_collections=ready_collections,
         )
+        self.passes.append(found)
+        return found
 
     async def server_metrics(self) -> list[Sample]:
         """The API server's /metrics, now."""

@@ -1,0 +1,426 @@
+"""The ``sharding`` figure (only when named): the operator with ``--sharding`` over the start-up
+figure's world (10,000 Companies, ten to a namespace; small: 500), as a ring of one replica and
+then of three, each replica its own process (its own ports, its own identity, hence its own
+member Lease).
+
+1. *The unsharded operator* over the same world, beside: the last restart's pass over it (the
+   start-up figure's, when it ran in this run), or one made now.
+2. *A ring of one*: the unsharded operator stopped, one replica with ``--sharding`` started.
+   Per replica: process start to /readyz 200, to holding its member Lease
+   (``leader_election_master_status`` of a Lease other than the leader's), and to its *share
+   done*: every Company labelled for a live member of the ring and none draining (the bench's
+   own watch of the Companies' labels, :class:`Shards`), and the replica's Company reconciles
+   at least the Companies labelled for it and its queues idle (on two scrapes 250 ms apart);
+   the Companies labelled for it then, its CPU seconds until then, its write requests
+   (``rest_client_requests_total``: its Leases' among them), VmRSS :data:`SETTLE` idle seconds
+   after the last replica's share was done and VmHWM. Beside them, the API server's count of
+   the ring's writes (``apiserver_request_total``, by verb and resource, Leases aside): a
+   member caches only the children labelled for it, so it applies every child of a Company
+   new to it again, with its label.
+3. *A ring of three*: the one stopped gracefully (its member Lease released, so its Companies
+   are relabelled at once), three started at once: each replica's figures as above.
+4. *A burst* of new Companies (300; small: 50) with the three running, followed as in the
+   convergence figure (:func:`bench.convergence.burst`): every one Accepted with its 13
+   children, which includes the sharder's labelling of each.
+5. *Takeover*: a member that does not hold the leader Lease (the sharder stays) is killed
+   (SIGKILL), and right after, each Company labelled for it is changed (its
+   ``spec.seats.replicas``, as the capacity figure changes it, followed by its
+   :class:`~bench.capacity.Observer`). Measured from the kill: until every one of them is
+   labelled for a live member (when the bench's watch saw the last relabel; the sharder
+   relabels a dead member's Companies once its Lease has expired, :data:`LEASE_DURATION`
+   after its last renewal, which is reported too), and until each change has converged
+   (``Accepted=True`` at the new generation, and the seats StatefulSet with the new replicas).
+
+The figure runs last: it leaves every Company and child labelled for a member of its rings, and
+an unsharded operator started after it would apply every child again, without the label.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections import Counter
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+from bench.capacity import DEFAULT_REPLICAS, Change, Observer, next_replicas, send_change
+from bench.cluster import CREATE_CONCURRENCY, PLATFORM, each
+from bench.convergence import burst
+from bench.daemon import SHARDED, Daemon, Memory, cpu_seconds, idle, total, until
+from bench.failover import LEASE_DURATION, moment
+from bench.latency import percentile
+from bench.progress import Key
+from bench.report import MIB, Figure
+from bench.session import SETTLE, WRITTEN, Pass, Session, writes_between
+from crewlet_operator import LEASE, Client, TransportError, labels, name, namespace
+from crewlet_operator._tasks import cancel_and_wait
+from crewlet_operator.cache.informer import INITIAL_EVENTS_END
+from crewlet_operator.objects import resource_version
+from crewlet_operator.ring import RingLabels
+from crewlet_operator_daemon.api.v1alpha1 import COMPANY
+from crewlet_operator_daemon.cli import SHARDING_DOMAIN
+from crewlet_operator_daemon.plan import MANAGER_NAME
+
+RING = RingLabels(SHARDING_DOMAIN, MANAGER_NAME)
+"""The daemon's ring: ``shard.crewlet.ai/crewlet-operator`` on each Company and child."""
+TAKEOVER_LIMIT = LEASE_DURATION + 5.0
+TARGET = (
+    f"a killed member's companies labelled for live members <= {TAKEOVER_LIMIT:.0f} s after "
+    "the kill (the lease duration + 5 s); per-replica steady RSS with 3 replicas below the "
+    "single replica's; every company converged"
+)
+SHARE_RATE = 5.0
+"""Companies a second a ring's share must at least be done at before the figure fails (its
+first start applies every child again)."""
+
+
+class Shards:
+    """Every Company's member (its shard label; "" for none) and whether it is draining, from
+    a streamed list and a watch of their metadata, and when each one's member last changed;
+    use as ``async with Shards(client) as shards`` (it enters once the list is read)."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self.members: dict[Key, str] = {}
+        self.moved_at: dict[Key, float] = {}
+        """When the watch delivered each Company's current member (monotonic)."""
+        self.draining: set[Key] = set()
+        self.failure: BaseException | None = None
+        self._listed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Self:
+        self._task = asyncio.create_task(self._watch())
+        await self._listed.wait()
+        self.check()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._task is not None:
+            await cancel_and_wait(self._task)
+
+    def check(self) -> None:
+        """Raise what stopped the watch, if anything did."""
+        if self.failure is not None:
+            raise self.failure
+
+    def held(self, member: str) -> list[Key]:
+        """The Companies labelled for ``member``."""
+        return [key for key, found in self.members.items() if found == member]
+
+    def settled(self, members: Collection[str]) -> bool:
+        """Whether every Company is labelled for one of ``members`` and none is draining."""
+        self.check()
+        return not self.draining and all(m in members for m in self.members.values())
+
+    async def _watch(self) -> None:
+        version: str | None = None
+        try:
+            while True:
+                with contextlib.suppress(TransportError):
+                    async for event in self._client.watch(
+                        COMPANY,
+                        resource_version=version,
+                        send_initial_events=version is None,
+                        metadata_only=True,
+                    ):
+                        meta = event.object.get("metadata") or {}
+                        if event.type == "BOOKMARK":
+                            version = resource_version(event.object) or version
+                            if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+                                self._listed.set()
+                            continue
+                        if self._listed.is_set():  # the list's own versions are in no order
+                            version = resource_version(event.object) or version
+                        self._observe(event.type, event.object)
+                await asyncio.sleep(0.1)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a 410 or a bug: fail the figure rather than hang it
+            self.failure = exc
+            self._listed.set()
+
+    def _observe(self, kind: str, obj: dict[str, Any]) -> None:
+        key = (namespace(obj) or "", name(obj))
+        if kind == "DELETED":
+            self.members.pop(key, None)
+            self.draining.discard(key)
+            return
+        found = labels(obj)
+        member = found.get(RING.shard, "")
+        if self.members.get(key) != member:
+            self.members[key] = member
+            self.moved_at[key] = time.monotonic()
+        if RING.drain in found:
+            self.draining.add(key)
+        else:
+            self.draining.discard(key)
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One sharded replica's start, from its process start (seconds)."""
+
+    name: str
+    member: str
+    ready_s: float
+    member_s: float
+    """Until it held its member Lease."""
+    share_s: float
+    """Until its share was done (see the module's docstring)."""
+    companies: int
+    """The Companies labelled for it then."""
+    cpu_s: float
+    """Its CPU seconds until its share was done."""
+    write_requests: int
+    """The requests it sent that may write, until its share was done."""
+    memory: Memory
+    """VmRSS :data:`SETTLE` seconds after every replica's share was done; VmHWM until then."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "replica": self.name,
+            "member": self.member,
+            "ready_s": round(self.ready_s, 2),
+            "member_s": round(self.member_s, 2),
+            "share_done_s": round(self.share_s, 2),
+            "companies": self.companies,
+            "cpu_s": round(self.cpu_s, 1),
+            "write_requests": self.write_requests,
+            "rss_mib": round(self.memory.rss / MIB, 1),
+            "peak_rss_mib": round(self.memory.peak / MIB, 1),
+        }
+
+
+async def _member(daemon: Daemon, timeout: float) -> tuple[float, str]:
+    """When ``daemon`` held its member Lease, and the Lease's name."""
+    found: list[str] = []
+
+    async def holds() -> bool:
+        member = await daemon.member()
+        found[:] = [member] if member else []
+        return bool(found)
+
+    at = await until(holds, timeout, f"{daemon.name} a member")
+    return at, found[0]
+
+
+async def _ring(
+    session: Session, shards: Shards, size: int
+) -> tuple[list[Daemon], list[Replica], dict[str, int]]:
+    """Start ``size`` sharded replicas at once and follow each until its share is done (see
+    the module's docstring): the replicas (running), their figures, and the writes the API
+    server counted meanwhile (by verb and resource, Leases aside)."""
+    plane = session.cluster.plane
+    timeout = session.scale.timeout + len(shards.members) / SHARE_RATE
+    before = await asyncio.to_thread(plane.mutating_requests, WRITTEN)
+    daemons = [session.new_daemon("shard", sharding=True) for _ in range(size)]
+    for daemon in daemons:
+        daemon.start()
+    try:
+        ready = await asyncio.gather(*(until(d.ready, timeout, f"{d.name} ready") for d in daemons))
+        joined = await asyncio.gather(*(_member(d, timeout) for d in daemons))
+        members = {member for _, member in joined}
+
+        async def share_done(daemon: Daemon, member: str) -> tuple[float, float, int, int]:
+            async def done() -> bool:
+                if not shards.settled(members):
+                    return False
+                samples = await daemon.samples()
+                reconciled = total(
+                    samples, "controller_runtime_reconcile_total", {"controller": SHARDED}
+                )
+                return idle(samples, SHARDED) and reconciled >= len(shards.held(member))
+
+            at = await daemon.quiesce(timeout, done)
+            held = len(shards.held(member))
+            return at, cpu_seconds(daemon.pid), int(await daemon.write_requests()), held
+
+        shares = await asyncio.gather(
+            *(share_done(d, m) for d, (_, m) in zip(daemons, joined, strict=True))
+        )
+        writes = writes_between(await asyncio.to_thread(plane.mutating_requests, WRITTEN), before)
+        await asyncio.sleep(SETTLE)
+    except BaseException:
+        for daemon in daemons:
+            await daemon.stop()
+        raise
+    replicas = [
+        Replica(
+            name=daemon.name,
+            member=member,
+            ready_s=ready_at - daemon.started_at,
+            member_s=member_at - daemon.started_at,
+            share_s=share[0] - daemon.started_at,
+            companies=share[3],
+            cpu_s=share[1],
+            write_requests=share[2],
+            memory=daemon.memory(),
+        )
+        for daemon, ready_at, (member_at, member), share in zip(
+            daemons, ready, joined, shares, strict=True
+        )
+    ]
+    return daemons, replicas, writes
+
+
+async def _takeover(
+    session: Session, shards: Shards, daemons: Sequence[Daemon], members: Sequence[str]
+) -> dict[str, Any]:
+    """Kill a member that does not lead, change each of its Companies right after, and follow
+    them (see the module's docstring)."""
+    cluster, timeout = session.cluster, session.scale.timeout
+    leads = [await d.leading() for d in daemons]
+    victim = leads.index(False)
+    gone = members[victim]
+    live = {m for m in members if m != gone}
+    held = shards.held(gone)
+    async with Observer(cluster.api) as observer:
+        wall, killed = time.time(), time.monotonic()
+        daemons[victim].kill()
+        changes = [
+            Change(key, "update", killed, replicas=next_replicas(DEFAULT_REPLICAS)) for key in held
+        ]
+
+        async def send(change: Change) -> None:
+            await send_change(cluster, observer, change)
+
+        await each(changes, send, CREATE_CONCURRENCY)
+        sent = time.monotonic()
+
+        async def relabelled() -> bool:
+            shards.check()
+            return all(shards.members.get(key) in live for key in held)
+
+        await until(relabelled, timeout, f"{gone}'s companies relabelled", interval=0.1)
+        moved = [shards.moved_at[key] for key in held] or [killed]
+
+        async def converged() -> bool:
+            if observer.failure is not None:
+                raise observer.failure
+            return all(c.failed is not None or not math.isinf(c.converged()) for c in changes)
+
+        await until(converged, timeout, f"{gone}'s companies' changes converged", interval=0.2)
+    lease = await cluster.api.get(LEASE, gone, PLATFORM)
+    renewed_before_kill = wall - moment(lease["spec"]["renewTime"]).timestamp()
+    to_converged = sorted(c.converged() - killed for c in changes if c.failed is None)
+    by_member = Counter(shards.members[key] for key in held)
+    return {
+        "killed": daemons[victim].name,
+        "member": gone,
+        "companies": len(held),
+        "to_survivors": dict(sorted(by_member.items())),
+        "changes_sent_s": round(sent - killed, 2),
+        "changes_failed": sum(1 for c in changes if c.failed is not None),
+        "last_renewal_before_kill_s": round(renewed_before_kill, 2),
+        "first_relabelled_s": round(min(moved) - killed, 2),
+        "relabelled_s": round(max(moved) - killed, 2),
+        "relabelled_after_last_renewal_s": round(max(moved) - killed + renewed_before_kill, 2),
+        "converged_p50_s": round(percentile(to_converged, 0.5), 2) if to_converged else None,
+        "converged_s": round(to_converged[-1], 2) if to_converged else None,
+    }
+
+
+async def sharding(session: Session) -> Figure:
+    """The figure (see the module's docstring)."""
+    scale = session.scale
+    await session.grow(scale.startup)
+    unsharded = (
+        next((p for p in reversed(session.passes) if p.companies == session.converged), None)
+        or await session.restart()
+    )
+    await session.stop_operator()
+    running: list[Daemon] = []
+    try:
+        async with Shards(session.cluster.api) as shards:
+            running, one, one_writes = await _ring(session, shards, 1)
+            _progress("a ring of one: " + _ring_text(one, one_writes))
+            for daemon in running:
+                await daemon.quiesce(scale.timeout)
+                await daemon.stop()
+            running, three, three_writes = await _ring(session, shards, 3)
+            _progress("a ring of three: " + _ring_text(three, three_writes))
+            rushed = await burst(session, "shard-burst", scale.sharding_burst, running)
+            _progress(f"a burst: {rushed}")
+            takeover = await _takeover(session, shards, running, [r.member for r in three])
+            _progress(f"takeover: {takeover}")
+            for daemon in running:
+                if not await daemon.exited():
+                    await daemon.quiesce(scale.timeout)
+    finally:
+        for daemon in running:
+            await daemon.stop()
+    data: dict[str, Any] = {
+        "companies": unsharded.companies,
+        "unsharded": _unsharded(unsharded),
+        "ring_of_one": [r.as_json() for r in one],
+        "ring_of_one_writes": one_writes,
+        "ring_of_three": [r.as_json() for r in three],
+        "ring_of_three_writes": three_writes,
+        "burst": {"companies": scale.sharding_burst, **rushed},
+        "takeover": takeover,
+        "lease_duration_s": LEASE_DURATION,
+    }
+    single = one[0].memory.rss
+    met = (
+        takeover["relabelled_s"] <= TAKEOVER_LIMIT
+        and max(r.memory.rss for r in three) < single
+        and takeover["changes_failed"] == 0
+    )
+    return Figure("sharding", _line(data, one, three), TARGET, met, data)
+
+
+def _progress(text: str) -> None:
+    print(f"bench: sharding: {text}", flush=True)
+
+
+def _unsharded(result: Pass) -> dict[str, Any]:
+    return {
+        "ready_s": round(result.ready_s, 2),
+        "first_pass_s": round(result.first_pass_s, 2),
+        "mutating_requests": sum(result.writes.values()),
+        "rss_mib": round(result.memory.rss / MIB, 1),
+        "peak_rss_mib": round(result.memory.peak / MIB, 1),
+    }
+
+
+def _replica_text(replica: Replica) -> str:
+    shown = replica.as_json()
+    return (
+        f"ready {shown['ready_s']} s, {replica.companies} companies done at "
+        f"{shown['share_done_s']} s ({shown['cpu_s']} CPU s, {replica.write_requests} write "
+        f"requests), {shown['rss_mib']} MiB steady ({shown['peak_rss_mib']} peak)"
+    )
+
+
+def _ring_text(replicas: Sequence[Replica], writes: dict[str, int]) -> str:
+    return (
+        "; ".join(_replica_text(r) for r in replicas)
+        + f" (the API server counted {sum(writes.values())} writes)"
+    )
+
+
+def _line(data: dict[str, Any], one: Sequence[Replica], three: Sequence[Replica]) -> str:
+    base, rushed, takeover = data["unsharded"], data["burst"], data["takeover"]
+    after_renewal = takeover["relabelled_after_last_renewal_s"]
+    return (
+        f"{data['companies']} companies: unsharded restart ready {base['ready_s']} s, first "
+        f"pass {base['first_pass_s']} s, {base['mutating_requests']} writes, "
+        f"{base['rss_mib']} MiB steady ({base['peak_rss_mib']} peak); a ring of one: "
+        f"{_ring_text(one, data['ring_of_one_writes'])}; a ring of three: "
+        f"{_ring_text(three, data['ring_of_three_writes'])}; a burst of "
+        f"{rushed['companies']} converged in {rushed['operator_s']} s; SIGKILL of a member "
+        f"holding {takeover['companies']}: relabelled for live members from "
+        f"{takeover['first_relabelled_s']} s to {takeover['relabelled_s']} s after the kill "
+        f"({after_renewal} s after its last renewal), each one's seats change converged "
+        f"{takeover['converged_s']} s after (p50 {takeover['converged_p50_s']} s)"
+    )
