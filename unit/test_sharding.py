@@ -5,6 +5,7 @@ with sharding builds its controllers."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -36,7 +37,7 @@ from crewlet_operator.ring import (
     member_name,
     next_step,
 )
-from crewlet_operator.sharding import Gate, Membership
+from crewlet_operator.sharding import SHARDER_WRITES, Gate, Membership, Sharder, by_namespace
 
 KEYS = [f"tenant-{i}" for i in range(3000)]
 KEYS_R = RingLabels("example.com", "r")
@@ -405,3 +406,50 @@ async def test_membership_judges_at_its_last_successful_list(
     client.fail = False
     assert await membership.observe()
     assert membership.live() == frozenset({"a"})
+
+
+class SlowRecorder(Recorder):
+    """A Recorder whose patches take a while, counting how many are in flight at once."""
+
+    def __init__(self, leases: list[dict[str, object]]) -> None:
+        super().__init__(leases)
+        self.field_manager = "r-sharder"
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def patch(
+        self, resource: object, name: str, patch: dict[str, object], namespace: str | None = None
+    ) -> dict[str, object]:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        await asyncio.sleep(0.01)
+        self.in_flight -= 1
+        return await super().patch(resource, name, patch, namespace)
+
+
+async def test_the_sharder_writes_its_labels_several_at_a_time() -> None:
+    """A dead member's objects all need a new label at once: the sharder sends them
+    SHARDER_WRITES at a time, each on the version it was decided on."""
+    client = SlowRecorder([lease("a", "t1"), lease("b", "t1")])
+    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1)
+    assert await membership.observe()
+    sharder = Sharder(
+        cast(Client, client),
+        CONFIG_MAP,
+        Scope(),
+        labels=KEYS_R,
+        membership=membership,
+        key=by_namespace,
+        retry_period=1,
+    )
+    objects = 3 * SHARDER_WRITES
+    for i in range(objects):
+        obj = widget(f"w{i}")
+        obj["metadata"] = {**obj["metadata"], "namespace": f"ns-{i}"}  # type: ignore[dict-item]
+        sharder._informer.store.put(obj)
+    assert await sharder.shard_pass() == objects
+    assert client.most_in_flight == SHARDER_WRITES
+    assigned = {name: patch["metadata"] for name, patch in client.patches}
+    assert len(assigned) == objects
+    assert all(meta["resourceVersion"] == "7" for meta in assigned.values())  # type: ignore[index]
+    assert {meta["labels"][SHARD] for meta in assigned.values()} == {"a", "b"}  # type: ignore[index]
