@@ -17,7 +17,6 @@ burst would slow the session's other modules.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
@@ -42,6 +41,7 @@ from operator_helpers import (
 )
 
 from crewlet_operator import EVENT, LEASE, NAMESPACE, Client, Scope
+from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
@@ -287,9 +287,7 @@ async def test_a_quiet_tenants_verdict_waits_for_one_turn_of_a_busy_tenants_burs
         )
     finally:
         if watcher is not None:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            await cancel_and_wait(watcher)
         operator.stop()
         await admin.delete(ENGINE_CLASS, "turns")
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator
 
 from crewlet_operator import LEASE, NAMESPACE, Client, NotFoundError
+from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.leader import LeaderElectionConfig, LeaderElector, precedence
 from crewlet_operator.objects import micro_time
@@ -199,10 +200,7 @@ async def test_a_second_install_does_not_lead_writes_nothing_and_leads_once_the_
             assert taken["spec"]["holderIdentity"] == "second"
             assert taken["metadata"]["labels"] == labels
         finally:
-            for task in (holding, campaign):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_and_wait(holding, campaign)
 
 
 async def test_a_second_install_takes_over_when_the_first_crashed_lease_expires(
@@ -267,10 +265,7 @@ async def test_of_two_installs_that_start_at_once_the_earlier_lease_leads_and_ne
             assert other.blocked_by is not None
             assert str(other.blocked_by) == f"{leader.config.namespace}/leader"
         finally:
-            for task in tasks:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_and_wait(*tasks)
 
 
 async def test_a_standby_of_the_same_install_is_not_blocked(
@@ -290,7 +285,4 @@ async def test_a_standby_of_the_same_install_is_not_blocked(
         await leader.release()
         await asyncio.wait_for(campaign, 30)
     finally:
-        for task in (holding, campaign):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(holding, campaign)

@@ -40,6 +40,7 @@ from crewlet_operator import (
     metrics,
     resource_version,
 )
+from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.envtest import USER_FIELD_MANAGER, ControlPlane
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
@@ -606,9 +607,7 @@ async def run_informer(informer: Informer) -> asyncio.Task[None]:
 
 
 async def stop(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancel_and_wait(task)
 
 
 async def test_informer_resumes_after_api_server_restart(

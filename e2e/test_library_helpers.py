@@ -38,6 +38,7 @@ from crewlet_operator import (
     controller_reference,
     set_condition,
 )
+from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache import Informer, InformerOptions, MetadataOnly, Stream
 from crewlet_operator.crd import ConditionDict, crd_for, list_map
 from crewlet_operator.envtest import ControlPlane, install_crds
@@ -245,9 +246,7 @@ async def test_a_metadata_only_informer_holds_who_each_object_is_not_what_it_hol
         await kube_client.delete(CONFIG_MAP, "watched", namespace)
         await eventually(lambda: watched() is None, timeout=30, message="the delete told")
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
 
 
 # -- status written only when it changed -----------------------------------------------------
@@ -493,9 +492,7 @@ async def _informer_syncs_and_watches(client: Client, namespace: str) -> Informe
         await client.delete(CONFIG_MAP, "listed-0", namespace)
         await eventually(lambda: informer.store.get(f"{namespace}/listed-0") is None)
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
     return informer
 
 

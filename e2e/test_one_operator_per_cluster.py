@@ -48,6 +48,7 @@ from operator_helpers import (
 )
 
 from crewlet_operator import LEASE, Client
+from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
@@ -311,9 +312,7 @@ async def test_two_installs_started_at_once_never_both_lead(
         # exits: the daemon restarts); the other leads once its lease has expired.
         await asyncio.sleep(LEASE_SECONDS + 5)
     finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
+        await cancel_and_wait(watcher)
     assert both == []
     leaders = [i for i in installs if i.daemon is not None and leading(i.daemon)]
     assert len(leaders) == 1

@@ -55,6 +55,7 @@ import pytest
 import pytest_asyncio
 import yaml
 
+from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache import Cache
 from crewlet_operator.envtest import ControlPlane, binaries
 from crewlet_operator.envtest.controlplane import free_port
@@ -2653,9 +2654,7 @@ async def test_the_sharder_and_a_member_move_a_company_as_the_manager(
         await admitted(RING_RULES, gate.reconcile(Request(namespace, ACME)))
         moved = await admitted(RING_RULES, labelled({SHARD: newcomer, DRAIN: None}))
     finally:
-        running.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await running
+        await cancel_and_wait(running)
     # The policy does hold these writes: the same patch, with the spec, is refused.
     await refused_by_manager_policy(
         "company-ring-labels",

@@ -18,7 +18,6 @@ Asserted from the API server's records:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import signal
 import subprocess
@@ -33,6 +32,7 @@ import pytest_asyncio
 from handoffs import handoff_violations
 
 from crewlet_operator import CONFIG_MAP, LEASE, NAMESPACE, Client, Scope, find_condition
+from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.envtest import ControlPlane, install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.ring import RingLabels, member_name
@@ -278,9 +278,7 @@ async def test_replicas_share_the_widgets_hand_over_on_join_and_pick_up_the_dead
         assert took <= LEASE_SECONDS + SLACK, took
         await asyncio.sleep(3)
     finally:
-        changing.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await changing
+        await cancel_and_wait(changing)
 
     await eventually(
         lambda: converged(admin, survivors), timeout=60, interval=0.5, message="converged"
@@ -341,9 +339,7 @@ async def test_a_member_that_stops_gracefully_hands_over_without_waiting_for_exp
         assert took < LEASE_SECONDS, took
         await asyncio.sleep(2)
     finally:
-        changing.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await changing
+        await cancel_and_wait(changing)
     await eventually(
         lambda: converged(admin, staying), timeout=60, interval=0.5, message="converged"
     )

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from crewlet_operator import LEASE, Client, Scope, find_condition
+from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.envtest import ControlPlane, install_crds, load_crds
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.wait import eventually
@@ -171,9 +172,7 @@ async def test_the_standby_takes_over_at_expiry_and_serves_the_new_object_first(
         )
         await asyncio.sleep(0.5)  # the recorder's watch delivers the takeover's version too
     finally:
-        recorder.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await recorder
+        await cancel_and_wait(recorder)
 
     # The Lease's own record: the dead leader's last renewal, then the standby's acquisition.
     ordered = sorted(lease_versions, key=lambda lease: int(resource_version(lease) or 0))
