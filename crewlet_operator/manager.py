@@ -63,10 +63,11 @@ from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.mapper import RESTMapper
 from crewlet_operator.leader import LeaderElectionConfig, LeaderElector, default_identity
 from crewlet_operator.metrics import EventLoopLag
+from crewlet_operator.objects import KubeObject
 from crewlet_operator.rbac import PolicyRule
-from crewlet_operator.ring import RingLabels, member_name
+from crewlet_operator.ring import RingLabels, member_name, slot_of
 from crewlet_operator.serving import HealthServer, MetricsServer
-from crewlet_operator.sharding import Membership, ShardedBuilder, Sharder, Sharding
+from crewlet_operator.sharding import Membership, MemberSlots, ShardedBuilder, Sharder, Sharding
 
 __all__ = [
     "LeadershipLostError",
@@ -253,6 +254,7 @@ class Manager:
         """With sharding, this replica's member name (its member Lease's); None without."""
         self._member_elector: LeaderElector | None = None
         self._membership: Membership | None = None
+        self._slots: MemberSlots | None = None
         self._sharder: Sharder | None = None
         if self.options.sharding is not None and self.elector is not None:
             self._shard_setup(self.options.sharding, self.elector.config)
@@ -279,6 +281,15 @@ class Manager:
         self._membership = Membership(
             self.client, leader.namespace, self.ring_labels, leader.retry_period
         )
+        # Narrowing waits a lease duration: the objects of a member that joins move one by one.
+        self._slots = MemberSlots(
+            self.ring_labels,
+            self.member,
+            self._membership,
+            key=sharding.key,
+            retry_period=leader.retry_period,
+            settle=leader.lease_duration,
+        )
 
     @property
     def ring_labels(self) -> RingLabels:
@@ -289,18 +300,21 @@ class Manager:
             return RingLabels("", self.options.name)
         return RingLabels(sharding.domain, sharding.ring or self.options.name)
 
-    @property
-    def shard_labels(self) -> dict[str, str]:
-        """With sharding, the label a sharded controller puts on every child it writes, so that
-        its owned informers (which select it) see them: ``{shard.<domain>/<ring>: member}``.
-        Empty without sharding."""
-        return {} if self.member is None else {self.ring_labels.shard: self.member}
+    def shard_labels_for(self, obj: KubeObject) -> dict[str, str]:
+        """With sharding, the label a sharded controller puts on every child it writes for
+        ``obj`` (an object of the sharded kind), so that the owned informers of the member
+        holding ``obj`` (which select its slots) see them: ``{slot.<domain>/<ring>: <slot>}``.
+        It never changes for an object, so a move rewrites no child. Empty without sharding."""
+        sharding = self.options.sharding
+        if sharding is None or self.member is None:
+            return {}
+        return {self.ring_labels.slot: str(slot_of(sharding.key(obj)))}
 
     def controller(self, name: str) -> Builder:
         """Start building a controller named ``name`` (names label metrics and logs)."""
         if any(c.name == name for c in self.controllers):
             raise ValueError(f"a controller named {name!r} already exists")
-        if self.options.sharding is None or self.member is None:
+        if self.options.sharding is None or self.member is None or self._slots is None:
             return Builder(self, name)
         return ShardedBuilder(
             self,
@@ -308,6 +322,7 @@ class Manager:
             sharding=self.options.sharding,
             labels=self.ring_labels,
             member=self.member,
+            slots=self._slots,
             defaults=self.options.cache_options,
             on_complete=self._sharded_controller,
         )
@@ -490,6 +505,8 @@ class Manager:
             self._background.append(
                 asyncio.create_task(self._membership.run(), name="ring membership")
             )
+        if self._slots is not None:
+            self._background.append(asyncio.create_task(self._slots.run(), name="member slots"))
         if not await self._until_stopped(member.acquire()):
             return
         self._holding = asyncio.create_task(self._hold(member), name="member lease renewal")

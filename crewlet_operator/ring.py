@@ -6,6 +6,9 @@ Vocabulary (see :mod:`crewlet_operator.sharding` for the protocol that runs on t
   Lease of its own labelled ``sharding.<domain>/ring: <ring>`` and is named by that Lease.
 - An object's member is the value of its *shard label* ``shard.<domain>/<ring>``; a *drain
   label* ``drain.<domain>/<ring>`` asks that member to let the object go (:class:`RingLabels`).
+- Keys fall into :data:`SLOTS` *slots* (:func:`slot_of`), and the ring places slots, not keys:
+  an object's children carry its slot in the *slot label* ``slot.<domain>/<ring>``, which never
+  changes, so a member caches the children of the slots it holds and a move rewrites none.
 
 Invariant the decisions keep: an object moves from one live member to another only through an
 empty shard label, which only its member writes (the acknowledgement of a drain). So two members
@@ -15,6 +18,7 @@ never both find an object labelled for them, and each writes only what is labell
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -22,6 +26,11 @@ from dataclasses import dataclass
 VIRTUAL_NODES = 128
 """Points per member on the ring: with 128, each of 3 members holds within about a fifth of a
 third of the keys (the unit tests hold it to that)."""
+
+SLOTS = 256
+"""How many slots the keys fall into: enough that the slots add little to the spread the ring's
+points give (the unit tests hold 3 members to a fifth of a third of them, as for keys), few
+enough that a member's selector of its slots (``slot in (...)``) stays short."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,12 @@ class RingLabels:
         return f"shard.{self.domain}/{self.ring}"
 
     @property
+    def slot(self) -> str:
+        """On each child of an object, naming the object's slot (:func:`slot_of`):
+        ``slot.<domain>/<ring>``."""
+        return f"slot.{self.domain}/{self.ring}"
+
+    @property
     def drain(self) -> str:
         """On an object whose member is asked to let it go: ``drain.<domain>/<ring>``."""
         return f"drain.{self.domain}/{self.ring}"
@@ -54,6 +69,13 @@ def _point(text: str) -> int:
     """A place on the ring: the first 8 bytes of SHA-256 (the same in every process, unlike
     :func:`hash`)."""
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+
+@functools.lru_cache(maxsize=65536)
+def slot_of(key: str) -> int:
+    """The slot of ``key``, from 0 to :data:`SLOTS` - 1: the same in every process. Cached: a
+    member asks it for each of its objects' keys, which repeat (a tenant's namespace)."""
+    return _point(key) % SLOTS
 
 
 class HashRing:
@@ -79,6 +101,15 @@ class HashRing:
             return None
         at = bisect.bisect_left(self._points, _point(key)) % len(self._points)
         return self._members[at]
+
+    def slot_owner(self, slot: int) -> str | None:
+        """The member ``slot`` belongs to (and with it every key of the slot); None on an
+        empty ring."""
+        return self.owner(f"slot-{slot}")
+
+    def slots(self, member: str) -> frozenset[int]:
+        """The slots ``member`` holds."""
+        return frozenset(slot for slot in range(SLOTS) if self.slot_owner(slot) == member)
 
 
 @dataclass(frozen=True)

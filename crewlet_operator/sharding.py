@@ -22,15 +22,18 @@ replica is then active:
   before its Lease expired. Every label write is conditional on the ``resourceVersion`` it was
   decided on, so a decision on a stale cache fails instead of acting.
 - **Caches.** A member's informer of the primary kind selects its own shard label, so it holds
-  and reconciles its share alone; its informers of the kinds it :meth:`~ShardedBuilder.owns`
-  select the same label, which the reconciler puts on every child it writes
-  (:attr:`Manager.shard_labels <crewlet_operator.manager.Manager.shard_labels>`). After a move the
-  children still carry the old member's label until the new member writes them again (once): a
-  reconciler that applies its children whole (server-side apply) needs nothing more; one that
-  reads a child from the cache before writing it finds none there the first time.
+  and reconciles its share alone. The children are placed by *slot*: each key falls in one of
+  :data:`~crewlet_operator.ring.SLOTS` slots, the ring places slots on members, and every child
+  carries its primary object's slot in the slot label ``slot.<domain>/<ring>``
+  (:meth:`Manager.shard_labels_for <crewlet_operator.manager.Manager.shard_labels_for>`). The
+  informers of the kinds a member :meth:`~ShardedBuilder.owns` select the slots it holds
+  (:class:`MemberSlots`): those the ring gives it and those of the objects labelled for it. A
+  slot label never changes, so a move writes no child: the new member's informers widen to the
+  slot (a list, no write) and find the children there.
 - **The gate.** Before each reconcile a member reads the primary object from its cache: one not
   labelled for it (moved, or not yet assigned) is not reconciled, one draining is acknowledged
-  instead. What it writes for an object is therefore always written while the object is its own.
+  instead, one whose slot its informers of children do not hold yet waits for them. What it
+  writes for an object is therefore always written while the object is its own.
 
 Invariants: (1) only the sharder sets a shard label, and only on an object with none or with a
 dead member's; (2) only the member clears its own label, and only in answer to a drain; (3) a
@@ -61,9 +64,9 @@ from crewlet_operator.objects import KubeObject
 from crewlet_operator.predicate import Predicate
 from crewlet_operator.rbac import PolicyRule
 from crewlet_operator.reconcile import ReconcileFunc, Reconciler, Request, Result, as_reconcile_func
-from crewlet_operator.ring import Assign, Drain, HashRing, RingLabels, next_step
+from crewlet_operator.ring import Assign, Drain, HashRing, RingLabels, next_step, slot_of
 
-__all__ = ["Membership", "ShardedBuilder", "Sharder", "Sharding", "by_namespace"]
+__all__ = ["MemberSlots", "Membership", "ShardedBuilder", "Sharder", "Sharding", "by_namespace"]
 
 log = structlog.get_logger("crewlet_operator.sharding")
 
@@ -104,10 +107,118 @@ def _and(selector: str | None, term: str) -> str:
     return f"{selector},{term}" if selector else term
 
 
+SLOT_WAIT = 1.0
+"""Seconds after which a request whose slot the children's informers did not hold yet is tried
+again: their list in the wider scope takes about that long for a few thousand objects."""
+
+
+class MemberSlots:
+    """The slots whose children this member caches, kept in step with what it holds.
+
+    It wants the slots the ring gives it (from :class:`Membership`) and the slots of every object
+    labelled for it (an object still draining towards it, or away from it, included). A wider
+    want widens its informers of children at once (:meth:`Informer.rescope
+    <crewlet_operator.cache.Informer.rescope>`); a narrower one narrows them only once it has
+    held for ``settle`` seconds, so that objects moving one by one cost one list, not one each.
+
+    Invariant: :attr:`covered` only holds slots every registered informer has listed in its
+    current scope; the gate reconciles an object only when its slot is covered.
+    """
+
+    def __init__(
+        self,
+        labels: RingLabels,
+        member: str,
+        membership: Membership,
+        *,
+        key: Callable[[KubeObject], str],
+        retry_period: float,
+        settle: float,
+    ) -> None:
+        self._labels = labels
+        self._member = member
+        self._membership = membership
+        self._key = key
+        self._retry_period = retry_period
+        self._settle = settle
+        self._children: list[tuple[Informer, Scope]] = []
+        self._primaries: list[Informer] = []
+        self._requested: frozenset[int] = frozenset()
+        self._wanted_since: tuple[frozenset[int], float] = (frozenset(), 0.0)
+        self.covered: frozenset[int] = frozenset()
+        """The slots whose children every informer of children holds."""
+        self._poked = asyncio.Event()
+
+    def scope(self, base: Scope, slots: frozenset[int]) -> Scope:
+        """``base`` narrowed to ``slots`` (to none when empty: no slot is named ``none``)."""
+        values = ",".join(str(slot) for slot in sorted(slots)) or "none"
+        term = f"{self._labels.slot} in ({values})"
+        return replace(base, label_selector=_and(base.label_selector, term))
+
+    def add_children(self, informer: Informer, base: Scope) -> None:
+        """Keep ``informer`` (of a kind the sharded controller owns, created in
+        ``self.scope(base, frozenset())``) on this member's slots."""
+        if all(informer is not known for known, _ in self._children):
+            self._children.append((informer, base))
+
+    def add_primary(self, informer: Informer) -> None:
+        """The informer of the member's own objects, whose slots it keeps."""
+        if informer not in self._primaries:
+            self._primaries.append(informer)
+
+    def covers(self, obj: KubeObject) -> bool:
+        """Whether the children of ``obj`` are cached, as far as its slot goes; if not, the
+        slots are reconsidered at once."""
+        if slot_of(self._key(obj)) in self.covered:
+            return True
+        self._poked.set()
+        return False
+
+    def wanted(self) -> frozenset[int]:
+        """The slots the ring gives this member and those of the objects labelled for it."""
+        live = self._membership.live()
+        ring = frozenset() if live is None else HashRing(live).slots(self._member)
+        held = {
+            slot_of(self._key(obj)) for informer in self._primaries for obj in informer.store.list()
+        }
+        return ring | held
+
+    async def run(self) -> None:
+        """Follow :meth:`wanted` every ``retry_period`` (at once when a request found its slot
+        missing), until cancelled."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._retry_period):
+                    await self._poked.wait()
+            self._poked.clear()
+            await self.follow(time.monotonic())
+
+    async def follow(self, now: float) -> None:
+        """Widen the informers of children to what is wanted now, or narrow them to it once
+        it has not changed for ``settle`` seconds; mark the slots covered once listed."""
+        wanted = self.wanted()
+        if wanted != self._wanted_since[0]:
+            self._wanted_since = (wanted, now)
+        if wanted == self._requested:
+            return
+        if wanted <= self._requested and now - self._wanted_since[1] < self._settle:
+            return  # narrower: wait until it settles
+        slots = wanted if wanted <= self._requested else wanted | self._requested
+        self._requested = slots
+        self.covered = self.covered & slots
+        for informer, base in self._children:
+            informer.rescope(self.scope(base, slots))
+        for informer, _ in self._children:
+            await informer.wait_for_scope()
+        log.info("children cached for slots", slots=len(slots), member=self._member)
+        self.covered = slots
+
+
 class ShardedBuilder(Builder):
     """A :class:`~crewlet_operator.controller.Builder` for a manager with sharding: a controller
-    whose primary kind is the sharded one caches only this member's objects (its primary and
-    owned informers select the member's shard label) and reconciles them through the gate.
+    whose primary kind is the sharded one caches only this member's objects (its primary
+    informer selects the member's shard label, its owned informers the member's slots) and
+    reconciles them through the gate.
     Other controllers are built as usual."""
 
     def __init__(
@@ -118,6 +229,7 @@ class ShardedBuilder(Builder):
         sharding: Sharding,
         labels: RingLabels,
         member: str,
+        slots: MemberSlots,
         defaults: InformerOptions | None,
         on_complete: Callable[[Controller, Scope], None],
     ) -> None:
@@ -125,9 +237,11 @@ class ShardedBuilder(Builder):
         self._sharding = sharding
         self._labels = labels
         self._member = member
+        self._slots = slots
         self._defaults = defaults
         self._on_complete = on_complete
         self._base_scope: Scope | None = None
+        self._owned: list[tuple[Resource, Scope]] = []
 
     def _mine(self, options: InformerOptions | None) -> InformerOptions:
         base = options or self._defaults or InformerOptions()
@@ -155,10 +269,13 @@ class ShardedBuilder(Builder):
         predicates: Sequence[Predicate] = (),
         options: InformerOptions | None = None,
     ) -> Builder:
-        """A child kind; under a sharded primary its informer selects this member's label
-        (children written with :attr:`Manager.shard_labels`)."""
+        """A child kind; under a sharded primary its informer selects the slots this member
+        holds (children written with :meth:`Manager.shard_labels_for`): none until the member
+        knows them (:class:`MemberSlots`)."""
         if self._base_scope is not None:
-            options = self._mine(options)
+            base = options or self._defaults or InformerOptions()
+            self._owned.append((resource, base.scope))
+            options = replace(base, scope=self._slots.scope(base.scope, frozenset()))
         return super().owns(resource, predicates=predicates, options=options)
 
     def complete(self, reconciler: Reconciler | ReconcileFunc) -> Controller:
@@ -170,9 +287,14 @@ class ShardedBuilder(Builder):
             self._manager.cache,
             self._sharding.resource,
             self._labels,
-            self._member,
+            member=self._member,
+            slots=self._slots,
         )
         controller = super().complete(gate.reconcile)
+        cache = self._manager.cache
+        self._slots.add_primary(cache.informer(self._sharding.resource))
+        for resource, base in self._owned:
+            self._slots.add_children(cache.informer(resource), base)
         controller.add_rbac_rules(PolicyRule.on(self._sharding.resource, "patch"))
         self._on_complete(controller, self._base_scope)
         return controller
@@ -197,7 +319,9 @@ class Gate:
         cache: Cache,
         resource: Resource,
         labels: RingLabels,
+        *,
         member: str,
+        slots: MemberSlots,
     ) -> None:
         self._reconcile = reconcile
         self._cache = cache
@@ -205,10 +329,12 @@ class Gate:
         self._shard = labels.shard
         self._drain = labels.drain
         self._member = member
+        self._slots = slots
 
     async def reconcile(self, request: Request) -> Result | None:
         """Reconcile ``request`` if its object, as cached, is labelled for this member and not
-        draining; acknowledge a drain; leave anything else alone."""
+        draining, once its children are cached (else again in :data:`SLOT_WAIT` seconds);
+        acknowledge a drain; leave anything else alone."""
         obj = self._cache.get(self._resource, request.name, request.namespace)
         if obj is None:
             return None  # gone, or another member's: nothing of it is ours to write
@@ -219,6 +345,8 @@ class Gate:
         if self._drain in labels:
             await self._acknowledge(request, str(meta.get("resourceVersion") or ""))
             return None
+        if not self._slots.covers(obj):
+            return Result(requeue_after=SLOT_WAIT)
         return await self._reconcile(request)
 
     async def _acknowledge(self, request: Request, resource_version: str) -> None:
@@ -333,7 +461,8 @@ class Sharder:
         steps = []
         for obj in self._informer.store.list():
             labels: Mapping[str, str] = (obj.get("metadata") or {}).get("labels") or {}
-            step = next_step(labels, self._labels, ring.owner(self._key(obj)), live)
+            target = ring.slot_owner(slot_of(self._key(obj)))
+            step = next_step(labels, self._labels, target, live)
             if step is not None:
                 steps.append((obj, step))
         slots = asyncio.Semaphore(SHARDER_WRITES)

@@ -38,7 +38,7 @@ LEASE_SECONDS = 4.0
 
 
 def setup(manager: Manager) -> None:
-    """The controller: a Widget's ConfigMap (with the member's shard label) and its status."""
+    """The controller: a Widget's ConfigMap (with the widget's slot label) and its status."""
     client, cache = manager.client, manager.cache
 
     async def reconcile(request: Request) -> None:
@@ -51,7 +51,7 @@ def setup(manager: Manager) -> None:
             "metadata": {
                 "name": f"{request.name}-rendered",
                 "namespace": request.namespace,
-                "labels": manager.shard_labels,
+                "labels": manager.shard_labels_for(widget),
                 "ownerReferences": [controller_reference(widget)],
             },
             "data": dict(widget.get("spec", {}).get("data") or {}),

@@ -259,6 +259,53 @@ async def test_a_deferred_transform_runs_on_a_listed_object_when_read_and_on_a_w
         await stop(task)
 
 
+@pytest.mark.parametrize("stream_lists", [True, False])
+async def test_a_rescoped_informer_lists_its_new_scope_and_tells_what_came_and_went(
+    kube_client: Client, namespace: str, stream_lists: bool
+) -> None:
+    """A sharded member's informers of children follow its slots: rescope() ends the watch,
+    lists the new selector and tells an add for each object that came into it, a delete for
+    each that left it, and nothing for one in both; the watch goes on in the new scope."""
+    for name, slot in (("in-a", "a"), ("in-b", "b"), ("in-c", "c")):
+        await kube_client.create(CONFIG_MAP, labelled_config_map(name, namespace, {"slot": slot}))
+    options = InformerOptions(
+        scope=Scope(namespace, label_selector="slot in (a,b)"),
+        lists=Stream() if stream_lists else Pages(1),
+    )
+    informer = Informer(kube_client, CONFIG_MAP, options)
+    told = Told()
+    changes: list[tuple[str, str]] = []
+
+    class Changes:
+        def on_add(self, obj: dict[str, Any], initial: bool = False) -> None:
+            changes.append(("add", obj["metadata"]["name"]))
+
+        def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+            changes.append(("update", new["metadata"]["name"]))
+
+        def on_delete(self, obj: dict[str, Any]) -> None:
+            changes.append(("delete", obj["metadata"]["name"]))
+
+    informer.add_handler(told)
+    informer.add_handler(Changes())
+    task = await run_informer(informer)
+    try:
+        assert set(told.objects) == {"in-a", "in-b"}
+        changes.clear()
+        informer.rescope(Scope(namespace, label_selector="slot in (b,c)"))
+        await asyncio.wait_for(informer.wait_for_scope(), 30)
+        assert set(told.objects) == {"in-b", "in-c"}
+        assert sorted(changes) == [("add", "in-c"), ("delete", "in-a")]
+        assert {o["metadata"]["name"] for o in informer.store.list()} == {"in-b", "in-c"}
+        # The watch goes on in the new scope: a change in it is told, one outside it is not.
+        await kube_client.apply(CONFIG_MAP, labelled_config_map("in-d", namespace, {"slot": "c"}))
+        await kube_client.apply(CONFIG_MAP, labelled_config_map("in-e", namespace, {"slot": "a"}))
+        await eventually(lambda: "in-d" in told.objects, message="the new scope's watch told of it")
+        assert "in-e" not in told.objects
+    finally:
+        await stop(task)
+
+
 @pytest.mark.parametrize(
     ("stream_lists", "metadata_first"),
     [(True, False), (False, False), (False, True)],

@@ -169,7 +169,7 @@ async def converged(client: Client, live: set[str]) -> bool:
     items = (await client.list(WIDGET)).items
     maps = {
         (m["metadata"]["namespace"], m["metadata"]["name"]): m
-        for m in (await client.list(CONFIG_MAP, Scope(label_selector=SHARD))).items
+        for m in (await client.list(CONFIG_MAP, Scope(label_selector=LABELS.slot))).items
     }
     if len(items) != len(widgets()):
         return False

@@ -6,9 +6,10 @@ with sharding builds its controllers."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -24,20 +25,31 @@ from crewlet_operator import (
     Request,
     RestartCheckpoint,
     RestConfig,
+    Result,
     Sharding,
     TransportError,
 )
-from crewlet_operator.cache import Cache, InformerOptions
+from crewlet_operator.cache import Cache, Informer, InformerOptions
 from crewlet_operator.kube.client import ObjectList, Scope
 from crewlet_operator.ring import (
+    SLOTS,
     Assign,
     Drain,
     HashRing,
     RingLabels,
     member_name,
     next_step,
+    slot_of,
 )
-from crewlet_operator.sharding import SHARDER_WRITES, Gate, Membership, Sharder, by_namespace
+from crewlet_operator.sharding import (
+    SHARDER_WRITES,
+    SLOT_WAIT,
+    Gate,
+    Membership,
+    MemberSlots,
+    Sharder,
+    by_namespace,
+)
 
 KEYS = [f"tenant-{i}" for i in range(3000)]
 KEYS_R = RingLabels("example.com", "r")
@@ -89,6 +101,33 @@ def test_a_member_that_leaves_gives_away_its_own_keys_alone() -> None:
     }
 
 
+@pytest.mark.parametrize("members", [2, 3])
+def test_the_slots_are_shared_out_evenly_and_whole(members: int) -> None:
+    names = [f"m{i}" for i in range(members)]
+    ring = HashRing(names)
+    held = {name: ring.slots(name) for name in names}
+    assert set().union(*held.values()) == set(range(SLOTS))
+    assert sum(len(slots) for slots in held.values()) == SLOTS, "no slot held twice"
+    fair = SLOTS / members
+    assert all(abs(len(slots) - fair) < 0.2 * fair for slots in held.values()), held
+    assert all(ring.slot_owner(slot) == name for name in names for slot in held[name])
+
+
+def test_a_key_has_one_slot_everywhere() -> None:
+    slots = [slot_of(key) for key in KEYS]
+    assert slots == [slot_of(key) for key in KEYS]
+    assert set(slots) == set(range(SLOTS)), "3,000 keys reach every slot"
+    # SHA-256, not Python's salted hash: every process finds the same slot.
+    assert slot_of("tenant-0") == int.from_bytes(hashlib.sha256(b"tenant-0").digest()[:8]) % SLOTS
+
+
+def test_a_member_that_leaves_gives_away_its_own_slots_alone() -> None:
+    before, after = HashRing(["a", "b", "c"]), HashRing(["a", "c"])
+    assert before.slots("a") <= after.slots("a")
+    assert before.slots("c") <= after.slots("c")
+    assert after.slots("a") | after.slots("c") == set(range(SLOTS))
+
+
 def test_a_member_name_is_a_label_value_and_differs_by_identity() -> None:
     long = member_name("x" * 63, "host_1")
     assert len(long) <= 63
@@ -130,6 +169,7 @@ def test_the_label_keys() -> None:
         "shard.example.com/r",
         "drain.example.com/r",
     )
+    assert KEYS_R.slot == "slot.example.com/r"
 
 
 # -- the protocol, under random schedules ------------------------------------------------------
@@ -272,13 +312,17 @@ async def test_a_sharded_controller_caches_its_members_objects_and_children(
     manager = Manager(client, sharded())
     member = member_name("widgets", "host_1")
     assert manager.member == member
-    assert manager.shard_labels == {"shard.example.com/widgets": member}
+    widget = {"metadata": {"name": "w", "namespace": "tenant-a"}}
+    assert manager.shard_labels_for(widget) == {
+        "slot.example.com/widgets": str(slot_of("tenant-a"))
+    }
     base = InformerOptions(scope=Scope(label_selector="app=web"))
     manager.controller("widget").for_(CONFIG_MAP, options=base).owns(SECRET).complete(reconcile)
     informers = manager.cache.informers
     mine = f"shard.example.com/widgets={member}"
     assert informers[CONFIG_MAP].options.scope.label_selector == f"app=web,{mine}"
-    assert informers[SECRET].options.scope.label_selector == mine
+    # No slot is known before the member has seen the ring: its children's informer holds none.
+    assert informers[SECRET].options.scope.label_selector == "slot.example.com/widgets in (none)"
     assert any(
         rule.resources == ("configmaps",) and "patch" in rule.verbs
         for rule in manager.controllers[0].rbac_rules
@@ -310,7 +354,7 @@ async def test_a_sharded_controller_keeps_no_restart_checkpoint_and_others_do(
 async def test_without_sharding_there_is_no_member(client: Client) -> None:
     manager = Manager(client, sharded(sharding=None))
     assert manager.member is None
-    assert manager.shard_labels == {}
+    assert manager.shard_labels_for({"metadata": {"namespace": "tenant-a"}}) == {}
 
 
 # -- the gate and the membership, on stand-ins for the cache and the client ------------------
@@ -365,7 +409,7 @@ async def test_the_gate_reconciles_only_its_members_objects_and_acknowledges_a_d
     async def inner(request: Request) -> None:
         reconciled.append(request.name)
 
-    gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, "a")
+    gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, member="a", slots=all_slots())
     for name in ("mine", "theirs", "unassigned", "draining", "gone"):
         await gate.reconcile(Request("ns", name))
     assert reconciled == ["mine"]
@@ -375,6 +419,127 @@ async def test_the_gate_reconciles_only_its_members_objects_and_acknowledges_a_d
             {"metadata": {"resourceVersion": "7", "labels": {SHARD: None, DRAIN: None}}},
         )
     ]
+
+
+class Live:
+    """A Membership stand-in: the live members, as last listed."""
+
+    def __init__(self, *members: str) -> None:
+        self.members: frozenset[str] | None = frozenset(members)
+
+    def live(self) -> frozenset[str] | None:
+        return self.members
+
+
+class ChildInformer:
+    """An informer stand-in that records its scopes; a list in a new scope ends when told."""
+
+    def __init__(self) -> None:
+        self.scopes: list[str | None] = []
+        self.listed = asyncio.Event()
+        self.listed.set()
+
+    def rescope(self, scope: Scope) -> None:
+        self.scopes.append(scope.label_selector)
+        self.listed.clear()
+
+    async def wait_for_scope(self) -> None:
+        await self.listed.wait()
+
+
+class PrimaryInformer:
+    """An informer stand-in holding the member's objects."""
+
+    def __init__(self, *namespaces: str) -> None:
+        self.store = self
+        self.namespaces = list(namespaces)
+
+    def list(self) -> list[dict[str, object]]:
+        return [{"metadata": {"name": "w", "namespace": ns}} for ns in self.namespaces]
+
+
+async def finish(following: Coroutine[None, None, None], children: ChildInformer) -> None:
+    """Run a follow whose informer's list ends as soon as it has begun."""
+    task = asyncio.create_task(following)
+    await asyncio.sleep(0)
+    children.listed.set()
+    await task
+
+
+def member_slots(live: Live, settle: float = 10) -> MemberSlots:
+    return MemberSlots(
+        KEYS_R, "a", cast(Membership, live), key=by_namespace, retry_period=1, settle=settle
+    )
+
+
+def all_slots() -> MemberSlots:
+    slots = member_slots(Live("a"))
+    slots.covered = frozenset(range(SLOTS))
+    return slots
+
+
+def selector(slots: frozenset[int]) -> str:
+    return "app=web,slot.example.com/r in (" + ",".join(map(str, sorted(slots))) + ")"
+
+
+async def test_a_member_caches_the_children_of_its_slots_widening_at_once() -> None:
+    """The children's informers select the slots the ring gives the member and those of the
+    objects labelled for it; a slot counts as covered only once every informer has listed it."""
+    live = Live("a", "b")
+    slots = member_slots(live)
+    children, primary = ChildInformer(), PrimaryInformer()
+    slots.add_children(cast(Informer, children), Scope(label_selector="app=web"))
+    slots.add_primary(cast(Informer, primary))
+    ring = HashRing(["a", "b"]).slots("a")
+    following = asyncio.create_task(slots.follow(now=0))
+    await asyncio.sleep(0)
+    assert children.scopes == [selector(ring)]
+    assert slots.covered == frozenset(), "nothing is covered before the list has ended"
+    children.listed.set()
+    await following
+    assert slots.covered == ring
+    # An object of b's slot labelled for a (a move towards a): its slot is added at once.
+    theirs = next(f"tenant-{i}" for i in range(100) if slot_of(f"tenant-{i}") not in ring)
+    obj = {"metadata": {"namespace": theirs}}
+    assert not slots.covers(obj)
+    primary.namespaces.append(theirs)
+    await finish(slots.follow(now=1), children)
+    assert children.scopes[-1] == selector(ring | {slot_of(theirs)})
+    assert slots.covers(obj)
+
+
+async def test_a_member_narrows_its_slots_once_they_have_settled() -> None:
+    live = Live("a")
+    slots = member_slots(live, settle=10)
+    children = ChildInformer()
+    slots.add_children(cast(Informer, children), Scope(label_selector="app=web"))
+    await finish(slots.follow(now=0), children)
+    assert slots.covered == frozenset(range(SLOTS))
+    live.members = frozenset({"a", "b"})  # b joins: a's slots shrink, but only once settled
+    await slots.follow(now=1)
+    await slots.follow(now=10)
+    assert len(children.scopes) == 1
+    assert slots.covered == frozenset(range(SLOTS))
+    await finish(slots.follow(now=11), children)
+    assert children.scopes[-1] == selector(HashRing(["a", "b"]).slots("a"))
+    assert slots.covered == HashRing(["a", "b"]).slots("a")
+
+
+async def test_the_gate_waits_for_the_children_of_a_slot_it_does_not_hold() -> None:
+    client = Recorder()
+    cache = StoreStandIn({"mine": widget("mine", **{SHARD: "a"})}, client)
+    reconciled: list[str] = []
+
+    async def inner(request: Request) -> None:
+        reconciled.append(request.name)
+
+    slots = member_slots(Live("a"))
+    gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, member="a", slots=slots)
+    assert await gate.reconcile(Request("ns", "mine")) == Result(requeue_after=SLOT_WAIT)
+    assert reconciled == []
+    await slots.follow(now=0)
+    await gate.reconcile(Request("ns", "mine"))
+    assert reconciled == ["mine"]
 
 
 def lease(name: str, renewed: str, holder: str = "someone") -> dict[str, object]:

@@ -9,7 +9,9 @@ What keeps it from going zombie (the commonest complaint about Python operators)
 - 410 Gone (the resourceVersion was compacted away) relists, and the relist emits deletes for
   objects that vanished meanwhile, so no delete is ever lost;
 - any other failure retries with capped exponential backoff, forever: an informer only stops
-  when it is told to.
+  when it is told to;
+- :meth:`Informer.rescope` ends the list or watch under way and lists in the new scope, which
+  tells adds for what came into it and deletes for what left it, as a relist does.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import asyncio
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import orjson
@@ -206,6 +208,11 @@ class Informer:
         self._whole = asyncio.Event()
         self._whole_wanted = asyncio.Event()
         self._answered = asyncio.Event()
+        self._in_scope = asyncio.Event()
+        """Set while the store holds what the current scope selects (a list in it has ended)."""
+        self._in_scope.set()  # until the first list, has_synced says it
+        self._attempt: asyncio.Timeout | None = None
+        """The deadline of the list or watch under way: :meth:`rescope` ends it now."""
         self.last_error: CrewletError | None = None
         """Why the latest list or watch failed; None once a list has succeeded since."""
         self._resource_version: str | None = None
@@ -279,6 +286,25 @@ class Informer:
         if not self._answered.is_set():  # else no task for wait_for to make: reads ask often
             await asyncio.wait_for(self._answered.wait(), timeout)
 
+    def rescope(self, scope: Scope) -> None:
+        """List and watch ``scope`` from now on: the list or watch under way ends, and a list in
+        the new scope follows, telling the handlers an add for each object that came into it,
+        a delete for each that left it (see :meth:`wait_for_scope`). For a selector that
+        changes while the informer runs, such as a sharded member's slots."""
+        if scope == self.options.scope:
+            return
+        self.options = replace(self.options, scope=scope)
+        self._resource_version = None
+        self._in_scope.clear()
+        if self._attempt is not None:
+            self._attempt.reschedule(asyncio.get_running_loop().time())
+
+    async def wait_for_scope(self) -> None:
+        """Wait until the store holds what the current scope selects: the list that followed
+        the last :meth:`rescope` has ended (at once if none is due)."""
+        if not self._in_scope.is_set():  # else no task for wait_for to make
+            await self._in_scope.wait()
+
     async def run(self) -> None:
         """List and watch until cancelled.
 
@@ -295,18 +321,16 @@ class Informer:
         while True:
             listing = self._resource_version is None or not self.has_whole
             try:
-                if self._metadata_first and not self.has_whole:
-                    if not self.has_synced:
-                        await self._relist(metadata=True)
-                        continue
-                    await self._whole_wanted.wait()
-                if listing and self.streams_lists:
-                    await self._stream()
-                else:
-                    if listing:
-                        await self._relist()
-                    await self._watch()
+                try:
+                    async with asyncio.timeout(None) as self._attempt:
+                        await self._list_and_watch(listing)
+                finally:
+                    ended, self._attempt = self._attempt, None
                 failures = 0
+            except TimeoutError:
+                if ended is None or not ended.expired():
+                    raise  # not ended by rescope()
+                self._log.info("rescoped; listing", scope=str(self.options.scope))
             except (BadRequestError, InvalidError) as refused:
                 if not listing or not self.streams_lists:
                     raise
@@ -324,6 +348,20 @@ class Informer:
                 delay *= random.uniform(0.8, 1.2)
                 self._log.warning("list/watch failed; retrying", error=str(exc), delay=delay)
                 await asyncio.sleep(delay)
+
+    async def _list_and_watch(self, listing: bool) -> None:
+        """One attempt: list if ``listing`` (streamed, or in pages), then watch."""
+        if self._metadata_first and not self.has_whole:
+            if not self.has_synced:
+                await self._relist(metadata=True)
+                return
+            await self._whole_wanted.wait()
+        if listing and self.streams_lists:
+            await self._stream()
+        else:
+            if listing:
+                await self._relist()
+            await self._watch()
 
     async def _relist(self, metadata: bool = False) -> None:
         """A list in pages; with ``metadata``, a metadata-first informer's first list: the
@@ -429,6 +467,7 @@ class Informer:
         self.last_event_at = time.monotonic()
         self.last_error = None
         self._synced.set()
+        self._in_scope.set()
         if self.store.whole:
             self._whole.set()
         self._answered.set()
