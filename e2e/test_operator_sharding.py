@@ -4,12 +4,14 @@ RBAC and admission policy for that value), on the real control plane.
 
 Asserted from the API server's records:
 
-- every Company converges, each labelled for a live member, its children labelled for the same
-  member (its caches select them), and more than one member holds companies;
+- every Company converges, each labelled for a live member, its children labelled with the
+  slot of its namespace (the member's caches select its slots), and more than one member holds
+  companies;
 - what needs every company still sees every company: an EngineClass counts the companies of
   every member, and a webhook hostname asked for by companies on two members goes to the first;
 - a killed member's companies are relabelled for live members, and a change made to each of
-  them after the kill is converged by its new member;
+  them after the kill is converged by its new member, which writes none of their children the
+  change leaves alone (a move rewrites nothing);
 - the audit log (each replica's user agent names it): for every Company and its children, the
   writing replica changes only at a handoff (e2e/handoffs.py).
 """
@@ -37,10 +39,10 @@ from operator_helpers import (
     wait_converged,
 )
 
-from crewlet_operator import LEASE, STATEFUL_SET, Client, Scope
+from crewlet_operator import LEASE, SERVICE, SERVICE_ACCOUNT, STATEFUL_SET, Client, Scope
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.wait import eventually
-from crewlet_operator.ring import RingLabels
+from crewlet_operator.ring import RingLabels, slot_of
 from crewlet_operator_daemon import naming
 from crewlet_operator_daemon.api.conditions import HOSTNAME_TAKEN
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
@@ -53,6 +55,7 @@ PER_NAMESPACE = 2
 REPLICAS = 3
 LABELS = RingLabels(SHARDING_DOMAIN, MANAGER_NAME)
 SHARD = LABELS.shard
+SLOT = LABELS.slot
 PLURALS = {r.plural: r.kind for r in CHILD_RESOURCES}
 """The children's kinds by the plural an audit event names them by."""
 
@@ -119,15 +122,29 @@ def ring_member(replica: Operator) -> str | None:
     return None
 
 
-async def children_members(client: Client) -> dict[Key, set[str]]:
-    """Each company's children's shard labels (every value any of its children carries)."""
+async def children_slots(client: Client) -> dict[Key, set[str]]:
+    """Each company's children's slot labels (every value any of its children carries)."""
     found: dict[Key, set[str]] = {}
     for resource in CHILD_RESOURCES:
         listed = await client.list(resource, Scope(label_selector=naming.MANAGED_BY_SELECTOR))
         for child in listed.items:
             meta = child["metadata"]
             key = (meta["namespace"], meta["labels"][naming.COMPANY_LABEL])
-            found.setdefault(key, set()).add(member_of(child))
+            found.setdefault(key, set()).add(str(meta["labels"].get(SLOT, "")))
+    return found
+
+
+async def untouched_by_seats(client: Client, keys: list[Key]) -> dict[Key, tuple[str, str]]:
+    """The resourceVersions of two children of each company that a change of its seats leaves
+    alone: its engine ServiceAccount and its API Service."""
+    found: dict[Key, tuple[str, str]] = {}
+    for ns, name in keys:
+        account = await client.get(SERVICE_ACCOUNT, naming.service_account(name), ns)
+        api = await client.get(SERVICE, naming.api_service(name), ns)
+        found[(ns, name)] = (
+            account["metadata"]["resourceVersion"],
+            api["metadata"]["resourceVersion"],
+        )
     return found
 
 
@@ -191,10 +208,10 @@ async def test_three_replicas_share_the_companies_and_pick_up_a_killed_ones(
         await eventually(spread, timeout=60, message="every company on a live member")
         held = await members_of(client)
         assert len(set(held.values())) > 1, f"the companies are spread: {held}"
-        children = await children_members(client)
-        assert {key: {held[key]} for key in companies()} == {
+        children = await children_slots(client)
+        assert {key: {str(slot_of(key[0]))} for key in companies()} == {
             key: children.get(key) for key in companies()
-        }, "each company's children carry its member's label"
+        }, "each company's children carry the slot of its namespace"
 
         # What needs every company sees every company, whichever member holds it.
         async def counted() -> bool:
@@ -219,6 +236,7 @@ async def test_three_replicas_share_the_companies_and_pick_up_a_killed_ones(
         victim_member = max(by_member, key=lambda m: len(by_member[m]))
         victim = members[victim_member]
         theirs = by_member[victim_member]
+        before_the_move = await untouched_by_seats(client, theirs)
         left[agents[victim]] = datetime.datetime.now(datetime.UTC)
         victim.kill()
         killed = time.monotonic()
@@ -239,7 +257,10 @@ async def test_three_replicas_share_the_companies_and_pick_up_a_killed_ones(
         for ns, name in theirs:
             seats = await client.get(STATEFUL_SET, naming.statefulset(name, naming.SEATS), ns)
             assert seats["spec"]["replicas"] == 2
-            assert member_of(seats) in survivors
+            assert seats["metadata"]["labels"][SLOT] == str(slot_of(ns))
+        assert await untouched_by_seats(client, theirs) == before_the_move, (
+            "the new members wrote none of the moved companies' children the change left alone"
+        )
     finally:
         # A replica told to stop hands its companies over without a drain: its departure.
         for replica in replicas:

@@ -67,8 +67,8 @@ from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import Resource
 from crewlet_operator.reconcile import Request
-from crewlet_operator.ring import HashRing, RingLabels, member_name
-from crewlet_operator.sharding import Gate, Membership, Sharder, by_namespace
+from crewlet_operator.ring import HashRing, RingLabels, member_name, slot_of
+from crewlet_operator.sharding import Gate, Membership, MemberSlots, Sharder, by_namespace
 from crewlet_operator_daemon import ClusterFacts, Observed, desired_children
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator_daemon.cli import SHARDING_DOMAIN
@@ -425,6 +425,9 @@ Gateway API by a replica of a sharded manager (its shard label on every child)."
 
 RING = RingLabels(SHARDING_DOMAIN, MANAGER_NAME)
 SHARD = RING.shard
+SLOT = RING.slot
+SLOT_OF_ACME = "17"
+"""The slot label's value on the sharded render's children: any of 0 to 255 is admitted."""
 """shard.crewlet.ai/crewlet-operator: on a Company, the replica it is assigned to; on each
 child, the replica that wrote it."""
 DRAIN = RING.drain
@@ -487,7 +490,7 @@ def shapes(company: Doc, variant: Variant = "ingress") -> Shapes:
     facts = ClusterFacts(
         gateway_api=variant == "gateway",
         operator_namespace=RELEASE_NS,
-        shard_labels=((SHARD, MEMBER),) if variant == "sharded" else (),
+        shard_labels=((SLOT, SLOT_OF_ACME),) if variant == "sharded" else (),
     )
     children = desired_children(
         rendered,
@@ -791,7 +794,7 @@ CASES: list[Case] = [
         f"{WRITES} StatefulSet {{ns}}/acme-data only with the operator's labels "
         "(app.kubernetes.io/managed-by: crewlet-operator, app.kubernetes.io/name: crewlet, "
         "crewlet.ai/company: <company>, app.kubernetes.io/component: data or seats and, with "
-        "sharding, shard.crewlet.ai/crewlet-operator: <replica>), not k8s-app: kube-dns",
+        "sharding, slot.crewlet.ai/crewlet-operator: <slot, 0 to 255>), not k8s-app: kube-dns",
         change=at((*LABELS, "k8s-app"), "kube-dns"),
     ),
     deny(
@@ -800,7 +803,8 @@ CASES: list[Case] = [
         ENV,
         "only with the operator's labels (app.kubernetes.io/managed-by: crewlet-operator, "
         "app.kubernetes.io/name: crewlet, crewlet.ai/company: <company> and, with sharding, "
-        "shard.crewlet.ai/crewlet-operator: <replica>), not app.kubernetes.io/component: data",
+        "slot.crewlet.ai/crewlet-operator: <slot, 0 to 255>), not "
+        "app.kubernetes.io/component: data",
         change=at((*LABELS, "app.kubernetes.io/component"), "data"),
     ),
     deny(
@@ -2171,15 +2175,15 @@ CASES: list[Case] = [
             ("removed", at(("status",), {"versionProtection": "Unordered"}), "removed"),
         )
     ),
-    # -- sharding: the children's shard label ------------------------------------------------
-    # (creates() makes every child of the sharded render, its shard label on each.)
+    # -- sharding: the children's slot label -------------------------------------------------
+    # (creates() makes every child of the sharded render, its slot label on each.)
     Case(
-        "child-relabelled-after-a-move",
+        "child-of-a-member-labelled-release-gets-its-slot",
         ("labels-allowlist", "owners-unchanged", "pod-template-metadata"),
         DATA_STS,
         op="update",
         variant="sharded",
-        existing=at((*LABELS, SHARD), OLD_MEMBER),
+        existing=both(at((*LABELS, SLOT), DROP), at((*LABELS, SHARD), OLD_MEMBER)),
     ),
     Case(
         "child-labelled-when-sharding-starts",
@@ -2187,46 +2191,54 @@ CASES: list[Case] = [
         SA,
         op="update",
         variant="sharded",
-        existing=at((*LABELS, SHARD), DROP),
+        existing=at((*LABELS, SLOT), DROP),
     ),
     deny(
-        "child-shard-label-empty",
+        "child-slot-label-out-of-range",
         "labels-allowlist",
         API_SERVICE,
         "only with the operator's labels (app.kubernetes.io/managed-by: crewlet-operator, "
         "app.kubernetes.io/name: crewlet, crewlet.ai/company: <company>, "
         "app.kubernetes.io/component: data or seats and, with sharding, "
-        f"{SHARD}: <replica>), not {SHARD}:",
+        f"{SLOT}: <slot, 0 to 255>), not {SLOT}: 256",
         variant="sharded",
-        change=at((*LABELS, SHARD), ""),
+        change=at((*LABELS, SLOT), "256"),
     ),
     deny(
-        "pod-template-shard-label",
+        "child-labelled-for-a-replica",
+        "labels-allowlist",
+        SA,
+        f"not {SHARD}: {MEMBER}",
+        variant="sharded",
+        change=at((*LABELS, SHARD), MEMBER),
+    ),
+    deny(
+        "pod-template-slot-label",
         "pod-template-metadata",
         DATA_STS,
         f"{WRITES} StatefulSet {{ns}}/acme-data only with the operator's labels on its pod "
         f"template (app.kubernetes.io/managed-by: crewlet-operator, app.kubernetes.io/name: "
         "crewlet, crewlet.ai/company: acme, app.kubernetes.io/component: data) and annotations "
-        f"(crewlet.ai/config-hash, crewlet.ai/secrets-hash), not {SHARD}",
+        f"(crewlet.ai/config-hash, crewlet.ai/secrets-hash), not {SLOT}",
         variant="sharded",
-        change=at((*TEMPLATE, "labels", SHARD), MEMBER),
+        change=at((*TEMPLATE, "labels", SLOT), SLOT_OF_ACME),
     ),
     deny(
-        "pod-template-shard-label-on-update",
+        "pod-template-slot-label-on-update",
         "pod-template-metadata",
         SEATS_STS,
-        f"not {SHARD}",
+        f"not {SLOT}",
         op="update",
         variant="sharded",
-        change=at((*TEMPLATE, "labels", SHARD), MEMBER),
+        change=at((*TEMPLATE, "labels", SLOT), SLOT_OF_ACME),
     ),
     deny(
-        "claim-template-shard-label",
+        "claim-template-slot-label",
         "claim-template-shape",
         DATA_STS,
         f"{WRITES} StatefulSet {{ns}}/acme-data only with the operator's claim template",
         variant="sharded",
-        change=at((*CLAIM_TEMPLATE, "metadata", "labels", SHARD), MEMBER),
+        change=at((*CLAIM_TEMPLATE, "metadata", "labels", SLOT), SLOT_OF_ACME),
     ),
     # -- sharding: a Company's ring labels -----------------------------------------------------
     # The patches as crewlet_operator.sharding writes them: the sharder's (Sharder.shard_pass)
@@ -2645,12 +2657,16 @@ async def test_the_sharder_and_a_member_move_a_company_as_the_manager(
         newcomer = next(
             m
             for m in (member_name(MANAGER_NAME, f"replica-{i}") for i in range(100))
-            if HashRing([MEMBER, m]).owner(namespace) == m
+            if HashRing([MEMBER, m]).slot_owner(slot_of(namespace)) == m
         )
         ring.become(MEMBER, newcomer)
         draining = await admitted(RING_RULES, labelled({SHARD: MEMBER, DRAIN: "true"}))
         member = CachedCompany(held.with_field_manager(MANAGER_NAME), draining)
-        gate = Gate(never, cast(Cache, member), COMPANY, RING, MEMBER)
+        # The slots do not matter here: a drain is acknowledged before any slot is looked at.
+        slots = MemberSlots(
+            RING, MEMBER, cast(Membership, ring), key=by_namespace, retry_period=1, settle=1
+        )
+        gate = Gate(never, cast(Cache, member), COMPANY, RING, member=MEMBER, slots=slots)
         await admitted(RING_RULES, gate.reconcile(Request(namespace, ACME)))
         moved = await admitted(RING_RULES, labelled({SHARD: newcomer, DRAIN: None}))
     finally:

@@ -78,7 +78,6 @@ def operator_manager(docs: list[Doc], gateway_api: bool) -> Manager:
         gateway_api=gateway_api,
         operator_namespace=args.leader_election_namespace,
         field_manager=manager.field_manager,
-        shard_labels=tuple(manager.shard_labels.items()),
     )
     CrewletControllers(manager, facts)
     return manager

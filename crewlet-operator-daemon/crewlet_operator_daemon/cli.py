@@ -210,7 +210,6 @@ async def run(args: argparse.Namespace) -> int:
             gateway_api=gateway_api,
             operator_namespace=args.leader_election_namespace or default_namespace(),
             field_manager=manager.field_manager,
-            shard_labels=tuple(manager.shard_labels.items()),
         )
         CrewletControllers(manager, facts)
         await manager.run(handle_signals=True)

@@ -15,6 +15,7 @@ by company, so a reconcile decodes only its own. Referenced Secrets are watched 
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -439,11 +440,19 @@ class CrewletControllers:
         ):
             return None
         observed = await self.observe(company, engine_class)
-        decide = functools.partial(reconcile, company, engine_class, labels(ns), facts=self.facts)
+        decide = functools.partial(
+            reconcile, company, engine_class, labels(ns), facts=self._facts(company)
+        )
         result = await self.writer.execute(company, engine_class, observed, decide)
         if result is None and labelled_namesake(company, observed):
             return Result(requeue_after=LABELLED_NAMESAKE_RECHECK)
         return result
+
+    def _facts(self, company: Object) -> ClusterFacts:
+        """The cluster facts, with the company's shard labels when sharded (its slot, the same
+        on every member: a move rewrites no child)."""
+        shard = self.manager.shard_labels_for(company)
+        return replace(self.facts, shard_labels=tuple(shard.items())) if shard else self.facts
 
     # -- the restart checkpoint (crewlet_operator_daemon.checkpoint) ----------------------------
     def _reads(

@@ -58,8 +58,9 @@ class ClusterFacts:
     """The field manager the operator applies as: a child is compared with what that manager
     owns of it (the manager's ``field_manager``)."""
     shard_labels: tuple[tuple[str, str], ...] = ()
-    """Labels every child carries besides the operator's: with sharding, this replica's shard
-    label (``Manager.shard_labels``), which its caches of children select."""
+    """Labels every child of the company decided carries besides the operator's: with sharding,
+    its slot label (``Manager.shard_labels_for``), which the caches of children of the replica
+    holding it select. The controller sets it for each company; empty at start."""
 
 
 def child_resources(facts: ClusterFacts) -> list[Resource]:
