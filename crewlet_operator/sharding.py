@@ -19,8 +19,10 @@ replica is then active:
   in flight: the queue never hands one request to two workers), writes nothing else for it and
   acknowledges by clearing both labels; only then does the sharder label it for its new member.
   An object whose member's Lease has expired is relabelled at once: that member stopped writing
-  before its Lease expired. Every label write is conditional on the ``resourceVersion`` it was
-  decided on, so a decision on a stale cache fails instead of acting.
+  before its Lease expired. Every label write is conditional on the labels it was decided on
+  (a JSON patch that tests them; an unassigned object's, on its ``resourceVersion``), so a
+  decision on a stale cache fails instead of acting, while a change to the object's spec, which
+  no decision read, does not make it fail.
 - **Caches.** A member's informer of the primary kind selects its own shard label, so it holds
   and reconciles its share alone. The children are placed by *slot*: each key falls in one of
   :data:`~crewlet_operator.ring.SLOTS` slots, the ring places slots on members, and every child
@@ -56,7 +58,7 @@ from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache import Cache, Informer, InformerOptions, MetadataOnly
 from crewlet_operator.checkpoint import RestartCheckpoint
 from crewlet_operator.controller import Builder, Controller, ControllerHost
-from crewlet_operator.errors import ConflictError, CrewletError, NotFoundError
+from crewlet_operator.errors import ConflictError, CrewletError, InvalidError, NotFoundError
 from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.resources import LEASE, Resource
 from crewlet_operator.leader import RivalLeases
@@ -343,23 +345,25 @@ class Gate:
         if labels.get(self._shard) != self._member:
             return None
         if self._drain in labels:
-            await self._acknowledge(request, str(meta.get("resourceVersion") or ""))
+            await self._acknowledge(request, str(labels[self._drain]))
             return None
         if not self._slots.covers(obj):
             return Result(requeue_after=SLOT_WAIT)
         return await self._reconcile(request)
 
-    async def _acknowledge(self, request: Request, resource_version: str) -> None:
-        """Let the object go: clear both labels, on the version that asked (a conflict means
-        the cache was behind: the request is retried)."""
-        patch = {
-            "metadata": {
-                "resourceVersion": resource_version,
-                "labels": {self._shard: None, self._drain: None},
-            }
-        }
+    async def _acknowledge(self, request: Request, drain: str) -> None:
+        """Let the object go: clear both labels, while they still say this member and the
+        drain (refused otherwise: the cache was behind, and the request is retried)."""
+        patch = [
+            _test(self._shard, self._member),
+            _test(self._drain, drain),
+            {"op": "remove", "path": _label_path(self._shard)},
+            {"op": "remove", "path": _label_path(self._drain)},
+        ]
         with contextlib.suppress(NotFoundError):
-            await self._cache.client.patch(self._resource, request.name, patch, request.namespace)
+            await self._cache.client.patch(
+                self._resource, request.name, patch, request.namespace, patch_type="json"
+            )
             log.info("handed off", namespace=request.namespace, name=request.name)
 
 
@@ -475,20 +479,22 @@ class Sharder:
         return sum(written)
 
     async def _write(self, obj: KubeObject, step: Assign | Drain) -> bool:
-        """Label one object as ``step`` says, on the version it was decided on; False when
-        that version is gone (the watch brings the new one, and the next pass decides again)."""
+        """Label one object as ``step`` says, while its labels are those it was decided on;
+        False when they are not (the watch brings the new ones, and the next pass decides
+        again). A takeover's writes race the users' own changes to the same objects: a test of
+        the labels alone lets those through, where the whole version would refuse them."""
         meta = obj.get("metadata") or {}
         labels: Mapping[str, str] = meta.get("labels") or {}
-        if isinstance(step, Assign):
-            change: dict[str, Any] = {self._labels.shard: step.member, self._labels.drain: None}
-        else:
-            change = {self._labels.drain: "true"}
-        patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"), "labels": change}}
+        patch, patch_type = self._patch(labels, str(meta.get("resourceVersion") or ""), step)
         try:
             await self._client.patch(
-                self._resource, str(meta.get("name")), patch, meta.get("namespace")
+                self._resource,
+                str(meta.get("name")),
+                patch,
+                meta.get("namespace"),
+                patch_type=patch_type,
             )
-        except (ConflictError, NotFoundError):
+        except (ConflictError, InvalidError, NotFoundError):
             return False
         log.info(
             "assigned" if isinstance(step, Assign) else "draining",
@@ -497,6 +503,37 @@ class Sharder:
             member=step.member if isinstance(step, Assign) else labels.get(self._labels.shard),
         )
         return True
+
+    def _patch(
+        self, labels: Mapping[str, str], version: str, step: Assign | Drain
+    ) -> tuple[Any, str]:
+        """The patch for ``step`` on an object with ``labels`` (read at ``version``)."""
+        shard, drain = self._labels.shard, self._labels.drain
+        member = labels.get(shard)
+        if isinstance(step, Drain):  # of an assigned object: next_step drains no other
+            add = {"op": "add", "path": _label_path(drain), "value": "true"}
+            return [_test(shard, member or ""), add], "json"
+        if member is None:
+            # An unassigned object is new: nothing races its first label but a stale cache.
+            change = {shard: step.member, drain: None}
+            return {"metadata": {"resourceVersion": version, "labels": change}}, "merge"
+        ops: list[dict[str, Any]] = [
+            _test(shard, member),
+            {"op": "replace", "path": _label_path(shard), "value": step.member},
+        ]
+        if drain in labels:
+            ops += [_test(drain, labels[drain]), {"op": "remove", "path": _label_path(drain)}]
+        return ops, "json"
+
+
+def _label_path(key: str) -> str:
+    """The JSON pointer (RFC 6901) of the label ``key``."""
+    return "/metadata/labels/" + key.replace("~", "~0").replace("/", "~1")
+
+
+def _test(key: str, value: str) -> dict[str, str]:
+    """A JSON patch operation that fails the patch unless label ``key`` is ``value``."""
+    return {"op": "test", "path": _label_path(key), "value": value}
 
 
 class _Wake:

@@ -12,7 +12,7 @@ import time
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import pytest
@@ -46,6 +46,8 @@ from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually, no_namespace_terminating
 from crewlet_operator.fieldset import keep_managed_fields_of
+from crewlet_operator.ring import RingLabels
+from crewlet_operator.sharding import Membership, Sharder, by_namespace
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -919,3 +921,47 @@ async def test_two_managers_exactly_one_leads_and_the_other_takes_over(
             if replica.proc.poll() is None:
                 replica.proc.send_signal(signal.SIGTERM)
                 replica.proc.wait(20)
+
+
+class LiveMembers:
+    """The ring's members as a Membership reports them, without Leases."""
+
+    def __init__(self, *members: str) -> None:
+        self.members = frozenset(members)
+        self.changed = asyncio.Event()
+
+    def live(self) -> frozenset[str]:
+        return self.members
+
+
+async def test_the_sharders_writes_test_the_labels_they_were_decided_on(
+    kube_client: Client, namespace: str
+) -> None:
+    """A takeover relabels a dead member's objects while their users change them: a write
+    conditional on the labels it was decided on goes through a change of the data, which no
+    decision read, and fails on a change of the labels, which the decision did read."""
+    labels = RingLabels("example.crewlet.ai", "widgets")
+    sharder = Sharder(
+        kube_client,
+        CONFIG_MAP,
+        Scope(namespace),
+        labels=labels,
+        membership=cast(Membership, LiveMembers("alive")),
+        key=by_namespace,
+        retry_period=1,
+    )
+    for name in ("data-changed", "labels-changed"):
+        created = await kube_client.create(
+            CONFIG_MAP, labelled_config_map(name, namespace, {labels.shard: "dead"})
+        )
+        sharder._informer.store.put(created)  # the sharder's cache: as created
+    await kube_client.patch(CONFIG_MAP, "data-changed", {"data": {"k": "changed"}}, namespace)
+    await kube_client.patch(
+        CONFIG_MAP, "labels-changed", {"metadata": {"labels": {labels.shard: "other"}}}, namespace
+    )
+    assert await sharder.shard_pass() == 1
+    moved = await kube_client.get(CONFIG_MAP, "data-changed", namespace)
+    assert moved["metadata"]["labels"][labels.shard] == "alive"
+    assert moved["data"] == {"k": "changed"}
+    kept = await kube_client.get(CONFIG_MAP, "labels-changed", namespace)
+    assert kept["metadata"]["labels"][labels.shard] == "other", "decided on labels gone by"

@@ -11,7 +11,7 @@ import random
 from collections import Counter
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import pytest
 import pytest_asyncio
@@ -364,12 +364,19 @@ class Recorder:
     """A client stand-in that records patches and answers lists from ``leases``."""
 
     def __init__(self, leases: list[dict[str, object]] | None = None) -> None:
-        self.patches: list[tuple[str, dict[str, object]]] = []
+        self.patches: list[tuple[str, Any]] = []
+        self.field_manager = "r"
         self.leases = leases or []
         self.fail = False
 
     async def patch(
-        self, resource: object, name: str, patch: dict[str, object], namespace: str | None = None
+        self,
+        resource: object,
+        name: str,
+        patch: object,
+        namespace: str | None = None,
+        *,
+        patch_type: str = "merge",
     ) -> dict[str, object]:
         self.patches.append((name, patch))
         return {}
@@ -413,10 +420,16 @@ async def test_the_gate_reconciles_only_its_members_objects_and_acknowledges_a_d
     for name in ("mine", "theirs", "unassigned", "draining", "gone"):
         await gate.reconcile(Request("ns", name))
     assert reconciled == ["mine"]
+    # The acknowledgement clears both labels while they still say this member and the drain.
     assert client.patches == [
         (
             "draining",
-            {"metadata": {"resourceVersion": "7", "labels": {SHARD: None, DRAIN: None}}},
+            [
+                {"op": "test", "path": "/metadata/labels/shard.example.com~1r", "value": "a"},
+                {"op": "test", "path": "/metadata/labels/drain.example.com~1r", "value": "true"},
+                {"op": "remove", "path": "/metadata/labels/shard.example.com~1r"},
+                {"op": "remove", "path": "/metadata/labels/drain.example.com~1r"},
+            ],
         )
     ]
 
@@ -426,6 +439,7 @@ class Live:
 
     def __init__(self, *members: str) -> None:
         self.members: frozenset[str] | None = frozenset(members)
+        self.changed = asyncio.Event()
 
     def live(self) -> frozenset[str] | None:
         return self.members
@@ -583,13 +597,19 @@ class SlowRecorder(Recorder):
         self.most_in_flight = 0
 
     async def patch(
-        self, resource: object, name: str, patch: dict[str, object], namespace: str | None = None
+        self,
+        resource: object,
+        name: str,
+        patch: object,
+        namespace: str | None = None,
+        *,
+        patch_type: str = "merge",
     ) -> dict[str, object]:
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         await asyncio.sleep(0.01)
         self.in_flight -= 1
-        return await super().patch(resource, name, patch, namespace)
+        return await super().patch(resource, name, patch, namespace, patch_type=patch_type)
 
 
 async def test_the_sharder_writes_its_labels_several_at_a_time() -> None:
@@ -616,5 +636,41 @@ async def test_the_sharder_writes_its_labels_several_at_a_time() -> None:
     assert client.most_in_flight == SHARDER_WRITES
     assigned = {name: patch["metadata"] for name, patch in client.patches}
     assert len(assigned) == objects
-    assert all(meta["resourceVersion"] == "7" for meta in assigned.values())  # type: ignore[index]
-    assert {meta["labels"][SHARD] for meta in assigned.values()} == {"a", "b"}  # type: ignore[index]
+    assert all(meta["resourceVersion"] == "7" for meta in assigned.values())
+    assert {meta["labels"][SHARD] for meta in assigned.values()} == {"a", "b"}
+
+
+def test_the_sharders_writes_test_the_labels_they_were_decided_on() -> None:
+    """A relabel or a drain tests the labels its decision read (a JSON patch), not the whole
+    version: users changing their objects during a takeover do not make it fail. A first label
+    is conditional on the version (nothing else writes an unassigned object's labels)."""
+    sharder = Sharder(
+        cast(Client, Recorder()),
+        CONFIG_MAP,
+        Scope(),
+        labels=KEYS_R,
+        membership=cast(Membership, Live("a")),
+        key=by_namespace,
+        retry_period=1,
+    )
+    shard, drain = "/metadata/labels/shard.example.com~1r", "/metadata/labels/drain.example.com~1r"
+    assert sharder._patch({SHARD: "dead", DRAIN: "true"}, "7", Assign("a")) == (
+        [
+            {"op": "test", "path": shard, "value": "dead"},
+            {"op": "replace", "path": shard, "value": "a"},
+            {"op": "test", "path": drain, "value": "true"},
+            {"op": "remove", "path": drain},
+        ],
+        "json",
+    )
+    assert sharder._patch({SHARD: "b"}, "7", Drain()) == (
+        [
+            {"op": "test", "path": shard, "value": "b"},
+            {"op": "add", "path": drain, "value": "true"},
+        ],
+        "json",
+    )
+    assert sharder._patch({}, "7", Assign("a")) == (
+        {"metadata": {"resourceVersion": "7", "labels": {SHARD: "a", DRAIN: None}}},
+        "merge",
+    )
