@@ -49,8 +49,12 @@ lint: venv ## ruff, mypy (strict) and the import layers (import-linter: .importl
 	bash hack/actionlint.sh
 
 .PHONY: unit
-unit: venv tools ## Tests that need no API server (the chart's tests run the real helm)
+unit: venv tools promtool ## Tests that need no API server (the chart's tests run the real helm, the alerts' promtool)
 	$(BIN)/python -m pytest unit -q
+
+.PHONY: promtool
+promtool: ## Build promtool for the alerts' tests (once, minutes, into ~/.cache/crewlet-operator/bin/tools)
+	bash hack/promtool.sh
 
 .PHONY: e2e
 e2e: venv bins ## Tests against a real local control plane (e2e/ and the examples' suites)

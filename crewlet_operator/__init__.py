@@ -156,6 +156,7 @@ from crewlet_operator.manager import (
     Runnable,
     default_namespace,
 )
+from crewlet_operator.metrics import REGISTRY as METRICS_REGISTRY
 from crewlet_operator.objects import (
     MAX_LABEL_LENGTH,
     MAX_NAME_LENGTH,
@@ -236,6 +237,7 @@ __all__ = [
     "LOW_PRIORITY",
     "MAX_LABEL_LENGTH",
     "MAX_NAME_LENGTH",
+    "METRICS_REGISTRY",
     "NAMESPACE",
     "NETWORK_POLICY",
     "NODE",

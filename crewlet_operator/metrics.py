@@ -36,6 +36,7 @@ __all__ = [
     "CACHED_OBJECT_COUNTS",
     "CACHE_METADATA_ONLY_OBJECTS",
     "CACHE_OBJECTS",
+    "CACHE_SILENCE",
     "EVENTS_DROPPED",
     "EVENT_LOOP_LAG",
     "EVENT_LOOP_LAG_BUCKETS",
@@ -43,6 +44,7 @@ __all__ = [
     "FIRST_PASS_SECONDS",
     "LEADER_ELECTION_MASTER_STATUS",
     "MAX_CONCURRENT_RECONCILES",
+    "METRICS_CERTIFICATE_EXPIRY",
     "RECONCILE_ERRORS",
     "RECONCILE_PANICS",
     "RECONCILE_RESULTS",
@@ -468,6 +470,25 @@ CACHE_METADATA_ONLY_OBJECTS: Final = Gauge(
     registry=REGISTRY,
 )
 
+# crewlet_operator_cache_silence_seconds{kind}: how long since an informer last heard the API
+# server; past its watchdog the manager's /healthz fails (Cache.stale), and alerts can say so.
+CACHE_SILENCE: Final = Gauge(
+    "crewlet_operator_cache_silence_seconds",
+    "Seconds since the running informer caches last heard the API server about a kind (a list, "
+    "an event or a bookmark), the longest over the caches.",
+    ["kind"],
+    registry=REGISTRY,
+)
+
+# crewlet_operator_metrics_certificate_expiry_timestamp_seconds: Prometheus cannot see the
+# certificate of a target it scrapes, so the endpoint says when its own expires.
+METRICS_CERTIFICATE_EXPIRY: Final = Gauge(
+    "crewlet_operator_metrics_certificate_expiry_timestamp_seconds",
+    "When the certificate the metrics endpoint serves expires, in Unix seconds; 0 while it "
+    "serves none (plain HTTP, or not started).",
+    registry=REGISTRY,
+)
+
 
 class ObjectCounts(Protocol):
     """Something holding cached objects: a :class:`~crewlet_operator.cache.Cache`."""
@@ -475,6 +496,10 @@ class ObjectCounts(Protocol):
     def object_counts(self, metadata_only: bool = False) -> Mapping[str, int]:
         """How many objects it holds now, by kind (``Kind.group``); with ``metadata_only``,
         how many of them by their metadata alone."""
+        ...
+
+    def silences(self) -> Mapping[str, float]:
+        """Seconds since each kind's informer last heard the API server, by kind."""
         ...
 
 
@@ -491,11 +516,16 @@ class CachedObjectCounts:
     :param gauge: The gauge to keep (:data:`CACHE_OBJECTS`), with a ``kind`` label.
     :param metadata_only: The gauge of the objects held by their metadata alone
         (:data:`CACHE_METADATA_ONLY_OBJECTS`), kept the same way, if any.
+    :param silence: The gauge of the seconds since each kind was last heard of
+        (:data:`CACHE_SILENCE`), the longest over the caches, if any.
     """
 
-    def __init__(self, gauge: Gauge, metadata_only: Gauge | None = None) -> None:
+    def __init__(
+        self, gauge: Gauge, metadata_only: Gauge | None = None, silence: Gauge | None = None
+    ) -> None:
         self._gauge = gauge
         self._metadata_only = metadata_only
+        self._silence = silence
         self._caches: weakref.WeakSet[ObjectCounts] = weakref.WeakSet()
         self._kinds: set[str] = set()
 
@@ -514,6 +544,10 @@ class CachedObjectCounts:
         with ``metadata_only``)."""
         return sum(cache.object_counts(metadata_only).get(kind, 0) for cache in list(self._caches))
 
+    def silence(self, kind: str) -> float:
+        """The longest time any tracked cache has not heard of ``kind``, in seconds."""
+        return max((cache.silences().get(kind, 0.0) for cache in list(self._caches)), default=0.0)
+
     def _label_kinds(self) -> None:
         """One sample for each kind some tracked cache holds, computed when scraped."""
         kinds = {kind for cache in list(self._caches) for kind in cache.object_counts()}
@@ -526,8 +560,15 @@ class CachedObjectCounts:
                 gauge.labels(kind=kind).set_function(count)
             for kind in self._kinds - kinds:
                 gauge.remove(kind)
+        if self._silence is not None:
+            for kind in kinds - self._kinds:
+                self._silence.labels(kind=kind).set_function(functools.partial(self.silence, kind))
+            for kind in self._kinds - kinds:
+                self._silence.remove(kind)
         self._kinds = kinds
 
 
-CACHED_OBJECT_COUNTS: Final = CachedObjectCounts(CACHE_OBJECTS, CACHE_METADATA_ONLY_OBJECTS)
+CACHED_OBJECT_COUNTS: Final = CachedObjectCounts(
+    CACHE_OBJECTS, CACHE_METADATA_ONLY_OBJECTS, CACHE_SILENCE
+)
 """What the caches report ``crewlet_operator_cache_objects`` through."""

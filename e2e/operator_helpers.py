@@ -14,6 +14,7 @@ import contextlib
 import datetime
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -141,6 +142,16 @@ class Operator:
                 if line.startswith(sample + " "):
                     return float(line.rsplit(" ", 1)[1])
         return 0.0
+
+    def metric_names(self) -> set[str]:
+        """The name of every sample it exports now (histograms' ``_bucket`` and the like)."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return {
+                re.split(r"[{ ]", line, maxsplit=1)[0]
+                for line in response.read().decode().splitlines()
+                if line and not line.startswith("#")
+            }
 
     def leading(self) -> bool:
         """Whether it says it leads (``leader_election_master_status``)."""

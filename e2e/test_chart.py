@@ -62,6 +62,8 @@ ALL_FEATURES: dict[str, Any] = {
             "scrapeTimeout": "10s",
         },
     },
+    "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+    "grafanaDashboard": {"enabled": True},
     "networkPolicy": {"enabled": True},
     "certManager": {"enabled": True},
     "rbac": {"helpers": {"enabled": True}},
@@ -148,17 +150,24 @@ def _load_hack(name: str) -> ModuleType:
 chart_schema = _load_hack("chart_schema")
 
 
-def service_monitor_crd() -> Doc:
-    """prometheus-operator's own ServiceMonitor CRD, which `make bins` fetches: the rendered
-    ServiceMonitor is checked against its real schema, not a stand-in that accepts anything."""
-    crds = [
-        d
+PROMETHEUS_OPERATOR_CRDS = (
+    "servicemonitors.monitoring.coreos.com",
+    "prometheusrules.monitoring.coreos.com",
+)
+
+
+def prometheus_operator_crds() -> list[Doc]:
+    """prometheus-operator's own ServiceMonitor and PrometheusRule CRDs, which `make bins`
+    fetches: the rendered ones are checked against their real schemas, not a stand-in that
+    accepts anything."""
+    crds = {
+        d["metadata"]["name"]: d
         for d in yaml.safe_load_all(binaries.find("prometheus-operator-crds.yaml").read_text())
-        if d and d["metadata"]["name"] == "servicemonitors.monitoring.coreos.com"
-    ]
-    assert len(crds) == 1, "no ServiceMonitor CRD in prometheus-operator-crds.yaml"
-    crd: Doc = crds[0]
-    return crd
+        if d
+    }
+    missing = set(PROMETHEUS_OPERATOR_CRDS) - set(crds)
+    assert not missing, f"{missing} not in prometheus-operator-crds.yaml: run `make bins`"
+    return [crds[name] for name in PROMETHEUS_OPERATOR_CRDS]
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
@@ -170,21 +179,23 @@ async def tools(
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
 async def cluster(kube_client: Client, tools: Tools) -> AsyncIterator[Client]:
-    """The release's namespace, the chart's CRDs and prometheus-operator's ServiceMonitor CRD
-    (the operator itself is not installed), removed afterwards."""
+    """The release's namespace, the chart's CRDs and prometheus-operator's ServiceMonitor and
+    PrometheusRule CRDs (the operator itself is not installed), removed afterwards."""
     with contextlib.suppress(Exception):
         await kube_client.create(r.NAMESPACE, {"metadata": {"name": RELEASE_NS}})
     with contextlib.suppress(Exception):
         await kube_client.create(r.NAMESPACE, {"metadata": {"name": PROVISIONER_NS}})
     await adopt_crds(kube_client, tools)
-    crd = service_monitor_crd()
-    monitor = crd["metadata"]["name"]
-    created_monitor = await kube_client.get_or_none(r.CUSTOM_RESOURCE_DEFINITION, monitor) is None
-    await install_crds(kube_client, [crd])
+    created = [
+        name
+        for name in PROMETHEUS_OPERATOR_CRDS
+        if await kube_client.get_or_none(r.CUSTOM_RESOURCE_DEFINITION, name) is None
+    ]
+    await install_crds(kube_client, prometheus_operator_crds())
     yield kube_client
-    if created_monitor:
+    for name in created:
         with contextlib.suppress(NotFoundError):
-            await kube_client.delete(r.CUSTOM_RESOURCE_DEFINITION, monitor)
+            await kube_client.delete(r.CUSTOM_RESOURCE_DEFINITION, name)
     for ns in (RELEASE_NS, PROVISIONER_NS):
         with contextlib.suppress(NotFoundError):
             await kube_client.delete(r.NAMESPACE, ns)
@@ -215,7 +226,13 @@ async def test_render_is_accepted_by_a_server_side_dry_run(
     kinds = {d["kind"] for d in docs}
     assert {"Deployment", "ValidatingAdmissionPolicy", "CustomResourceDefinition"} <= kinds
     if values:
-        assert {"ServiceMonitor", "ValidatingAdmissionPolicyBinding", "NetworkPolicy"} <= kinds
+        assert {
+            "ServiceMonitor",
+            "PrometheusRule",
+            "ConfigMap",
+            "ValidatingAdmissionPolicyBinding",
+            "NetworkPolicy",
+        } <= kinds
 
 
 async def test_the_service_monitor_holds_to_prometheus_operators_crd(

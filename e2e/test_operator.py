@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -643,3 +644,69 @@ async def test_a_restart_renders_again_only_what_changed_since_the_leaders_check
         await eventually(api_service, timeout=60, message="the deleted child made again")
         await first_pass(after_delete)
         assert after_delete.count_log("unchanged since the checkpoint") == 0
+
+
+# What PromQL names besides metrics: its functions, aggregations and keywords (the ones the
+# chart's alerts and dashboard use; a name missing here fails the test below loudly).
+PROMQL_WORDS = {
+    "and", "by", "deriv", "histogram_quantile", "max", "min", "or", "rate", "sum", "time",
+    "vector", "without",
+}  # fmt: skip
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression reads: its identifiers, less label matchers and
+    groupings, durations, numbers and PromQL's own words."""
+    expr = re.sub(r'"[^"]*"', "", expr)  # string literals
+    expr = re.sub(r"\{[^}]*\}", "", expr)  # label matchers
+    expr = re.sub(r"\b(by|without)\s*\([^)]*\)", "", expr)  # groupings
+    expr = re.sub(r"\[[^\]]*\]", "", expr)  # ranges
+    return set(re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", expr)) - PROMQL_WORDS
+
+
+def test_metric_names_reads_only_the_metrics() -> None:
+    expr = (
+        "histogram_quantile(0.99, sum by (le, name) (rate(workqueue_queue_duration_seconds_bucket"
+        '{namespace="$namespace", job="$job"}[5m]))) or vector(0) and time()'
+    )
+    assert metric_names(expr) == {"workqueue_queue_duration_seconds_bucket"}
+
+
+async def test_the_alerts_and_the_dashboard_read_only_metrics_the_operator_exports(
+    running: Operator, kube_client: Client, namespace: str
+) -> None:
+    """Every metric the chart's PrometheusRule and Grafana dashboard query is in a live scrape
+    of the operator; the companies' gauge counts a refused company by its reason."""
+    await kube_client.create(COMPANY, company(namespace, "acme", f"gone-{namespace}"))
+    await wait_condition(
+        kube_client, namespace, "acme", "Accepted", "False", reason="ClassNotFound"
+    )
+    refused = (
+        'crewlet_operator_companies{condition="Accepted",status="False",reason="ClassNotFound"}'
+    )
+    await eventually(lambda: running.metric(refused) >= 1, message="the refused company counted")
+    exported = running.metric_names()
+    docs = chart_documents(
+        {"prometheusRule": {"enabled": True}, "grafanaDashboard": {"enabled": True}}
+    )
+    (rule,) = (d for d in docs if d["kind"] == "PrometheusRule")
+    (board,) = (
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("dashboard")
+    )
+    dashboard = json.loads(board["data"]["crewlet-operator.json"])
+    queries = {
+        **{r["alert"]: r["expr"] for group in rule["spec"]["groups"] for r in group["rules"]},
+        **{
+            f"{panel['title']} {target['refId']}": target["expr"]
+            for panel in dashboard["panels"]
+            for target in panel["targets"]
+        },
+    }
+    assert len(queries) >= 6 + 14, sorted(queries)
+    missing = {
+        query: sorted(metric_names(expr) - exported)
+        for query, expr in queries.items()
+        if metric_names(expr) - exported
+    }
+    assert missing == {}, missing
+    assert all(metric_names(expr) for expr in queries.values()), "each query reads a metric"

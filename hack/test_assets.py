@@ -3,8 +3,9 @@
 
 - ``gateway-api-crds.yaml``: the Gateway API's standard channel (GatewayClass, Gateway,
   HTTPRoute, ReferenceGrant), for the tests of the webhook route;
-- ``prometheus-operator-crds.yaml``: prometheus-operator's ServiceMonitor CRD, for the test of
-  the chart's ServiceMonitor (its real schema, not a stand-in that accepts anything).
+- ``prometheus-operator-crds.yaml``: prometheus-operator's ServiceMonitor and PrometheusRule
+  CRDs, for the tests of the chart's ServiceMonitor and alerts (their real schemas, not a
+  stand-in that accepts anything).
 
 Both come from their Go modules in the Go module cache, never copied into the repository. Each
 file opens with a comment naming its sources, so a run finds it current without asking Go and
@@ -48,7 +49,10 @@ PROMETHEUS_OPERATOR = Bundle(
     "prometheus-operator-crds.yaml",
     "github.com/prometheus-operator/prometheus-operator",
     "v0.94.0",
-    ("example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml",),
+    tuple(
+        f"example/prometheus-operator-crd/monitoring.coreos.com_{kind}.yaml"
+        for kind in ("servicemonitors", "prometheusrules")
+    ),
 )
 BUNDLES = (GATEWAY_API, PROMETHEUS_OPERATOR)
 

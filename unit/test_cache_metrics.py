@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import gc
+import time
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
@@ -116,3 +117,23 @@ def test_the_objects_held_by_their_metadata_alone_have_a_gauge_of_their_own() ->
     assert registry.get_sample_value("metadata_only", {"kind": "ConfigMap"}) == 1
     assert objects(registry, "ConfigMap") == 2
     assert cache.object_counts(metadata_only=True) == {"ConfigMap": 1}
+
+
+def test_the_silence_of_each_kind_is_a_gauge() -> None:
+    """crewlet_operator_cache_silence_seconds{kind}: the longest any cache has not heard of a
+    kind, read when scraped (the input of the stale-informer alert)."""
+    registry = CollectorRegistry()
+    gauge = Gauge("crewlet_operator_cache_objects", "Objects.", ["kind"], registry=registry)
+    silence = Gauge("silence", "Seconds.", ["kind"], registry=registry)
+    counts = CachedObjectCounts(gauge, silence=silence)
+    caches = [cache_of(CONFIG_MAP), cache_of(CONFIG_MAP, SECRET)]
+    for cache in caches:
+        counts.track(cache)
+    now = time.monotonic()
+    caches[0].informers[CONFIG_MAP].last_event_at = now - 500
+    caches[1].informers[CONFIG_MAP].last_event_at = now - 20
+    caches[1].informers[SECRET].last_event_at = now - 5
+    assert 500 <= (registry.get_sample_value("silence", {"kind": "ConfigMap"}) or 0) < 510
+    assert 5 <= (registry.get_sample_value("silence", {"kind": "Secret"}) or 0) < 15
+    counts.untrack(caches[1])
+    assert registry.get_sample_value("silence", {"kind": "Secret"}) is None

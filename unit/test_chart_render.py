@@ -42,6 +42,8 @@ ALL_FEATURES: Values = {
             "scrapeTimeout": "10s",
         },
     },
+    "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+    "grafanaDashboard": {"enabled": True},
     "networkPolicy": {"enabled": True},
     "certManager": {"enabled": True},
     "rbac": {"helpers": {"enabled": True}},
@@ -216,6 +218,9 @@ FEATURE_OBJECTS = {
     ("Secret", "crewlet-operator-metrics-scraper-token"),
     ("ClusterRoleBinding", "crewlet-operator-metrics-scraper"),
     ("NetworkPolicy", "crewlet-operator-controller-manager"),
+    # Alerts and a dashboard (docs/metrics.md).
+    ("PrometheusRule", "crewlet-operator-alerts"),
+    ("ConfigMap", "crewlet-operator-dashboard"),
     # "rbac.helpers.enabled: Per-kind admin, editor and viewer ClusterRoles"
     ("ClusterRole", "crewlet-operator-company-admin-role"),
     ("ClusterRole", "crewlet-operator-company-editor-role"),
@@ -242,6 +247,8 @@ NAMESPACED_KINDS = {
     "PodDisruptionBudget",
     "NetworkPolicy",
     "ServiceMonitor",
+    "PrometheusRule",
+    "ConfigMap",
 }
 
 

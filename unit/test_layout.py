@@ -106,6 +106,7 @@ def test_the_operator_uses_the_librarys_public_face() -> None:
 # every other module of the operator (but its API) decides, and is pure.
 OPERATOR_IO = {
     "crewlet_operator_daemon.admission",
+    "crewlet_operator_daemon.census",
     "crewlet_operator_daemon.checkpoint",
     "crewlet_operator_daemon.class_controller",
     "crewlet_operator_daemon.cli",

@@ -8,6 +8,7 @@ import hashlib
 import ipaddress
 import socket
 import ssl
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -582,3 +583,28 @@ async def test_cert_dir_without_a_pair_fails_to_start(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"tls\.crt"):
         await server.start()
     assert server.port is None
+
+
+async def test_the_served_certificates_expiry_is_a_gauge_renewals_included(
+    tmp_path: Path,
+) -> None:
+    """crewlet_operator_metrics_certificate_expiry_timestamp_seconds: Prometheus cannot see its
+    target's certificate, so the endpoint says when its own expires (an alert's input)."""
+
+    def expiry() -> float | None:
+        return metrics.REGISTRY.get_sample_value(
+            "crewlet_operator_metrics_certificate_expiry_timestamp_seconds"
+        )
+
+    short = self_signed_certificate(["127.0.0.1"], validity=datetime.timedelta(days=3))
+    write_pair(tmp_path, *short)
+    server = MetricsServer(FakeReviews(), bind_address="127.0.0.1:0", cert_dir=tmp_path)
+    await server.start()
+    try:
+        in_three_days = time.time() + 3 * 86400
+        assert abs((expiry() or 0) - in_three_days) < 120
+        write_pair(tmp_path, *self_signed_certificate(["127.0.0.1"]))  # renewed for a year
+        assert abs((expiry() or 0) - (time.time() + 365 * 86400)) < 2 * 86400
+    finally:
+        await server.stop()
+    assert expiry() == 0, "no certificate served, none to expire"

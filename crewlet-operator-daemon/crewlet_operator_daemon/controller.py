@@ -56,6 +56,7 @@ from crewlet_operator import (
 )
 from crewlet_operator_daemon import hostnames, naming
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from crewlet_operator_daemon.census import COMPANIES, CompanyCensus
 from crewlet_operator_daemon.checkpoint import ANNOTATION, LINES, code_version
 from crewlet_operator_daemon.class_controller import (
     CLASS_INDEX,
@@ -244,6 +245,11 @@ class CrewletControllers:
             .complete(self.reconcile_company)
         )
         self.secrets.add_handler(self.company_controller.enqueue_handler(self._companies_of_secret))
+        # crewlet_operator_companies: the companies this replica reconciles, by status; the
+        # manager has started its controllers once it leads (or, sharded, holds its share).
+        self.census = CompanyCensus(manager.started.is_set)
+        self.cache.informer(COMPANY).add_handler(self.census)
+        COMPANIES.track(self.census)
         if self.directory is not None:
             self.directory.informer(COMPANY).add_handler(
                 self.company_controller.enqueue_handler(self._hostname_peers, [hostname_peers])

@@ -127,6 +127,15 @@ class Cache:
             for resource, informer in self._informers.items()
         }
 
+    def silences(self, now: float | None = None) -> dict[str, float]:
+        """Seconds since each informer last heard the API server (a list, an event or a
+        bookmark), by kind (``Kind.group``): see :meth:`stale`."""
+        now = time.monotonic() if now is None else now
+        return {
+            resource.group_kind: now - informer.last_event_at
+            for resource, informer in self._informers.items()
+        }
+
     @property
     def synced(self) -> bool:
         """Whether every informer has synced (readiness)."""

@@ -9,10 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
+from cryptography import x509
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from crewlet_operator._tasks import cancel_and_wait
-from crewlet_operator.metrics import REGISTRY
+from crewlet_operator.metrics import METRICS_CERTIFICATE_EXPIRY, REGISTRY
 from crewlet_operator.serving.auth import DelegatingAuth, ReviewClient
 from crewlet_operator.serving.certificates import (
     CERT_POLL_INTERVAL,
@@ -112,6 +113,7 @@ class MetricsServer(Server):
     async def start(self) -> None:
         """Listen (HTTPS when secure); with a ``cert_dir``, also watch it for a new pair."""
         await super().start()
+        METRICS_CERTIFICATE_EXPIRY.set_function(self.certificate_expiry)
         if self._rotating is not None and self._watcher is None:
             self._watcher = asyncio.create_task(self._rotating.watch(self.cert_poll_interval))
 
@@ -122,4 +124,16 @@ class MetricsServer(Server):
             self._watcher = None
         self._rotating = None
         self._certificate_pem = None
+        METRICS_CERTIFICATE_EXPIRY.set_function(lambda: 0.0)
         await super().stop()
+
+    def certificate_expiry(self) -> float:
+        """When the certificate served now expires, in Unix seconds; 0 without one (its
+        gauge, ``crewlet_operator_metrics_certificate_expiry_timestamp_seconds``)."""
+        try:
+            pem = self.certificate_pem
+            if pem is None:
+                return 0.0
+            return x509.load_pem_x509_certificate(pem).not_valid_after_utc.timestamp()
+        except (OSError, ValueError):  # a renewal half written: the next scrape reads it whole
+            return 0.0
