@@ -156,7 +156,7 @@ from crewlet_operator.manager import (
     Runnable,
     default_namespace,
 )
-from crewlet_operator.metrics import REGISTRY as METRICS_REGISTRY
+from crewlet_operator.metrics import REGISTRY as _METRICS
 from crewlet_operator.objects import (
     MAX_LABEL_LENGTH,
     MAX_NAME_LENGTH,
@@ -215,6 +215,11 @@ from crewlet_operator.workqueue import (
     RateLimitingQueue,
 )
 from crewlet_operator.writes import OwnStatusWrites, OwnWrites, Write
+
+METRICS_REGISTRY = _METRICS
+"""The registry of every metric the library exports (what the manager serves on ``/metrics``):
+register a controller's own collectors here to serve them beside it, as controller-runtime's
+``metrics.Registry``."""
 
 __all__ = [
     "AGING_INTERVAL",

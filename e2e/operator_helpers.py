@@ -144,14 +144,14 @@ class Operator:
         return 0.0
 
     def metric_names(self) -> set[str]:
-        """The name of every sample it exports now (histograms' ``_bucket`` and the like)."""
+        """The name of every metric it exports now: each sample's (histograms' ``_bucket`` and
+        the like), and each family's its ``# TYPE`` line declares (one whose series are not
+        labelled yet, as the leader's gauge without leader election)."""
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as response:
-            return {
-                re.split(r"[{ ]", line, maxsplit=1)[0]
-                for line in response.read().decode().splitlines()
-                if line and not line.startswith("#")
-            }
+            lines = response.read().decode().splitlines()
+        samples = {re.split(r"[{ ]", ln, maxsplit=1)[0] for ln in lines if ln[:1] not in ("", "#")}
+        return samples | {ln.split()[2] for ln in lines if ln.startswith("# TYPE ")}
 
     def leading(self) -> bool:
         """Whether it says it leads (``leader_election_master_status``)."""

@@ -682,7 +682,7 @@ async def test_the_alerts_and_the_dashboard_read_only_metrics_the_operator_expor
         kube_client, namespace, "acme", "Accepted", "False", reason="ClassNotFound"
     )
     refused = (
-        'crewlet_operator_companies{condition="Accepted",status="False",reason="ClassNotFound"}'
+        'crewlet_operator_companies{condition="Accepted",reason="ClassNotFound",status="False"}'
     )
     await eventually(lambda: running.metric(refused) >= 1, message="the refused company counted")
     exported = running.metric_names()
