@@ -6,13 +6,18 @@ Vocabulary (see :mod:`crewlet_operator.sharding` for the protocol that runs on t
   Lease of its own labelled ``sharding.<domain>/ring: <ring>`` and is named by that Lease.
 - An object's member is the value of its *shard label* ``shard.<domain>/<ring>``; a *drain
   label* ``drain.<domain>/<ring>`` asks that member to let the object go (:class:`RingLabels`).
+- A member found dead gets a *will* on its Lease, the annotation ``sharding.<domain>/heirs``:
+  the members live then. Its objects' *heir* is the ring of those members' owner of their
+  slot (:meth:`RingView.holder`), who writes them at once, before any label changes: a
+  takeover is one write, whatever the dead member held.
 - Keys fall into :data:`SLOTS` *slots* (:func:`slot_of`), and the ring places slots, not keys:
   an object's children carry its slot in the *slot label* ``slot.<domain>/<ring>``, which never
   changes, so a member caches the children of the slots it holds and a move rewrites none.
 
 Invariant the decisions keep: an object moves from one live member to another only through an
-empty shard label, which only its member writes (the acknowledgement of a drain). So two members
-never both find an object labelled for them, and each writes only what is labelled for it.
+empty shard label, which only its member writes (the acknowledgement of a drain); from a dead
+member only to the heir its will names, who is already its writer. A will never changes, and
+every member reads the same heir from it. So no two live members both find an object theirs.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import bisect
 import functools
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 VIRTUAL_NODES = 128
 """Points per member on the ring: with 128, each of 3 members holds within about a fifth of a
@@ -63,6 +68,12 @@ class RingLabels:
     def drain(self) -> str:
         """On an object whose member is asked to let it go: ``drain.<domain>/<ring>``."""
         return f"drain.{self.domain}/{self.ring}"
+
+    @property
+    def heirs(self) -> str:
+        """On a dead member's Lease, its will: the members live when it was found dead, comma
+        separated: ``sharding.<domain>/heirs``."""
+        return f"sharding.{self.domain}/heirs"
 
 
 def _point(text: str) -> int:
@@ -112,6 +123,71 @@ class HashRing:
         return frozenset(slot for slot in range(SLOTS) if self.slot_owner(slot) == member)
 
 
+@functools.lru_cache(maxsize=64)
+def ring_of(members: frozenset[str]) -> HashRing:
+    """The ring of ``members``, built once per set: every decision of a pass asks it."""
+    return HashRing(members)
+
+
+@dataclass(frozen=True)
+class RingView:
+    """The ring as one replica last listed its Leases."""
+
+    live: frozenset[str]
+    """The members whose Leases are held and renewed."""
+    leases: frozenset[str] = frozenset()
+    """Every member Lease listed, live or not (``live`` is a subset)."""
+    wills: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """The wills of dead members: each one's heirs, the members live when it was found dead."""
+
+    def target(self, slot: int) -> str | None:
+        """The live member the ring gives ``slot``; None on an empty ring."""
+        return ring_of(self.live).slot_owner(slot)
+
+    def slots(self, member: str) -> frozenset[int]:
+        """The slots the ring of the live members gives ``member``."""
+        return ring_of(self.live).slots(member)
+
+    def path(self, member: str, slot: int) -> list[str]:
+        """``member``, then the heirs its objects of ``slot`` pass to through the wills, in
+        order: the last one holds them. A will names members live before its member was found
+        dead, who never comes back, so the wills form no cycle; the walk stops at one written
+        by hand all the same."""
+        path = [member]
+        while path[-1] in self.wills:
+            heir = ring_of(self.wills[path[-1]]).slot_owner(slot)
+            if heir is None or heir in path:
+                break
+            path.append(heir)
+        return path
+
+    def holder(self, member: str, slot: int) -> str:
+        """Who writes the objects of ``slot`` labelled for ``member``: ``member`` itself, unless
+        it left a will, then the heir the will gives the slot, and so on (:meth:`path`). A dead
+        member without a will holds its objects still: nobody writes them until the sharder
+        writes its will."""
+        return self.path(member, slot)[-1]
+
+    def estates(self, member: str) -> frozenset[str]:
+        """The dead members whose objects may fall to ``member`` through the wills: those its
+        cache of the primary kind must select besides its own label."""
+        return frozenset(dead for dead in self.wills if member in self._reach(dead))
+
+    def _reach(self, dead: str) -> set[str]:
+        """Every heir of ``dead``'s will, and of theirs, transitively."""
+        found: set[str] = set()
+        todo = [dead]
+        while todo:
+            for heir in self.wills.get(todo.pop(), frozenset()) - found:
+                found.add(heir)
+                todo.append(heir)
+        return found
+
+    def unwilled(self) -> frozenset[str]:
+        """The members found dead (their Leases listed, not live) that have no will yet."""
+        return self.leases - self.live - self.wills.keys()
+
+
 @dataclass(frozen=True)
 class Assign:
     """Set the shard label to ``member`` (and drop any drain label)."""
@@ -125,33 +201,38 @@ class Drain:
 
 
 Step = Assign | Drain | None
-"""What the sharder does to an object next; None: nothing (it is where it belongs, or a drain
-waits for its member's acknowledgement)."""
+"""What the sharder does to an object next; None: nothing (it is where it belongs, a drain
+waits for its member's acknowledgement, or a dead member's will is not written yet)."""
 
 
-def next_step(
-    labels: Mapping[str, str], keys: RingLabels, target: str | None, live: frozenset[str]
-) -> Step:
-    """The sharder's next step for an object with ``labels``, whose hash says ``target`` among
-    the ``live`` members (None: no member is live).
+def next_step(labels: Mapping[str, str], keys: RingLabels, slot: int, view: RingView) -> Step:
+    """The sharder's next step for an object with ``labels`` in ``slot``, the ring being
+    ``view``.
 
-    - Unassigned, or assigned to a member no longer live (its Lease expired: it has stopped
-      writing, since a member that cannot renew within its deadline stops before its Lease
-      expires): assign it to the target straight away.
+    - Unassigned, or assigned to a member that has no Lease: assign it to the ring's target for
+      the slot straight away.
     - Assigned to a live member other than the target: drain it, then wait. Only that member's
       acknowledgement (it clears both labels once nothing of its own is in flight) leaves it
       unassigned, and only then is it assigned to the target.
     - Draining: wait, even if the target is the member again; a drain is never withdrawn, so the
       member's acknowledgement can never clear a label the sharder wrote after it.
+    - Assigned to a dead member (it stopped writing before its Lease could be judged expired:
+      a member that cannot renew within its deadline stops): label it for the heir its will
+      names, who writes it already (:meth:`RingView.holder`); without a will yet, wait (the
+      sharder writes the will first). Should the heir not be the target, a drain follows.
     """
     member = labels.get(keys.shard) or None
+    target = view.target(slot)
     if target is None:
         return None
-    if member is None or member not in live:
+    if member is None or member not in view.leases:
         return Assign(target)
-    if keys.drain in labels or member == target:
-        return None
-    return Drain()
+    if member in view.live:
+        if keys.drain in labels or member == target:
+            return None
+        return Drain()
+    heir = view.holder(member, slot)
+    return Assign(heir) if heir in view.live else None
 
 
 def member_name(controller: str, identity: str) -> str:

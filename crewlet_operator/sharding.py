@@ -18,13 +18,20 @@ replica is then active:
   ``drain.<domain>/<ring>``. Its member, on its next request for it (after any reconcile of it
   in flight: the queue never hands one request to two workers), writes nothing else for it and
   acknowledges by clearing both labels; only then does the sharder label it for its new member.
-  An object whose member's Lease has expired is relabelled at once: that member stopped writing
-  before its Lease expired. Every label write is conditional on the labels it was decided on
-  (a JSON patch that tests them; an unassigned object's, on its ``resourceVersion``), so a
-  decision on a stale cache fails instead of acting, while a change to the object's spec, which
-  no decision read, does not make it fail.
-- **Caches.** A member's informer of the primary kind selects its own shard label, so it holds
-  and reconciles its share alone. The children are placed by *slot*: each key falls in one of
+- **Takeover.** A member whose Lease has expired (it stopped writing before: fencing) or was
+  released gets a *will* from the sharder, one write on its Lease (the annotation
+  ``sharding.<domain>/heirs``: the members live then, conditional on the Lease's
+  ``resourceVersion`` at which it was judged dead). From the will every member reads the same
+  heir for each of the dead member's objects (the ring of the will's members' owner of its
+  slot) and the heir writes them at once, whatever their number; the sharder relabels them
+  for their heirs afterwards, and deletes the dead member's Lease once no object's label leads
+  to it. Every label write is conditional on the labels it was decided on (a JSON patch that
+  tests them; an unassigned object's, on its ``resourceVersion``), so a decision on a stale
+  cache fails instead of acting, while a change to the object's spec, which no decision read,
+  does not make it fail.
+- **Caches.** A member's informer of the primary kind selects its own shard label and those of
+  the dead members whose objects may fall to it by the wills, so it holds and reconciles its
+  share alone. The children are placed by *slot*: each key falls in one of
   :data:`~crewlet_operator.ring.SLOTS` slots, the ring places slots on members, and every child
   carries its primary object's slot in the slot label ``slot.<domain>/<ring>``
   (:meth:`Manager.shard_labels_for <crewlet_operator.manager.Manager.shard_labels_for>`). The
@@ -32,15 +39,19 @@ replica is then active:
   (:class:`MemberSlots`): those the ring gives it and those of the objects labelled for it. A
   slot label never changes, so a move writes no child: the new member's informers widen to the
   slot (a list, no write) and find the children there.
-- **The gate.** Before each reconcile a member reads the primary object from its cache: one not
-  labelled for it (moved, or not yet assigned) is not reconciled, one draining is acknowledged
-  instead, one whose slot its informers of children do not hold yet waits for them. What it
-  writes for an object is therefore always written while the object is its own.
+- **The gate.** Before each reconcile a member reads the primary object from its cache: one
+  neither labelled for it nor inherited by it (moved, not yet assigned, or another heir's) is
+  not reconciled, one draining is acknowledged instead, one whose slot its informers of
+  children do not hold yet waits for them. What it writes for an object is therefore always
+  written while the object is its own.
 
-Invariants: (1) only the sharder sets a shard label, and only on an object with none or with a
-dead member's; (2) only the member clears its own label, and only in answer to a drain; (3) a
-member writes for an object only while the object carries its label and no drain, read before
-each reconcile. Hence no object is written by two live members in any window.
+Invariants: (1) only the sharder sets a shard label: on an object with none, or with a member
+that has no Lease, or, for a dead member's, the heir its will names; (2) only the member clears
+its own label, and only in answer to a drain; (3) a will is written once, for a member judged
+dead at the version of its Lease it was judged by, and never changes; (4) a member writes for an
+object only while the object carries its label and no drain, or carries a dead member's label
+whose will leads to it, read before each reconcile. Hence no object is written by two live
+members in any window.
 """
 
 from __future__ import annotations
@@ -66,7 +77,7 @@ from crewlet_operator.objects import KubeObject
 from crewlet_operator.predicate import Predicate
 from crewlet_operator.rbac import PolicyRule
 from crewlet_operator.reconcile import ReconcileFunc, Reconciler, Request, Result, as_reconcile_func
-from crewlet_operator.ring import Assign, Drain, HashRing, RingLabels, next_step, slot_of
+from crewlet_operator.ring import Assign, Drain, RingLabels, RingView, next_step, slot_of
 
 __all__ = ["MemberSlots", "Membership", "ShardedBuilder", "Sharder", "Sharding", "by_namespace"]
 
@@ -115,16 +126,21 @@ again: their list in the wider scope takes about that long for a few thousand ob
 
 
 class MemberSlots:
-    """The slots whose children this member caches, kept in step with what it holds.
+    """What this member caches, kept in step with what it holds.
 
-    It wants the slots the ring gives it (from :class:`Membership`) and the slots of every object
-    labelled for it (an object still draining towards it, or away from it, included). A wider
-    want widens its informers of children at once (:meth:`Informer.rescope
+    Its informers of the primary kind select its shard label and those of the dead members
+    whose objects may fall to it (:meth:`RingView.estates
+    <crewlet_operator.ring.RingView.estates>`), at once when a will appears. Its informers of
+    children want the slots the ring gives it (from :class:`Membership`) and the slots of every
+    object its primary informers hold (an object still draining towards it, or away from it,
+    or inherited, included). A wider want widens them at once (:meth:`Informer.rescope
     <crewlet_operator.cache.Informer.rescope>`); a narrower one narrows them only once it has
     held for ``settle`` seconds, so that objects moving one by one cost one list, not one each.
 
-    Invariant: :attr:`covered` only holds slots every registered informer has listed in its
-    current scope; the gate reconciles an object only when its slot is covered.
+    Invariants: :attr:`covered` only holds slots every registered informer of children has
+    listed in its current scope, and the gate reconciles an object only when its slot is
+    covered; ``_held[slot]`` is the number of objects of ``slot`` in the primary informers,
+    kept by their events (a handler), so that a want is computed without reading the store.
     """
 
     def __init__(
@@ -144,17 +160,26 @@ class MemberSlots:
         self._retry_period = retry_period
         self._settle = settle
         self._children: list[tuple[Informer, Scope]] = []
-        self._primaries: list[Informer] = []
+        self._primaries: list[tuple[Informer, Scope]] = []
+        self._estates: frozenset[str] = frozenset()
+        self._held: dict[int, int] = {}
         self._requested: frozenset[int] = frozenset()
         self._wanted_since: tuple[frozenset[int], float] = (frozenset(), 0.0)
         self.covered: frozenset[int] = frozenset()
         """The slots whose children every informer of children holds."""
         self._poked = asyncio.Event()
+        membership.notify(self._poked)
 
     def scope(self, base: Scope, slots: frozenset[int]) -> Scope:
         """``base`` narrowed to ``slots`` (to none when empty: no slot is named ``none``)."""
         values = ",".join(str(slot) for slot in sorted(slots)) or "none"
         term = f"{self._labels.slot} in ({values})"
+        return replace(base, label_selector=_and(base.label_selector, term))
+
+    def primary_scope(self, base: Scope, estates: frozenset[str]) -> Scope:
+        """``base`` narrowed to the objects labelled for this member or for ``estates``."""
+        members = ",".join(sorted({self._member, *estates}))
+        term = f"{self._labels.shard} in ({members})"
         return replace(base, label_selector=_and(base.label_selector, term))
 
     def add_children(self, informer: Informer, base: Scope) -> None:
@@ -163,10 +188,12 @@ class MemberSlots:
         if all(informer is not known for known, _ in self._children):
             self._children.append((informer, base))
 
-    def add_primary(self, informer: Informer) -> None:
-        """The informer of the member's own objects, whose slots it keeps."""
-        if informer not in self._primaries:
-            self._primaries.append(informer)
+    def add_primary(self, informer: Informer, base: Scope) -> None:
+        """The informer of the member's own objects (created in ``self.primary_scope(base,
+        frozenset())``), whose slots it counts and whose scope follows the wills."""
+        if all(informer is not known for known, _ in self._primaries):
+            self._primaries.append((informer, base))
+            informer.add_handler(_SlotCount(self._held, lambda obj: slot_of(self._key(obj))))
 
     def covers(self, obj: KubeObject) -> bool:
         """Whether the children of ``obj`` are cached, as far as its slot goes; if not, the
@@ -176,18 +203,27 @@ class MemberSlots:
         self._poked.set()
         return False
 
+    def holds(self, obj: KubeObject, labelled: str) -> bool:
+        """Whether ``obj``, labelled for the dead member ``labelled``, is this member's by the
+        wills as last listed."""
+        view = self._membership.view()
+        return view is not None and view.holder(labelled, slot_of(self._key(obj))) == self._member
+
+    def willed(self) -> bool:
+        """Whether this member's own Lease carries a will: it was found dead (or a will was
+        written by hand), so its heirs write its objects, and it writes nothing."""
+        view = self._membership.view()
+        return view is not None and self._member in view.wills
+
     def wanted(self) -> frozenset[int]:
-        """The slots the ring gives this member and those of the objects labelled for it."""
-        live = self._membership.live()
-        ring = frozenset() if live is None else HashRing(live).slots(self._member)
-        held = {
-            slot_of(self._key(obj)) for informer in self._primaries for obj in informer.store.list()
-        }
-        return ring | held
+        """The slots the ring gives this member and those of the objects it holds."""
+        view = self._membership.view()
+        ring = frozenset() if view is None else view.slots(self._member)
+        return ring | {slot for slot, count in self._held.items() if count > 0}
 
     async def run(self) -> None:
         """Follow :meth:`wanted` every ``retry_period`` (at once when a request found its slot
-        missing), until cancelled."""
+        missing, or the ring's Leases were listed), until cancelled."""
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._retry_period):
@@ -196,8 +232,18 @@ class MemberSlots:
             await self.follow(time.monotonic())
 
     async def follow(self, now: float) -> None:
-        """Widen the informers of children to what is wanted now, or narrow them to it once
-        it has not changed for ``settle`` seconds; mark the slots covered once listed."""
+        """Widen the primary informers to the estates the wills give this member; widen the
+        informers of children to what is wanted now, or narrow them to it once it has not
+        changed for ``settle`` seconds; mark the slots covered once listed."""
+        view = self._membership.view()
+        estates = frozenset() if view is None else view.estates(self._member)
+        if estates != self._estates:
+            self._estates = estates
+            for informer, base in self._primaries:
+                informer.rescope(self.primary_scope(base, estates))
+            for informer, _ in self._primaries:
+                await informer.wait_for_scope()
+            log.info("inheriting", estates=sorted(estates), member=self._member)
         wanted = self.wanted()
         if wanted != self._wanted_since[0]:
             self._wanted_since = (wanted, now)
@@ -214,6 +260,26 @@ class MemberSlots:
             await informer.wait_for_scope()
         log.info("children cached for slots", slots=len(slots), member=self._member)
         self.covered = slots
+
+
+class _SlotCount:
+    """An informer handler that counts its objects by slot, into a dict it shares."""
+
+    def __init__(self, counts: dict[int, int], slot: Callable[[KubeObject], int]) -> None:
+        self._counts = counts
+        self._slot = slot
+
+    def on_add(self, obj: KubeObject, initial: bool = False) -> None:
+        slot = self._slot(obj)
+        self._counts[slot] = self._counts.get(slot, 0) + 1
+
+    def on_update(self, old: KubeObject, new: KubeObject) -> None:
+        self.on_delete(old)
+        self.on_add(new)
+
+    def on_delete(self, obj: KubeObject) -> None:
+        slot = self._slot(obj)
+        self._counts[slot] = self._counts.get(slot, 0) - 1
 
 
 class ShardedBuilder(Builder):
@@ -247,9 +313,7 @@ class ShardedBuilder(Builder):
 
     def _mine(self, options: InformerOptions | None) -> InformerOptions:
         base = options or self._defaults or InformerOptions()
-        term = f"{self._labels.shard}={self._member}"
-        scope = replace(base.scope, label_selector=_and(base.scope.label_selector, term))
-        return replace(base, scope=scope)
+        return replace(base, scope=self._slots.primary_scope(base.scope, frozenset()))
 
     def for_(
         self,
@@ -258,7 +322,8 @@ class ShardedBuilder(Builder):
         predicates: Sequence[Predicate] = (),
         options: InformerOptions | None = None,
     ) -> Builder:
-        """The primary kind; the sharded kind's informer selects this member's label."""
+        """The primary kind; the sharded kind's informer selects this member's label (and
+        those of the dead members it inherits from)."""
         if resource != self._sharding.resource:
             return super().for_(resource, predicates=predicates, options=options)
         self._base_scope = (options or self._defaults or InformerOptions()).scope
@@ -294,7 +359,7 @@ class ShardedBuilder(Builder):
         )
         controller = super().complete(gate.reconcile)
         cache = self._manager.cache
-        self._slots.add_primary(cache.informer(self._sharding.resource))
+        self._slots.add_primary(cache.informer(self._sharding.resource), self._base_scope)
         for resource, base in self._owned:
             self._slots.add_children(cache.informer(resource), base)
         controller.add_rbac_rules(PolicyRule.on(self._sharding.resource, "patch"))
@@ -335,17 +400,20 @@ class Gate:
 
     async def reconcile(self, request: Request) -> Result | None:
         """Reconcile ``request`` if its object, as cached, is labelled for this member and not
-        draining, once its children are cached (else again in :data:`SLOT_WAIT` seconds);
-        acknowledge a drain; leave anything else alone."""
+        draining, or is labelled for a dead member whose will leads to this one, once its
+        children are cached (else again in :data:`SLOT_WAIT` seconds); acknowledge a drain;
+        leave anything else alone, and everything once this member has a will itself."""
         obj = self._cache.get(self._resource, request.name, request.namespace)
-        if obj is None:
+        if obj is None or self._slots.willed():
             return None  # gone, or another member's: nothing of it is ours to write
         meta = obj.get("metadata") or {}
         labels = meta.get("labels") or {}
-        if labels.get(self._shard) != self._member:
-            return None
-        if self._drain in labels:
-            await self._acknowledge(request, str(labels[self._drain]))
+        labelled = labels.get(self._shard)
+        if labelled == self._member:
+            if self._drain in labels:
+                await self._acknowledge(request, str(labels[self._drain]))
+                return None
+        elif labelled is None or not self._slots.holds(obj, str(labelled)):
             return None
         if not self._slots.covers(obj):
             return Result(requeue_after=SLOT_WAIT)
@@ -372,24 +440,40 @@ class Membership:
     ``retry_period`` (:meth:`run`), and judges each by the rule of
     :class:`~crewlet_operator.leader.RivalLeases` (live while held and seen to change within
     its duration, by this process's monotonic clock), *at the last successful list*: a replica
-    that cannot list never takes a live member for dead."""
+    that cannot list never takes a live member for dead. The dead members' wills come with
+    the same list."""
 
     def __init__(
         self, client: Client, namespace: str, labels: RingLabels, retry_period: float
     ) -> None:
         self._client = client
+        self._labels = labels
         self._scope = Scope(namespace, label_selector=f"{labels.member}={labels.ring}")
         self._retry_period = retry_period
         self._seen = RivalLeases(namespace, "")  # no Lease is named "": none left out
-        self._listed_at: float | None = None
+        self._view: RingView | None = None
+        self.versions: dict[str, str] = {}
+        """Each listed Lease's ``resourceVersion``, at which it was judged."""
         self.changed = asyncio.Event()
         """Set when the set of live members may have changed (each list); the sharder clears it."""
+        self._listeners = [self.changed]
+
+    @property
+    def namespace(self) -> str:
+        """Where the ring's Leases are."""
+        return self._scope.namespace or ""
+
+    def notify(self, event: asyncio.Event) -> None:
+        """Set ``event`` after every successful list too."""
+        self._listeners.append(event)
+
+    def view(self) -> RingView | None:
+        """The ring at the last successful list; None until the first."""
+        return self._view
 
     def live(self) -> frozenset[str] | None:
         """The live members' names; None until the first successful list."""
-        if self._listed_at is None:
-            return None
-        return frozenset(lease.name for lease in self._seen.live(self._listed_at))
+        return None if self._view is None else self._view.live
 
     async def observe(self) -> bool:
         """List the ring's Leases once; False when the list failed."""
@@ -400,8 +484,20 @@ class Membership:
             return False
         now = time.monotonic()
         self._seen.observe(listed.items, now)
-        self._listed_at = now
-        self.changed.set()
+        metas = [lease.get("metadata") or {} for lease in listed.items]
+        wills = {
+            str(meta.get("name")): _heirs(str(annotations[self._labels.heirs]))
+            for meta in metas
+            if self._labels.heirs in (annotations := meta.get("annotations") or {})
+        }
+        self.versions = {str(meta.get("name")): str(meta.get("resourceVersion")) for meta in metas}
+        self._view = RingView(
+            live=frozenset(lease.name for lease in self._seen.live(now)),
+            leases=frozenset(self.versions),
+            wills=wills,
+        )
+        for event in self._listeners:
+            event.set()
         return True
 
     async def run(self) -> None:
@@ -411,11 +507,16 @@ class Membership:
             await asyncio.sleep(self._retry_period)
 
 
+def _heirs(annotation: str) -> frozenset[str]:
+    """The members a will names (its annotation: comma-separated names)."""
+    return frozenset(name for name in annotation.split(",") if name)
+
+
 class Sharder:
     """Assigns the primary objects to members and moves them (on the leader alone): see the
     module's documentation for the protocol, and :func:`~crewlet_operator.ring.next_step` for
-    each decision. It writes as its own field manager, so its label writes are told apart from
-    the members' in an audit log."""
+    each decision. It writes as its own field manager, so its label writes and wills are told
+    apart from the members' in an audit log."""
 
     def __init__(
         self,
@@ -455,28 +556,74 @@ class Sharder:
             await cancel_and_wait(watching)
 
     async def shard_pass(self) -> int:
-        """One pass over the cached objects; the number of label writes made. The writes go
-        out :data:`SHARDER_WRITES` at a time: one at a time, a dead member's thousands of
-        objects would wait a round trip each (bench/NOTES.md, "Sharding")."""
-        live = self._membership.live()
-        if live is None:
+        """One pass over the cached objects; the number of writes made. First the wills of the
+        members found dead (one write each, which hands all their objects to the heirs at
+        once), then the label writes, :data:`SHARDER_WRITES` at a time (one at a time, a move
+        of thousands would wait a round trip each: bench/NOTES.md, "Sharding"), then the
+        deletion of the Leases of the dead members no object's label leads to."""
+        view = self._membership.view()
+        if view is None or not view.live:
             return 0
-        ring = HashRing(live)
+        bequeathed = sum(
+            await asyncio.gather(*(self._bequeath(dead, view.live) for dead in view.unwilled()))
+        )
+        if bequeathed:
+            await self._membership.observe()  # the heirs hold the dead members' objects now
+            view = self._membership.view() or view
         steps = []
+        on_paths: set[str] = set()  # the members an object's label leads through
         for obj in self._informer.store.list():
             labels: Mapping[str, str] = (obj.get("metadata") or {}).get("labels") or {}
-            target = ring.slot_owner(slot_of(self._key(obj)))
-            step = next_step(labels, self._labels, target, live)
+            slot = slot_of(self._key(obj))
+            member = labels.get(self._labels.shard)
+            if member is not None:
+                on_paths.update(view.path(member, slot))
+            step = next_step(labels, self._labels, slot, view)
             if step is not None:
                 steps.append((obj, step))
-        slots = asyncio.Semaphore(SHARDER_WRITES)
+        writes = asyncio.Semaphore(SHARDER_WRITES)
 
         async def write(obj: KubeObject, step: Assign | Drain) -> bool:
-            async with slots:
+            async with writes:
                 return await self._write(obj, step)
 
         written = await asyncio.gather(*(write(obj, step) for obj, step in steps))
-        return sum(written)
+        forgotten = await asyncio.gather(
+            *(self._forget(dead) for dead in view.wills.keys() - on_paths)
+        )
+        return bequeathed + sum(written) + sum(forgotten)
+
+    async def _bequeath(self, dead: str, live: frozenset[str]) -> bool:
+        """Write ``dead``'s will, naming ``live``, while its Lease is at the version it was
+        judged dead by (refused otherwise: it changed, so it was not dead)."""
+        version = self._membership.versions.get(dead, "")
+        patch = {
+            "metadata": {
+                "resourceVersion": version,
+                "annotations": {self._labels.heirs: ",".join(sorted(live))},
+            }
+        }
+        try:
+            await self._client.patch(
+                LEASE, dead, patch, self._membership.namespace, patch_type="merge"
+            )
+        except (ConflictError, NotFoundError):
+            return False
+        log.info("a member's will written", member=dead, heirs=sorted(live))
+        return True
+
+    async def _forget(self, dead: str) -> bool:
+        """Delete the Lease of ``dead``, a member with a will that no object's label leads
+        through any more, at the version it was listed at."""
+        version = self._membership.versions.get(dead)
+        try:
+            await self._client.delete(
+                LEASE, dead, self._membership.namespace, resource_version=version
+            )
+        except (ConflictError, NotFoundError):
+            return False
+        log.info("a dead member's lease deleted", member=dead)
+        return True
 
     async def _write(self, obj: KubeObject, step: Assign | Drain) -> bool:
         """Label one object as ``step`` says, while its labels are those it was decided on;

@@ -32,8 +32,17 @@ def handoff_violations(
     plural, ``sharder`` the field manager of the sharder's label writes.
 
     A writer may follow another only if the previous writer's last write was its
-    acknowledgement of a drain (a patch of the primary object itself), or it had left before
-    the next one's first write; and the sharder labelled the object in between."""
+    acknowledgement of a drain (a patch of the primary object itself), and the sharder labelled
+    the object in between; or if it had left before the next one's first write, and the sharder
+    labelled the object, or wrote a will (a patch of a Lease), in between."""
+    wills = [
+        moment(event["stageTimestamp"])
+        for event in events
+        if event.get("verb") == "patch"
+        and event["objectRef"].get("resource") == "leases"
+        and f"fieldManager={sharder}" in str(event.get("requestURI"))
+        and 200 <= int((event.get("responseStatus") or {}).get("code") or 0) < 300
+    ]
     by_object: dict[str, list[Object]] = {}
     for event in events:
         key = object_of(event)
@@ -60,11 +69,14 @@ def handoff_violations(
                     and not last["objectRef"].get("subresource")
                 )
                 left = departures.get(writer)
-                dead = left is not None and moment(event["stageTimestamp"]) > left
-                if not (acknowledged or dead) or not labelled_since:
+                at = moment(event["stageTimestamp"])
+                dead = left is not None and at > left
+                willed = dead and any(left is not None and left < will <= at for will in wills)
+                if not (acknowledged or dead) or not (labelled_since or willed):
                     violations.append(
                         f"{key}: {writer} then {agent} at {event['stageTimestamp']} "
-                        f"(acknowledged={acknowledged}, dead={dead}, relabelled={labelled_since})"
+                        f"(acknowledged={acknowledged}, dead={dead}, relabelled={labelled_since},"
+                        f" willed={willed})"
                     )
             # The next writer must come after a label write that follows this one.
             labelled_since = False

@@ -46,7 +46,7 @@ from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually, no_namespace_terminating
 from crewlet_operator.fieldset import keep_managed_fields_of
-from crewlet_operator.ring import RingLabels
+from crewlet_operator.ring import RingLabels, RingView
 from crewlet_operator.sharding import Membership, Sharder, by_namespace
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -924,22 +924,25 @@ async def test_two_managers_exactly_one_leads_and_the_other_takes_over(
 
 
 class LiveMembers:
-    """The ring's members as a Membership reports them, without Leases."""
+    """The ring's members as a Membership reports them, without Leases: ``dead`` left a will
+    naming them."""
 
     def __init__(self, *members: str) -> None:
         self.members = frozenset(members)
         self.changed = asyncio.Event()
 
-    def live(self) -> frozenset[str]:
-        return self.members
+    def view(self) -> RingView:
+        wills = {"dead": self.members}
+        return RingView(live=self.members, leases=self.members | {"dead"}, wills=wills)
 
 
 async def test_the_sharders_writes_test_the_labels_they_were_decided_on(
     kube_client: Client, namespace: str
 ) -> None:
-    """A takeover relabels a dead member's objects while their users change them: a write
-    conditional on the labels it was decided on goes through a change of the data, which no
-    decision read, and fails on a change of the labels, which the decision did read."""
+    """A takeover relabels a dead member's objects for their heir while their users change
+    them: a write conditional on the labels it was decided on goes through a change of the
+    data, which no decision read, and fails on a change of the labels, which the decision did
+    read."""
     labels = RingLabels("example.crewlet.ai", "widgets")
     sharder = Sharder(
         kube_client,

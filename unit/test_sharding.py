@@ -37,6 +37,7 @@ from crewlet_operator.ring import (
     Drain,
     HashRing,
     RingLabels,
+    RingView,
     member_name,
     next_step,
     slot_of,
@@ -138,6 +139,16 @@ def test_a_member_name_is_a_label_value_and_differs_by_identity() -> None:
 # -- the sharder's next step -----------------------------------------------------------------
 
 LIVE = frozenset({"a", "b"})
+VIEW = RingView(
+    live=LIVE,
+    leases=LIVE | {"dead", "willed", "orphan"},
+    wills={"willed": frozenset({"a"}), "orphan": frozenset({"dead"})},
+)
+
+
+def slot_for(target: str) -> int:
+    """A slot the ring of LIVE gives ``target``."""
+    return next(slot for slot in range(SLOTS) if VIEW.target(slot) == target)
 
 
 @pytest.mark.parametrize(
@@ -149,18 +160,58 @@ LIVE = frozenset({"a", "b"})
         ({SHARD: "a", DRAIN: "true"}, "b", None),  # waiting for the acknowledgement
         ({SHARD: "a", DRAIN: "true"}, "a", None),  # a drain is never withdrawn
         ({DRAIN: "true"}, "b", Assign("b")),  # acknowledged (or a leftover drain label)
-        ({SHARD: "dead"}, "b", Assign("b")),  # its member stopped: straight over
-        ({SHARD: "dead", DRAIN: "true"}, "a", Assign("a")),
-        ({SHARD: "a"}, None, None),  # no live member: nothing to do
+        ({SHARD: "nobody"}, "b", Assign("b")),  # a member without a Lease: straight over
+        ({SHARD: "dead"}, "b", None),  # dead: its will comes first
+        ({SHARD: "willed"}, "b", Assign("a")),  # to the heir its will names, who writes it
+        ({SHARD: "willed", DRAIN: "true"}, "a", Assign("a")),
+        ({SHARD: "orphan"}, "a", None),  # its heir died too, with no will yet
     ],
 )
-def test_the_next_step(labels: dict[str, str], target: str | None, step: object) -> None:
-    assert next_step(labels, KEYS_R, target, LIVE) == step
+def test_the_next_step(labels: dict[str, str], target: str, step: object) -> None:
+    assert next_step(labels, KEYS_R, slot_for(target), VIEW) == step
+
+
+def test_no_step_without_a_live_member() -> None:
+    assert next_step({SHARD: "a"}, KEYS_R, 0, RingView(live=frozenset())) is None
 
 
 def test_labels_of_another_ring_do_not_count() -> None:
     other = RingLabels("example.com", "other").shard
-    assert next_step({other: "a"}, KEYS_R, "b", LIVE) == Assign("b")
+    assert next_step({other: "a"}, KEYS_R, slot_for("b"), VIEW) == Assign("b")
+
+
+def test_a_will_gives_each_slot_to_one_heir_followed_through_the_heirs_wills() -> None:
+    """A dead member's slots go to the ring of its will's members; an heir that died in turn
+    passes them on by its own will, and a dead member without a will keeps them (nobody
+    writes them yet). Each heir's cache selects the dead members it may inherit from."""
+    view = RingView(
+        live=frozenset({"c", "d"}),
+        leases=frozenset({"a", "b", "c", "d", "e"}),
+        wills={"a": frozenset({"b", "c"}), "b": frozenset({"c", "d"}), "e": frozenset({"b"})},
+    )
+    first = HashRing(["b", "c"])
+    then = HashRing(["c", "d"])
+    for slot in range(SLOTS):
+        heir = first.slot_owner(slot)
+        expected = then.slot_owner(slot) if heir == "b" else heir
+        assert view.holder("a", slot) == expected
+        assert view.holder("e", slot) == then.slot_owner(slot)
+        assert view.holder("c", slot) == "c"
+    assert view.path("a", slot_for_ring(first, "b")) == [
+        "a",
+        "b",
+        then.slot_owner(slot_for_ring(first, "b")),
+    ]
+    assert view.estates("c") == {"a", "b", "e"}
+    assert view.estates("d") == {"b", "a", "e"}
+    assert view.unwilled() == frozenset()
+    assert RingView(live=frozenset({"c"}), leases=frozenset({"c", "x"})).unwilled() == {"x"}
+    cycle = RingView(live=frozenset(), wills={"p": frozenset({"q"}), "q": frozenset({"p"})})
+    assert cycle.holder("p", 0) == "q", "a cycle written by hand ends the walk"
+
+
+def slot_for_ring(ring: HashRing, member: str) -> int:
+    return next(slot for slot in range(SLOTS) if ring.slot_owner(slot) == member)
 
 
 def test_the_label_keys() -> None:
@@ -182,8 +233,9 @@ class World:
     labels: dict[str, dict[str, str]]
     version: dict[str, int]
     live: set[str]
-    writing: dict[str, set[str]] = field(default_factory=dict)
-    """Per object, the members that may write it now by the gate's rule."""
+    leases: set[str] = field(default_factory=set)
+    """Every member that ever joined: a Lease outlives its member."""
+    wills: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def write(self, obj: str, expected: int, change: dict[str, str | None]) -> bool:
         """A conditional label write (a merge patch carrying the resourceVersion)."""
@@ -197,81 +249,119 @@ class World:
         self.version[obj] += 1
         return True
 
+    def view(self) -> RingView:
+        """The ring as the sharder judges it: a member it finds dead has stopped (fencing)."""
+        return RingView(
+            live=frozenset(self.live), leases=frozenset(self.leases), wills=dict(self.wills)
+        )
 
-def gate_allows(labels: dict[str, str], member: str) -> bool:
-    return labels.get(SHARD) == member and DRAIN not in labels
+
+def gate_allows(labels: dict[str, str], member: str, known: RingView, obj: str) -> bool:
+    """The gate's rule, on ``member``'s cached labels and the wills as it last listed them."""
+    labelled = labels.get(SHARD)
+    if labelled == member:
+        return DRAIN not in labels
+    return labelled is not None and known.holder(labelled, slot_of(obj)) == member
+
+
+@dataclass
+class Member:
+    """A member's stale views: its cache of the objects, the ring as it last listed it, and
+    the reconciles it has in flight (each began when the gate allowed it, on those views)."""
+
+    cache: dict[str, tuple[dict[str, str], int]] = field(default_factory=dict)
+    known: RingView = field(default_factory=lambda: RingView(frozenset()))
+    in_flight: set[str] = field(default_factory=set)
 
 
 @pytest.mark.parametrize("seed", range(10))
-def test_no_object_is_ever_writable_by_two_live_members(seed: int) -> None:
-    """Members join and die at random while a sharder (acting on stale snapshots, as from an
-    informer) and the members (acknowledging drains from their own stale snapshots) step in a
-    random order. At every moment at most one live member finds an object writable, and at
-    the end every object sits with its hash target."""
+def test_no_object_is_ever_written_by_two_live_members(seed: int) -> None:
+    """Members join and die at random while a sharder (acting on a stale cache, as from an
+    informer) writes wills and labels, and each member starts reconciles the gate allows on its
+    own stale cache and view of the wills, finishes them later, and acknowledges drains (never
+    with a reconcile of the object in flight: the queue's rule), all in a random order. At
+    every moment at most one live member has a reconcile of an object in flight, and at the
+    end every object sits with its slot's target."""
     rnd = random.Random(seed)
     objects = [f"ns-{i}" for i in range(40)]
-    world = World({o: {} for o in objects}, dict.fromkeys(objects, 0), {"a"})
-    snapshot: dict[str, tuple[dict[str, str], int]] = {}
+    world = World({o: {} for o in objects}, dict.fromkeys(objects, 0), {"a"}, {"a"})
+    members = {"a": Member()}
+    sharders_cache: dict[str, tuple[dict[str, str], int]] = {}
     next_member = iter(f"m{i}" for i in range(100))
 
-    def refresh() -> None:
-        for o in objects:
-            snapshot[o] = (dict(world.labels[o]), world.version[o])
+    def read() -> dict[str, tuple[dict[str, str], int]]:
+        return {o: (dict(world.labels[o]), world.version[o]) for o in objects}
 
     def check() -> None:
         for o in objects:
-            writers = {m for m in world.live if gate_allows(world.labels[o], m)}
+            writers = {m for m in world.live if o in members[m].in_flight}
             assert len(writers) <= 1, (o, writers)
 
-    rings: dict[frozenset[str], HashRing] = {}
+    def shard(o: str) -> None:
+        labels, version = sharders_cache[o]
+        step = next_step(labels, KEYS_R, slot_of(o), world.view())
+        if isinstance(step, Assign):
+            world.write(o, version, {SHARD: step.member, DRAIN: None})
+        elif isinstance(step, Drain):
+            world.write(o, version, {DRAIN: "true"})
 
-    def ring_of(live: set[str]) -> HashRing:
-        return rings.setdefault(frozenset(live), HashRing(live))
+    def acknowledge(name: str, o: str) -> None:
+        member = members[name]
+        labels, version = member.cache.get(o, ({}, -1))
+        if labels.get(SHARD) == name and DRAIN in labels and o not in member.in_flight:
+            world.write(o, version, {SHARD: None, DRAIN: None})
 
-    refresh()
-    for _ in range(2000):
+    def bequeath() -> None:
+        for dead in world.view().unwilled():
+            world.wills[dead] = frozenset(world.live)
+
+    sharders_cache.update(read())
+    for _ in range(4000):
         action = rnd.random()
+        name = rnd.choice(sorted(world.live))
+        member = members[name]
+        o = rnd.choice(objects)
         if action < 0.02 and len(world.live) < 5:
-            world.live.add(next(next_member))
+            joined = next(next_member)
+            world.live.add(joined)
+            world.leases.add(joined)
+            members[joined] = Member()
         elif action < 0.03 and len(world.live) > 1:
-            world.live.discard(rnd.choice(sorted(world.live)))  # dies: stops writing at once
+            world.live.discard(name)  # dies: stops writing at once
+        elif action < 0.05:
+            bequeath()
+        elif action < 0.12:
+            member.known = world.view()  # the member lists the Leases
+        elif action < 0.25:
+            member.cache = read()  # its cache catches up
         elif action < 0.3:
-            refresh()  # the caches catch up
-        elif action < 0.65:
-            ring = ring_of(world.live)
-            o = rnd.choice(objects)
-            labels, version = snapshot[o]
-            step = next_step(labels, KEYS_R, ring.owner(o), frozenset(world.live))
-            if isinstance(step, Assign):
-                world.write(o, version, {SHARD: step.member, DRAIN: None})
-            elif isinstance(step, Drain):
-                world.write(o, version, {DRAIN: "true"})
+            sharders_cache.update(read())
+        elif action < 0.5:
+            shard(o)
+        elif action < 0.7:
+            labels, _ = member.cache.get(o, ({}, -1))
+            if gate_allows(labels, name, member.known, o):
+                member.in_flight.add(o)
+        elif action < 0.85:
+            member.in_flight.discard(o)
         else:
-            o = rnd.choice(objects)
-            labels, version = snapshot[o]
-            member = labels.get(SHARD)
-            if member in world.live and DRAIN in labels:
-                world.write(o, version, {SHARD: None, DRAIN: None})
+            acknowledge(name, o)
         check()
-    # Settle: no more membership changes.
+    # Settle: no more membership changes; every reconcile ends.
+    bequeath()
     for _ in range(20):
-        refresh()
-        ring = ring_of(world.live)
+        sharders_cache.update(read())
         for o in objects:
-            labels, version = snapshot[o]
-            step = next_step(labels, KEYS_R, ring.owner(o), frozenset(world.live))
-            if isinstance(step, Assign):
-                world.write(o, version, {SHARD: step.member, DRAIN: None})
-            elif isinstance(step, Drain):
-                world.write(o, version, {DRAIN: "true"})
-        refresh()
-        for o in objects:
-            labels, version = snapshot[o]
-            if labels.get(SHARD) in world.live and DRAIN in labels:
-                world.write(o, version, {SHARD: None, DRAIN: None})
-        check()
-    ring = HashRing(world.live)
-    assert {o: world.labels[o] for o in objects} == {o: {SHARD: ring.owner(o)} for o in objects}
+            shard(o)
+        for name in world.live:
+            members[name].in_flight.clear()
+            members[name].cache = read()
+            for o in objects:
+                acknowledge(name, o)
+    view = world.view()
+    assert {o: world.labels[o] for o in objects} == {
+        o: {SHARD: view.target(slot_of(o))} for o in objects
+    }
 
 
 # -- the manager -------------------------------------------------------------------------------
@@ -319,7 +409,7 @@ async def test_a_sharded_controller_caches_its_members_objects_and_children(
     base = InformerOptions(scope=Scope(label_selector="app=web"))
     manager.controller("widget").for_(CONFIG_MAP, options=base).owns(SECRET).complete(reconcile)
     informers = manager.cache.informers
-    mine = f"shard.example.com/widgets={member}"
+    mine = f"shard.example.com/widgets in ({member})"
     assert informers[CONFIG_MAP].options.scope.label_selector == f"app=web,{mine}"
     # No slot is known before the member has seen the ring: its children's informer holds none.
     assert informers[SECRET].options.scope.label_selector == "slot.example.com/widgets in (none)"
@@ -365,6 +455,7 @@ class Recorder:
 
     def __init__(self, leases: list[dict[str, object]] | None = None) -> None:
         self.patches: list[tuple[str, Any]] = []
+        self.deleted: list[tuple[str, object]] = []
         self.field_manager = "r"
         self.leases = leases or []
         self.fail = False
@@ -380,6 +471,11 @@ class Recorder:
     ) -> dict[str, object]:
         self.patches.append((name, patch))
         return {}
+
+    async def delete(
+        self, resource: object, name: str, namespace: str | None = None, **options: object
+    ) -> None:
+        self.deleted.append((name, options.get("resource_version")))
 
     async def list(self, resource: object, scope: object = None) -> ObjectList:
         if self.fail:
@@ -434,15 +530,60 @@ async def test_the_gate_reconciles_only_its_members_objects_and_acknowledges_a_d
     ]
 
 
-class Live:
-    """A Membership stand-in: the live members, as last listed."""
+async def test_the_gate_reconciles_what_a_will_leaves_to_its_member() -> None:
+    """An object labelled for a dead member is its heir's, by the will as last listed: the
+    heir reconciles it before any label changes; nobody does while no will names it."""
+    client = Recorder()
+    slot = slot_of("ns")
+    heirs = frozenset({"a", "b"})
+    heir = str(HashRing(heirs).slot_owner(slot))
+    other = ({"a", "b"} - {heir}).pop()
+    cache = StoreStandIn(
+        {
+            "willed": widget("willed", **{SHARD: "dead", DRAIN: "true"}),
+            "unwilled": widget("unwilled", **{SHARD: "dying"}),
+        },
+        client,
+    )
+    reconciled: list[tuple[str, str]] = []
+    for member in ("a", "b"):
 
-    def __init__(self, *members: str) -> None:
-        self.members: frozenset[str] | None = frozenset(members)
+        async def inner(request: Request, member: str = member) -> None:
+            reconciled.append((member, request.name))
+
+        slots = member_slots(Live("a", "b", wills={"dead": heirs}), member=member)
+        slots.covered = frozenset(range(SLOTS))
+        gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, member=member, slots=slots)
+        for name in ("willed", "unwilled"):
+            await gate.reconcile(Request("ns", name))
+    assert reconciled == [(heir, "willed")]
+    assert other != heir
+    assert client.patches == [], "a drain left by the dead member is not acknowledged"
+    # A member whose own Lease carries a will (written by hand: a live member never gets one
+    # from the sharder) writes nothing: its heirs do.
+    cache.objects["mine"] = widget("mine", **{SHARD: heir, DRAIN: "true"})
+    slots = member_slots(Live("a", "b", wills={heir: frozenset({other})}), member=heir)
+    slots.covered = frozenset(range(SLOTS))
+    gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, member=heir, slots=slots)
+    await gate.reconcile(Request("ns", "mine"))
+    assert reconciled == [(heir, "willed")]
+    assert client.patches == []
+
+
+class Live:
+    """A Membership stand-in: the live members and the wills, as last listed."""
+
+    def __init__(self, *members: str, wills: dict[str, frozenset[str]] | None = None) -> None:
+        self.members = frozenset(members)
+        self.wills = wills or {}
         self.changed = asyncio.Event()
 
-    def live(self) -> frozenset[str] | None:
-        return self.members
+    def view(self) -> RingView:
+        leases = self.members | self.wills.keys()
+        return RingView(live=self.members, leases=leases, wills=self.wills)
+
+    def notify(self, event: asyncio.Event) -> None:
+        pass
 
 
 class ChildInformer:
@@ -461,15 +602,19 @@ class ChildInformer:
         await self.listed.wait()
 
 
-class PrimaryInformer:
-    """An informer stand-in holding the member's objects."""
+class PrimaryInformer(ChildInformer):
+    """An informer stand-in holding the member's objects, telling its handlers of each."""
 
-    def __init__(self, *namespaces: str) -> None:
-        self.store = self
-        self.namespaces = list(namespaces)
+    def __init__(self) -> None:
+        super().__init__()
+        self.handlers: list[Any] = []
 
-    def list(self) -> list[dict[str, object]]:
-        return [{"metadata": {"name": "w", "namespace": ns}} for ns in self.namespaces]
+    def add_handler(self, handler: Any) -> None:
+        self.handlers.append(handler)
+
+    def add(self, namespace: str) -> None:
+        for handler in self.handlers:
+            handler.on_add({"metadata": {"name": "w", "namespace": namespace}})
 
 
 async def finish(following: Coroutine[None, None, None], children: ChildInformer) -> None:
@@ -480,9 +625,9 @@ async def finish(following: Coroutine[None, None, None], children: ChildInformer
     await task
 
 
-def member_slots(live: Live, settle: float = 10) -> MemberSlots:
+def member_slots(live: Live, settle: float = 10, member: str = "a") -> MemberSlots:
     return MemberSlots(
-        KEYS_R, "a", cast(Membership, live), key=by_namespace, retry_period=1, settle=settle
+        KEYS_R, member, cast(Membership, live), key=by_namespace, retry_period=1, settle=settle
     )
 
 
@@ -503,7 +648,7 @@ async def test_a_member_caches_the_children_of_its_slots_widening_at_once() -> N
     slots = member_slots(live)
     children, primary = ChildInformer(), PrimaryInformer()
     slots.add_children(cast(Informer, children), Scope(label_selector="app=web"))
-    slots.add_primary(cast(Informer, primary))
+    slots.add_primary(cast(Informer, primary), Scope(label_selector="app=web"))
     ring = HashRing(["a", "b"]).slots("a")
     following = asyncio.create_task(slots.follow(now=0))
     await asyncio.sleep(0)
@@ -516,10 +661,28 @@ async def test_a_member_caches_the_children_of_its_slots_widening_at_once() -> N
     theirs = next(f"tenant-{i}" for i in range(100) if slot_of(f"tenant-{i}") not in ring)
     obj = {"metadata": {"namespace": theirs}}
     assert not slots.covers(obj)
-    primary.namespaces.append(theirs)
+    primary.add(theirs)
     await finish(slots.follow(now=1), children)
     assert children.scopes[-1] == selector(ring | {slot_of(theirs)})
     assert slots.covers(obj)
+
+
+async def test_a_members_cache_of_its_objects_widens_to_what_the_wills_leave_it() -> None:
+    """A will naming the member (or naming a member whose own will does) adds the dead
+    member's label to the selector of its primary informer, at once; a will that cannot lead
+    to it does not."""
+    live = Live("a", "b")
+    slots = member_slots(live)
+    primary = PrimaryInformer()
+    slots.add_primary(cast(Informer, primary), Scope(label_selector="app=web"))
+    await slots.follow(now=0)
+    assert primary.scopes == []
+    live.wills = {"x": frozenset({"b"}), "y": frozenset({"x", "b"}), "z": frozenset({"y"})}
+    await slots.follow(now=1)
+    assert primary.scopes == []
+    live.wills = {**live.wills, "w": frozenset({"a", "b"})}
+    await finish(slots.follow(now=2), primary)
+    assert primary.scopes == ["app=web,shard.example.com/r in (a,w)"]
 
 
 async def test_a_member_narrows_its_slots_once_they_have_settled() -> None:
@@ -556,9 +719,16 @@ async def test_the_gate_waits_for_the_children_of_a_slot_it_does_not_hold() -> N
     assert reconciled == ["mine"]
 
 
-def lease(name: str, renewed: str, holder: str = "someone") -> dict[str, object]:
+def lease(
+    name: str, renewed: str, holder: str = "someone", **annotations: str
+) -> dict[str, object]:
     return {
-        "metadata": {"name": name, "namespace": "ops"},
+        "metadata": {
+            "name": name,
+            "namespace": "ops",
+            "resourceVersion": f"{name}-{renewed}",
+            "annotations": annotations,
+        },
         "spec": {"holderIdentity": holder, "renewTime": renewed, "leaseDurationSeconds": 15},
     }
 
@@ -585,6 +755,68 @@ async def test_membership_judges_at_its_last_successful_list(
     client.fail = False
     assert await membership.observe()
     assert membership.live() == frozenset({"a"})
+
+
+async def test_membership_reads_the_wills_and_versions_of_the_leases() -> None:
+    heirs = KEYS_R.heirs
+    client = Recorder([lease("a", "t1"), lease("dead", "t0", holder="", **{heirs: "a,b,"})])
+    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1)
+    assert await membership.observe()
+    view = membership.view()
+    assert view is not None
+    assert view.wills == {"dead": frozenset({"a", "b"})}
+    assert view.leases == {"a", "dead"}
+    assert membership.versions == {"a": "a-t1", "dead": "dead-t0"}
+
+
+async def test_the_sharder_writes_a_dead_members_will_then_relabels_and_forgets_it() -> None:
+    """A dead member without a will gets one, at the version it was judged dead by, naming
+    the live members; in the same pass its objects are relabelled for the heirs the will
+    gives them. A member with a will whose objects have all moved has its Lease deleted."""
+    heirs = KEYS_R.heirs
+    client = Recorder(
+        [
+            lease("a", "t1"),
+            lease("b", "t1"),
+            lease("dead", "t0", holder=""),
+            lease("gone", "t0", holder="", **{heirs: "a"}),
+        ]
+    )
+    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1)
+    assert await membership.observe()
+
+    async def bequeathed(
+        resource: object, name: str, patch: Any, namespace: str | None = None, **_: object
+    ) -> dict[str, object]:
+        client.patches.append((name, patch))
+        if name == "dead":  # what the API server then lists
+            client.leases[2] = lease("dead", "t0", holder="", **{heirs: "a,b"})
+        return {}
+
+    client.patch = bequeathed  # type: ignore[method-assign]
+    sharder = Sharder(
+        cast(Client, client),
+        CONFIG_MAP,
+        Scope(),
+        labels=KEYS_R,
+        membership=membership,
+        key=by_namespace,
+        retry_period=1,
+    )
+    for i in range(20):
+        obj = widget(f"w{i}", **{SHARD: "dead"})
+        obj["metadata"] = {**obj["metadata"], "namespace": f"ns-{i}"}  # type: ignore[dict-item]
+        sharder._informer.store.put(obj)
+    assert await sharder.shard_pass() == 1 + 20 + 1
+    will = client.patches[0]
+    assert will == (
+        "dead",
+        {"metadata": {"resourceVersion": "dead-t0", "annotations": {heirs: "a,b"}}},
+    )
+    ring = HashRing(["a", "b"])
+    relabelled = {name: patch[1]["value"] for name, patch in client.patches[1:]}
+    assert relabelled == {f"w{i}": ring.slot_owner(slot_of(f"ns-{i}")) for i in range(20)}
+    assert client.deleted == [("gone", "gone-t0")], "dead's objects still lead to it"
 
 
 class SlowRecorder(Recorder):
