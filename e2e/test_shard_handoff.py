@@ -7,7 +7,8 @@ Asserted from the API server's records:
 - every Widget converges (its ConfigMap and its Ready condition at its generation), while the
   test keeps changing them, before and after the kill;
 - the dead member's Widgets are all assigned to live members within about one lease duration
-  of the kill;
+  of the kill; its heirs write them before any relabel (with every relabel refused by a
+  policy, they still converge), and its Lease is deleted once they are relabelled;
 - the audit log (each replica writes with a user agent of its own): for every Widget and its
   ConfigMap, the writing replica changes only at a handoff: the previous writer's last write
   was its acknowledgement of a drain (a patch of the Widget), or it was killed before the next
@@ -31,7 +32,17 @@ import pytest
 import pytest_asyncio
 from handoffs import handoff_violations
 
-from crewlet_operator import CONFIG_MAP, LEASE, NAMESPACE, Client, Scope, find_condition
+from crewlet_operator import (
+    CONFIG_MAP,
+    LEASE,
+    NAMESPACE,
+    VALIDATING_ADMISSION_POLICY,
+    VALIDATING_ADMISSION_POLICY_BINDING,
+    ApiError,
+    Client,
+    Scope,
+    find_condition,
+)
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.envtest import ControlPlane, install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
@@ -347,3 +358,114 @@ async def test_a_member_that_stops_gracefully_hands_over_without_waiting_for_exp
     identities = {r.identity for r in replicas.started}
     events = plane.audit_events()
     assert violations(events, identities, replicas.departures()) == []
+
+
+def pinned_to(member: str) -> tuple[Object, Object]:
+    """A policy and its binding that refuse every change of a Widget's shard label away from
+    ``member``: the sharder cannot relabel its Widgets."""
+    policy = {
+        "metadata": {"name": "pin-shard"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [WIDGET.group],
+                        "apiVersions": ["*"],
+                        "resources": [WIDGET.plural],
+                        "operations": ["UPDATE"],
+                    }
+                ]
+            },
+            "validations": [
+                {
+                    "expression": (
+                        f"!has(oldObject.metadata.labels) || oldObject.metadata.labels[?'{SHARD}']"
+                        f" != optional.of('{member}') || (has(object.metadata.labels) && "
+                        f"object.metadata.labels[?'{SHARD}'] == optional.of('{member}'))"
+                    ),
+                    "message": "pinned",
+                }
+            ],
+        },
+    }
+    binding = {
+        "metadata": {"name": "pin-shard"},
+        "spec": {"policyName": "pin-shard", "validationActions": ["Deny"]},
+    }
+    return policy, binding
+
+
+@pytest.mark.filterwarnings(
+    "ignore::crewlet_operator.envtest.controlplane.EmptyAggregatedRolesWarning"
+)
+async def test_a_dead_members_heirs_write_its_widgets_before_any_relabel(
+    plane: ControlPlane, admin: Client, replicas: Replicas
+) -> None:
+    """The takeover is the will: with every relabel of the dead member's Widgets refused (an
+    admission policy), the survivor still converges a change to each of them while they stay
+    labelled for the dead member; once the policy goes, the sharder relabels them for that
+    survivor and deletes the dead member's Lease. Never two writers (the audit log)."""
+    for ns, name in widgets():
+        await admin.create(WIDGET, widget(ns, name, "0"))
+    members = {replicas.start().member, replicas.start().member}
+    await eventually(
+        lambda: shared(admin, members), timeout=120, interval=0.5, message="over 2 members"
+    )
+    leader_lease = await admin.get(LEASE, f"{NAME}-leader", LEASE_NAMESPACE)
+    victim = next(
+        r for r in replicas.started if r.identity != leader_lease["spec"]["holderIdentity"]
+    )
+    survivor = (members - {victim.member}).pop()
+    theirs = [k for k, m in (await members_of(admin)).items() if m == victim.member]
+    assert theirs, "the member that does not lead has Widgets"
+    policy, binding = pinned_to(victim.member)
+    await admin.create(VALIDATING_ADMISSION_POLICY, policy)
+    await admin.create(VALIDATING_ADMISSION_POLICY_BINDING, binding)
+    ns, name = theirs[0].split("/")
+
+    async def refused() -> bool:
+        relabel = {"metadata": {"labels": {SHARD: survivor}}}
+        try:
+            await admin.patch(WIDGET, name, relabel, ns, dry_run=True)
+        except ApiError:
+            return True
+        return False
+
+    await eventually(refused, timeout=30, message="the policy in force")
+    victim.kill()
+    for key in theirs:
+        ns, name = key.split("/")
+        await admin.patch(WIDGET, name, {"spec": {"data": {"v": "after"}}}, ns)
+
+    async def inherited() -> bool:
+        for key in theirs:
+            ns, name = key.split("/")
+            item = await admin.get(WIDGET, name, ns)
+            meta = item["metadata"]
+            ready = find_condition((item.get("status") or {}).get("conditions"), "Ready")
+            rendered = await admin.get_or_none(CONFIG_MAP, f"{name}-rendered", ns)
+            assert meta["labels"][SHARD] == victim.member, "no relabel gets through"
+            if (
+                ready is None
+                or ready.get("observedGeneration") != meta["generation"]
+                or rendered is None
+                or rendered.get("data") != {"v": "after"}
+            ):
+                return False
+        return True
+
+    await eventually(inherited, timeout=60, interval=0.5, message="converged by the heir")
+    will = await admin.get(LEASE, victim.member, LEASE_NAMESPACE)
+    assert will["metadata"]["annotations"][LABELS.heirs] == survivor
+    await admin.delete(VALIDATING_ADMISSION_POLICY_BINDING, "pin-shard")
+
+    async def relabelled_and_forgotten() -> bool:
+        labelled = set((await members_of(admin)).values())
+        gone = await admin.get_or_none(LEASE, victim.member, LEASE_NAMESPACE) is None
+        return labelled == {survivor} and gone
+
+    await eventually(relabelled_and_forgotten, timeout=60, message="relabelled, Lease deleted")
+    replicas.stop()
+    identities = {r.identity for r in replicas.started}
+    assert violations(plane.audit_events(), identities, replicas.departures()) == []
