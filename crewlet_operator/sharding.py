@@ -61,7 +61,7 @@ import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import structlog
 
@@ -82,6 +82,8 @@ from crewlet_operator.ring import Assign, Drain, RingLabels, RingView, next_step
 __all__ = ["MemberSlots", "Membership", "ShardedBuilder", "Sharder", "Sharding", "by_namespace"]
 
 log = structlog.get_logger("crewlet_operator.sharding")
+
+K = TypeVar("K")
 
 
 SHARDER_WRITES = 32
@@ -139,8 +141,10 @@ class MemberSlots:
 
     Invariants: :attr:`covered` only holds slots every registered informer of children has
     listed in its current scope, and the gate reconciles an object only when its slot is
-    covered; ``_held[slot]`` is the number of objects of ``slot`` in the primary informers,
-    kept by their events (a handler), so that a want is computed without reading the store.
+    covered; ``_held[(member, slot)]`` is the number of objects of ``slot`` labelled for
+    ``member`` in the primary informers, kept by their events (a handler), so that a want is
+    computed without reading the store. Of a dead member's objects, which every heir's cache
+    holds until they are relabelled, only those whose heir this member is count as its own.
     """
 
     def __init__(
@@ -162,7 +166,7 @@ class MemberSlots:
         self._children: list[tuple[Informer, Scope]] = []
         self._primaries: list[tuple[Informer, Scope]] = []
         self._estates: frozenset[str] = frozenset()
-        self._held: dict[int, int] = {}
+        self._held: dict[tuple[str, int], int] = {}
         self._requested: frozenset[int] = frozenset()
         self._wanted_since: tuple[frozenset[int], float] = (frozenset(), 0.0)
         self.covered: frozenset[int] = frozenset()
@@ -193,7 +197,7 @@ class MemberSlots:
         frozenset())``), whose slots it counts and whose scope follows the wills."""
         if all(informer is not known for known, _ in self._primaries):
             self._primaries.append((informer, base))
-            informer.add_handler(_SlotCount(self._held, lambda obj: slot_of(self._key(obj))))
+            informer.add_handler(_Count(self._held, self._labelled_slot))
 
     def covers(self, obj: KubeObject) -> bool:
         """Whether the children of ``obj`` are cached, as far as its slot goes; if not, the
@@ -202,6 +206,11 @@ class MemberSlots:
             return True
         self._poked.set()
         return False
+
+    def _labelled_slot(self, obj: KubeObject) -> tuple[str, int]:
+        """The member ``obj`` is labelled for ("" for none), and its slot."""
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return str(labels.get(self._labels.shard) or ""), slot_of(self._key(obj))
 
     def holds(self, obj: KubeObject, labelled: str) -> bool:
         """Whether ``obj``, labelled for the dead member ``labelled``, is this member's by the
@@ -216,10 +225,19 @@ class MemberSlots:
         return view is not None and self._member in view.wills
 
     def wanted(self) -> frozenset[int]:
-        """The slots the ring gives this member and those of the objects it holds."""
+        """The slots the ring gives this member and those of the objects it holds: labelled
+        for it, or left to it by a will."""
         view = self._membership.view()
         ring = frozenset() if view is None else view.slots(self._member)
-        return ring | {slot for slot, count in self._held.items() if count > 0}
+        return ring | {
+            slot
+            for (member, slot), count in self._held.items()
+            if count > 0
+            and (
+                member == self._member
+                or (view is not None and view.holder(member, slot) == self._member)
+            )
+        }
 
     async def run(self) -> None:
         """Follow :meth:`wanted` every ``retry_period`` (at once when a request found its slot
@@ -262,24 +280,24 @@ class MemberSlots:
         self.covered = slots
 
 
-class _SlotCount:
-    """An informer handler that counts its objects by slot, into a dict it shares."""
+class _Count(Generic[K]):
+    """An informer handler that counts its objects by ``key``, into a dict it shares."""
 
-    def __init__(self, counts: dict[int, int], slot: Callable[[KubeObject], int]) -> None:
+    def __init__(self, counts: dict[K, int], key: Callable[[KubeObject], K]) -> None:
         self._counts = counts
-        self._slot = slot
+        self._key = key
 
     def on_add(self, obj: KubeObject, initial: bool = False) -> None:
-        slot = self._slot(obj)
-        self._counts[slot] = self._counts.get(slot, 0) + 1
+        key = self._key(obj)
+        self._counts[key] = self._counts.get(key, 0) + 1
 
     def on_update(self, old: KubeObject, new: KubeObject) -> None:
         self.on_delete(old)
         self.on_add(new)
 
     def on_delete(self, obj: KubeObject) -> None:
-        slot = self._slot(obj)
-        self._counts[slot] = self._counts.get(slot, 0) - 1
+        key = self._key(obj)
+        self._counts[key] = self._counts.get(key, 0) - 1
 
 
 class ShardedBuilder(Builder):

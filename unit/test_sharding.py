@@ -612,9 +612,10 @@ class PrimaryInformer(ChildInformer):
     def add_handler(self, handler: Any) -> None:
         self.handlers.append(handler)
 
-    def add(self, namespace: str) -> None:
+    def add(self, namespace: str, member: str = "a") -> None:
+        obj = {"metadata": {"name": "w", "namespace": namespace, "labels": {SHARD: member}}}
         for handler in self.handlers:
-            handler.on_add({"metadata": {"name": "w", "namespace": namespace}})
+            handler.on_add(obj)
 
 
 async def finish(following: Coroutine[None, None, None], children: ChildInformer) -> None:
@@ -683,6 +684,26 @@ async def test_a_members_cache_of_its_objects_widens_to_what_the_wills_leave_it(
     live.wills = {**live.wills, "w": frozenset({"a", "b"})}
     await finish(slots.follow(now=2), primary)
     assert primary.scopes == ["app=web,shard.example.com/r in (a,w)"]
+
+
+async def test_a_member_caches_the_children_of_what_it_inherits_alone() -> None:
+    """A dead member's objects are all in each heir's cache until relabelled; only those
+    whose heir this member is widen its children's informers."""
+    ring = HashRing(["a", "b"])
+    live = Live("a", "b", wills={"dead": frozenset({"a", "b"})})
+    slots = member_slots(live)
+    children, primary = ChildInformer(), PrimaryInformer()
+    slots.add_children(cast(Informer, children), Scope(label_selector="app=web"))
+    slots.add_primary(cast(Informer, primary), Scope(label_selector="app=web"))
+    mine_by_will = next(f"t-{i}" for i in range(200) if ring.slot_owner(slot_of(f"t-{i}")) == "a")
+    theirs_by_will = next(f"t-{i}" for i in range(200) if ring.slot_owner(slot_of(f"t-{i}")) == "b")
+    primary.add(mine_by_will, member="dead")
+    primary.add(theirs_by_will, member="dead")
+    assert slots.wanted() == ring.slots("a")
+    assert slot_of(mine_by_will) in slots.wanted()
+    assert slot_of(theirs_by_will) not in slots.wanted()
+    primary.add(theirs_by_will, member="a")  # labelled for a: moving to it
+    assert slot_of(theirs_by_will) in slots.wanted()
 
 
 async def test_a_member_narrows_its_slots_once_they_have_settled() -> None:
