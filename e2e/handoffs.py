@@ -4,7 +4,7 @@ writer of each primary object (and of what it owns) changes only at a handoff.""
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 Object = dict[str, Any]
@@ -16,7 +16,7 @@ def moment(stamp: str) -> datetime.datetime:
 
 def handoff_violations(
     events: list[Object],
-    replicas: set[str],
+    replicas: Mapping[str, str],
     departures: dict[str, datetime.datetime],
     *,
     object_of: Callable[[Object], str | None],
@@ -26,17 +26,18 @@ def handoff_violations(
     """Where an object's writer changed other than through a handoff (empty: none).
 
     ``events`` are the API server's audit events, ``replicas`` the user agents of the replicas
-    (writes by anyone else are the test's own), ``departures`` when each replica that left was
-    killed or told to stop (after it, it may be gone without a handoff). ``object_of`` names the
+    (writes by anyone else are the test's own), each with its member Lease's name,
+    ``departures`` when each replica that left was killed or told to stop (after it, it may be
+    gone without a handoff). ``object_of`` names the
     primary object an audited write is about (None: none), ``primary`` is the primary kind's
     plural, ``sharder`` the field manager of the sharder's label writes.
 
     A writer may follow another only if the previous writer's last write was its
     acknowledgement of a drain (a patch of the primary object itself), and the sharder labelled
     the object in between; or if it had left before the next one's first write, and the sharder
-    labelled the object, or wrote a will (a patch of a Lease), in between."""
+    labelled the object, or wrote its will (a patch of its member Lease), in between."""
     wills = [
-        moment(event["stageTimestamp"])
+        (event["objectRef"].get("name"), moment(event["stageTimestamp"]))
         for event in events
         if event.get("verb") == "patch"
         and event["objectRef"].get("resource") == "leases"
@@ -71,7 +72,10 @@ def handoff_violations(
                 left = departures.get(writer)
                 at = moment(event["stageTimestamp"])
                 dead = left is not None and at > left
-                willed = dead and any(left is not None and left < will <= at for will in wills)
+                willed = any(
+                    lease == replicas[writer] and left is not None and left < will <= at
+                    for lease, will in wills
+                )
                 if not (acknowledged or dead) or not (labelled_since or willed):
                     violations.append(
                         f"{key}: {writer} then {agent} at {event['stageTimestamp']} "

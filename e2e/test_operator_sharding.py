@@ -277,7 +277,7 @@ async def test_three_replicas_share_the_companies_and_pick_up_a_killed_ones(
     known = {*companies(), (first_ns, "first"), (second_ns, "second")}
     violations = handoff_violations(
         plane.audit_events(),
-        set(agents.values()),
+        {agents[replica]: member for member, replica in members.items()},
         left,
         object_of=object_of(known),
         primary="companies",
