@@ -380,9 +380,11 @@ def pinned_to(member: str) -> tuple[Object, Object]:
             "validations": [
                 {
                     "expression": (
-                        f"!has(oldObject.metadata.labels) || oldObject.metadata.labels[?'{SHARD}']"
-                        f" != optional.of('{member}') || (has(object.metadata.labels) && "
-                        f"object.metadata.labels[?'{SHARD}'] == optional.of('{member}'))"
+                        f"!has(oldObject.metadata.labels) || !('{SHARD}' in "
+                        f"oldObject.metadata.labels) || oldObject.metadata.labels['{SHARD}'] != "
+                        f"'{member}' || (has(object.metadata.labels) && '{SHARD}' in "
+                        f"object.metadata.labels && object.metadata.labels['{SHARD}'] == "
+                        f"'{member}')"
                     ),
                     "message": "pinned",
                 }
@@ -427,7 +429,13 @@ async def test_a_dead_members_heirs_write_its_widgets_before_any_relabel(
     async def refused() -> bool:
         relabel = {"metadata": {"labels": {SHARD: survivor}}}
         try:
-            await admin.patch(WIDGET, name, relabel, ns, dry_run=True)
+            await admin.request(
+                "PATCH",
+                WIDGET.path(ns, name),
+                body=relabel,
+                content_type="application/merge-patch+json",
+                query={"dryRun": "All"},
+            )
         except ApiError:
             return True
         return False
