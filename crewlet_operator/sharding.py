@@ -519,10 +519,23 @@ class Membership:
         return True
 
     async def run(self) -> None:
-        """Observe every ``retry_period`` until cancelled."""
+        """Observe every ``retry_period`` until cancelled, and right after a live member's
+        Lease would expire unless renewed, if that comes first."""
         while True:
             await self.observe()
-            await asyncio.sleep(self._retry_period)
+            await asyncio.sleep(self.next_list_in(time.monotonic()))
+
+    def next_list_in(self, now: float) -> float:
+        """Seconds until the next list: ``retry_period``, or just past the moment the first
+        live member's Lease expires unless it changes, if sooner, so that a dead member is
+        found dead (and its will written) without waiting for another period."""
+        left = self._seen.expires_in(now)
+        return self._retry_period if left is None else min(self._retry_period, left + EXPIRY_MARGIN)
+
+
+EXPIRY_MARGIN = 0.05
+"""Seconds past a Lease's expiry at which it is listed again: past it, so the list judges it
+expired, by the same clock."""
 
 
 def _heirs(annotation: str) -> frozenset[str]:

@@ -43,6 +43,7 @@ from crewlet_operator.ring import (
     slot_of,
 )
 from crewlet_operator.sharding import (
+    EXPIRY_MARGIN,
     SHARDER_WRITES,
     SLOT_WAIT,
     Gate,
@@ -776,6 +777,24 @@ async def test_membership_judges_at_its_last_successful_list(
     client.fail = False
     assert await membership.observe()
     assert membership.live() == frozenset({"a"})
+
+
+async def test_membership_lists_again_right_after_a_lease_would_expire(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [100.0]
+    monkeypatch.setattr("crewlet_operator.sharding.time.monotonic", lambda: now[0])
+    client = Recorder([lease("a", "t1")])
+    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=2)
+    assert membership.next_list_in(100.0) == 2, "nothing listed: the period"
+    assert await membership.observe()
+    assert membership.next_list_in(100.0) == 2
+    # a's Lease has not changed for 14 s: it expires in 1 s unless renewed.
+    assert membership.next_list_in(114.0) == pytest.approx(1 + EXPIRY_MARGIN)
+    now[0] = 115.0 + EXPIRY_MARGIN
+    assert await membership.observe()
+    assert membership.live() == frozenset(), "listed just past the expiry: dead"
+    assert membership.next_list_in(now[0]) == 2
 
 
 async def test_membership_reads_the_wills_and_versions_of_the_leases() -> None:
