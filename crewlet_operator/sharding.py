@@ -172,7 +172,9 @@ class MemberSlots:
         self.covered: frozenset[int] = frozenset()
         """The slots whose children every informer of children holds."""
         self._poked = asyncio.Event()
+        self._listed = asyncio.Event()
         membership.notify(self._poked)
+        membership.notify(self._listed)
 
     def scope(self, base: Scope, slots: frozenset[int]) -> Scope:
         """``base`` narrowed to ``slots`` (to none when empty: no slot is named ``none``)."""
@@ -218,6 +220,12 @@ class MemberSlots:
         view = self._membership.view()
         return view is not None and view.holder(labelled, slot_of(self._key(obj))) == self._member
 
+    def awaits_will(self, labelled: str) -> bool:
+        """Whether ``labelled`` was found dead and has no will yet, as last listed: its
+        objects may fall to this member in a moment."""
+        view = self._membership.view()
+        return view is not None and labelled in view.unwilled()
+
     def willed(self) -> bool:
         """Whether this member's own Lease carries a will: it was found dead (or a will was
         written by hand), so its heirs write its objects, and it writes nothing."""
@@ -240,28 +248,47 @@ class MemberSlots:
         }
 
     async def run(self) -> None:
-        """Follow :meth:`wanted` every ``retry_period`` (at once when a request found its slot
-        missing, or the ring's Leases were listed), until cancelled."""
+        """Follow the wills (:meth:`follow_wills`, at each list of the ring's Leases) and
+        :meth:`wanted` (:meth:`follow`, every ``retry_period``, at once when a request found
+        its slot missing or the Leases were listed) in two loops, so that a long list of
+        children never holds up a dead member's objects, until cancelled."""
+        wills = asyncio.create_task(self._follow_wills_at_each_list(), name="member wills")
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._retry_period):
+                        await self._poked.wait()
+                self._poked.clear()
+                await self.follow(time.monotonic())
+        finally:
+            await cancel_and_wait(wills)
+
+    async def _follow_wills_at_each_list(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._retry_period):
-                    await self._poked.wait()
-            self._poked.clear()
-            await self.follow(time.monotonic())
+            await self._listed.wait()
+            self._listed.clear()
+            await self.follow_wills()
+
+    async def follow_wills(self) -> None:
+        """Keep the primary informers on this member's label and the dead members' whose
+        objects may fall to it: those whose wills lead to it, and those found dead with no
+        will yet (caching writes nothing, and the gate waits for the will), so that their
+        objects are cached by the time the will comes."""
+        view = self._membership.view()
+        estates = frozenset() if view is None else view.estates(self._member) | view.unwilled()
+        if estates == self._estates:
+            return
+        self._estates = estates
+        for informer, base in self._primaries:
+            informer.rescope(self.primary_scope(base, estates))
+        for informer, _ in self._primaries:
+            await informer.wait_for_scope()
+        log.info("inheriting", estates=sorted(estates), member=self._member)
+        self._poked.set()  # what it holds may have changed, and with it the slots it wants
 
     async def follow(self, now: float) -> None:
-        """Widen the primary informers to the estates the wills give this member; widen the
-        informers of children to what is wanted now, or narrow them to it once it has not
-        changed for ``settle`` seconds; mark the slots covered once listed."""
-        view = self._membership.view()
-        estates = frozenset() if view is None else view.estates(self._member)
-        if estates != self._estates:
-            self._estates = estates
-            for informer, base in self._primaries:
-                informer.rescope(self.primary_scope(base, estates))
-            for informer, _ in self._primaries:
-                await informer.wait_for_scope()
-            log.info("inheriting", estates=sorted(estates), member=self._member)
+        """Widen the informers of children to what is wanted now, or narrow them to it once
+        it has not changed for ``settle`` seconds; mark the slots covered once listed."""
         wanted = self.wanted()
         if wanted != self._wanted_since[0]:
             self._wanted_since = (wanted, now)
@@ -419,7 +446,8 @@ class Gate:
     async def reconcile(self, request: Request) -> Result | None:
         """Reconcile ``request`` if its object, as cached, is labelled for this member and not
         draining, or is labelled for a dead member whose will leads to this one, once its
-        children are cached (else again in :data:`SLOT_WAIT` seconds); acknowledge a drain;
+        children are cached (else again in :data:`SLOT_WAIT` seconds, as while a dead
+        member's will is awaited); acknowledge a drain;
         leave anything else alone, and everything once this member has a will itself."""
         obj = self._cache.get(self._resource, request.name, request.namespace)
         if obj is None or self._slots.willed():
@@ -431,7 +459,11 @@ class Gate:
             if self._drain in labels:
                 await self._acknowledge(request, str(labels[self._drain]))
                 return None
-        elif labelled is None or not self._slots.holds(obj, str(labelled)):
+        elif labelled is None:
+            return None
+        elif self._slots.awaits_will(str(labelled)):
+            return Result(requeue_after=SLOT_WAIT)  # its will may leave it to this member
+        elif not self._slots.holds(obj, str(labelled)):
             return None
         if not self._slots.covers(obj):
             return Result(requeue_after=SLOT_WAIT)
@@ -470,6 +502,8 @@ class Membership:
         self._retry_period = retry_period
         self._seen = RivalLeases(namespace, "")  # no Lease is named "": none left out
         self._view: RingView | None = None
+        self._awaiting_will = 0
+        """The lists in a row that found a dead member without a will."""
         self.versions: dict[str, str] = {}
         """Each listed Lease's ``resourceVersion``, at which it was judged."""
         self.changed = asyncio.Event()
@@ -514,6 +548,7 @@ class Membership:
             leases=frozenset(self.versions),
             wills=wills,
         )
+        self._awaiting_will = self._awaiting_will + 1 if self._view.unwilled() else 0
         for event in self._listeners:
             event.set()
         return True
@@ -528,10 +563,19 @@ class Membership:
     def next_list_in(self, now: float) -> float:
         """Seconds until the next list: ``retry_period``, or just past the moment the first
         live member's Lease expires unless it changes, if sooner, so that a dead member is
-        found dead (and its will written) without waiting for another period."""
+        found dead (and its will written) without waiting for another period; and while a
+        member found dead has no will yet (the sharder writes it at once), a quarter period,
+        for :data:`WILL_LISTS` lists, so that the heirs learn of it soon after."""
         left = self._seen.expires_in(now)
-        return self._retry_period if left is None else min(self._retry_period, left + EXPIRY_MARGIN)
+        wait = self._retry_period if left is None else min(self._retry_period, left + EXPIRY_MARGIN)
+        if 0 < self._awaiting_will <= WILL_LISTS:
+            wait = min(wait, self._retry_period / 4)
+        return wait
 
+
+WILL_LISTS = 8
+"""How many lists a quarter period apart (two periods in all) wait for a dead member's will
+before the period applies again (no sharder may be running to write it)."""
 
 EXPIRY_MARGIN = 0.05
 """Seconds past a Lease's expiry at which it is listed again: past it, so the list judges it

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from crewlet_operator.sharding import (
     EXPIRY_MARGIN,
     SHARDER_WRITES,
     SLOT_WAIT,
+    WILL_LISTS,
     Gate,
     Membership,
     MemberSlots,
@@ -560,6 +562,13 @@ async def test_the_gate_reconciles_what_a_will_leaves_to_its_member() -> None:
     assert reconciled == [(heir, "willed")]
     assert other != heir
     assert client.patches == [], "a drain left by the dead member is not acknowledged"
+    # Labelled for a member found dead whose will is not written yet: tried again shortly.
+    waiting = Live("a", "b")
+    waiting.dead = frozenset({"dying"})
+    slots = member_slots(waiting, member=heir)
+    slots.covered = frozenset(range(SLOTS))
+    gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, member=heir, slots=slots)
+    assert await gate.reconcile(Request("ns", "unwilled")) == Result(requeue_after=SLOT_WAIT)
     # A member whose own Lease carries a will (written by hand: a live member never gets one
     # from the sharder) writes nothing: its heirs do.
     cache.objects["mine"] = widget("mine", **{SHARD: heir, DRAIN: "true"})
@@ -577,10 +586,12 @@ class Live:
     def __init__(self, *members: str, wills: dict[str, frozenset[str]] | None = None) -> None:
         self.members = frozenset(members)
         self.wills = wills or {}
+        self.dead: frozenset[str] = frozenset()
+        """Members found dead with no will yet."""
         self.changed = asyncio.Event()
 
     def view(self) -> RingView:
-        leases = self.members | self.wills.keys()
+        leases = self.members | self.wills.keys() | self.dead
         return RingView(live=self.members, leases=leases, wills=self.wills)
 
     def notify(self, event: asyncio.Event) -> None:
@@ -677,14 +688,18 @@ async def test_a_members_cache_of_its_objects_widens_to_what_the_wills_leave_it(
     slots = member_slots(live)
     primary = PrimaryInformer()
     slots.add_primary(cast(Informer, primary), Scope(label_selector="app=web"))
-    await slots.follow(now=0)
+    await slots.follow_wills()
     assert primary.scopes == []
     live.wills = {"x": frozenset({"b"}), "y": frozenset({"x", "b"}), "z": frozenset({"y"})}
-    await slots.follow(now=1)
+    await slots.follow_wills()
     assert primary.scopes == []
     live.wills = {**live.wills, "w": frozenset({"a", "b"})}
-    await finish(slots.follow(now=2), primary)
+    await finish(slots.follow_wills(), primary)
     assert primary.scopes == ["app=web,shard.example.com/r in (a,w)"]
+    # A member found dead with no will yet is cached at once: its will may name a.
+    live.dead = frozenset({"v"})
+    await finish(slots.follow_wills(), primary)
+    assert primary.scopes[-1] == "app=web,shard.example.com/r in (a,v,w)"
 
 
 async def test_a_member_caches_the_children_of_what_it_inherits_alone() -> None:
@@ -794,7 +809,20 @@ async def test_membership_lists_again_right_after_a_lease_would_expire(
     now[0] = 115.0 + EXPIRY_MARGIN
     assert await membership.observe()
     assert membership.live() == frozenset(), "listed just past the expiry: dead"
-    assert membership.next_list_in(now[0]) == 2
+    assert membership.next_list_in(now[0]) == 0.5, "its will awaited: a quarter period"
+
+
+async def test_membership_lists_quickly_while_a_dead_member_awaits_its_will() -> None:
+    client = Recorder([lease("a", "t1"), lease("dead", "t0", holder="")])
+    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=2)
+    quick = []
+    for _ in range(WILL_LISTS + 1):
+        assert await membership.observe()
+        quick.append(membership.next_list_in(time.monotonic()))
+    assert quick == [0.5] * WILL_LISTS + [2], "a quarter period, then the period again"
+    client.leases[1] = lease("dead", "t0", holder="", **{KEYS_R.heirs: "a"})
+    assert await membership.observe()
+    assert membership.next_list_in(time.monotonic()) == 2
 
 
 async def test_membership_reads_the_wills_and_versions_of_the_leases() -> None:
