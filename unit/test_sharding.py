@@ -837,6 +837,25 @@ async def test_membership_reads_the_wills_and_versions_of_the_leases() -> None:
     assert membership.versions == {"a": "a-t1", "dead": "dead-t0"}
 
 
+def sharder_over(client: Recorder, membership: Membership, objects: int, **labels: str) -> Sharder:
+    """A sharder whose cache holds ``objects`` Widgets with ``labels``, each in a namespace of
+    its own (``ns-<i>``)."""
+    sharder = Sharder(
+        cast(Client, client),
+        CONFIG_MAP,
+        Scope(),
+        labels=KEYS_R,
+        membership=membership,
+        key=by_namespace,
+        retry_period=1,
+    )
+    for i in range(objects):
+        obj = widget(f"w{i}", **labels)
+        obj["metadata"] = {**obj["metadata"], "namespace": f"ns-{i}"}  # type: ignore[dict-item]
+        sharder._informer.store.put(obj)
+    return sharder
+
+
 async def test_the_sharder_writes_a_dead_members_will_then_relabels_and_forgets_it() -> None:
     """A dead member without a will gets one, at the version it was judged dead by, naming
     the live members; in the same pass its objects are relabelled for the heirs the will
@@ -862,19 +881,7 @@ async def test_the_sharder_writes_a_dead_members_will_then_relabels_and_forgets_
         return {}
 
     client.patch = bequeathed  # type: ignore[method-assign]
-    sharder = Sharder(
-        cast(Client, client),
-        CONFIG_MAP,
-        Scope(),
-        labels=KEYS_R,
-        membership=membership,
-        key=by_namespace,
-        retry_period=1,
-    )
-    for i in range(20):
-        obj = widget(f"w{i}", **{SHARD: "dead"})
-        obj["metadata"] = {**obj["metadata"], "namespace": f"ns-{i}"}  # type: ignore[dict-item]
-        sharder._informer.store.put(obj)
+    sharder = sharder_over(client, membership, 20, **{SHARD: "dead"})
     assert await sharder.shard_pass() == 1 + 20 + 1
     will = client.patches[0]
     assert will == (
@@ -918,20 +925,8 @@ async def test_the_sharder_writes_its_labels_several_at_a_time() -> None:
     client = SlowRecorder([lease("a", "t1"), lease("b", "t1")])
     membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1)
     assert await membership.observe()
-    sharder = Sharder(
-        cast(Client, client),
-        CONFIG_MAP,
-        Scope(),
-        labels=KEYS_R,
-        membership=membership,
-        key=by_namespace,
-        retry_period=1,
-    )
     objects = 3 * SHARDER_WRITES
-    for i in range(objects):
-        obj = widget(f"w{i}")
-        obj["metadata"] = {**obj["metadata"], "namespace": f"ns-{i}"}  # type: ignore[dict-item]
-        sharder._informer.store.put(obj)
+    sharder = sharder_over(client, membership, objects)
     assert await sharder.shard_pass() == objects
     assert client.most_in_flight == SHARDER_WRITES
     assigned = {name: patch["metadata"] for name, patch in client.patches}
