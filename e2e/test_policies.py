@@ -68,7 +68,7 @@ from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import Resource
 from crewlet_operator.reconcile import Request
-from crewlet_operator.ring import HashRing, RingLabels, member_name, slot_of
+from crewlet_operator.ring import HashRing, RingLabels, RingView, member_name, slot_of
 from crewlet_operator.sharding import Gate, Membership, MemberSlots, Sharder, by_namespace
 from crewlet_operator_daemon import ClusterFacts, Observed, desired_children
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
@@ -2595,8 +2595,11 @@ class Ring:
         self.members = frozenset(live)
         self.changed = asyncio.Event()
 
-    def live(self) -> frozenset[str] | None:
-        return self.members
+    def view(self) -> RingView:
+        return RingView(live=self.members, leases=self.members)
+
+    def notify(self, event: asyncio.Event) -> None:
+        pass
 
     def become(self, *live: str) -> None:
         self.members = frozenset(live)
