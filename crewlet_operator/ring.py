@@ -123,6 +123,16 @@ class HashRing:
         return frozenset(slot for slot in range(SLOTS) if self.slot_owner(slot) == member)
 
 
+def will_text(heirs: Iterable[str]) -> str:
+    """A will's annotation value: the heirs' names, sorted, comma separated."""
+    return ",".join(sorted(heirs))
+
+
+def will_heirs(text: str) -> frozenset[str]:
+    """The heirs a will's annotation value names (:func:`will_text`'s inverse)."""
+    return frozenset(name for name in text.split(",") if name)
+
+
 @functools.lru_cache(maxsize=64)
 def ring_of(members: frozenset[str]) -> HashRing:
     """The ring of ``members``, built once per set: every decision of a pass asks it."""

@@ -77,7 +77,16 @@ from crewlet_operator.objects import KubeObject
 from crewlet_operator.predicate import Predicate
 from crewlet_operator.rbac import PolicyRule
 from crewlet_operator.reconcile import ReconcileFunc, Reconciler, Request, Result, as_reconcile_func
-from crewlet_operator.ring import Assign, Drain, RingLabels, RingView, next_step, slot_of
+from crewlet_operator.ring import (
+    Assign,
+    Drain,
+    RingLabels,
+    RingView,
+    next_step,
+    slot_of,
+    will_heirs,
+    will_text,
+)
 
 __all__ = ["MemberSlots", "Membership", "ShardedBuilder", "Sharder", "Sharding", "by_namespace"]
 
@@ -447,8 +456,8 @@ class Gate:
         """Reconcile ``request`` if its object, as cached, is labelled for this member and not
         draining, or is labelled for a dead member whose will leads to this one, once its
         children are cached (else again in :data:`SLOT_WAIT` seconds, as while a dead
-        member's will is awaited); acknowledge a drain;
-        leave anything else alone, and everything once this member has a will itself."""
+        member's will is awaited); acknowledge a drain; leave anything else alone, and
+        everything once this member has a will itself."""
         obj = self._cache.get(self._resource, request.name, request.namespace)
         if obj is None or self._slots.willed():
             return None  # gone, or another member's: nothing of it is ours to write
@@ -523,10 +532,6 @@ class Membership:
         """The ring at the last successful list; None until the first."""
         return self._view
 
-    def live(self) -> frozenset[str] | None:
-        """The live members' names; None until the first successful list."""
-        return None if self._view is None else self._view.live
-
     async def observe(self) -> bool:
         """List the ring's Leases once; False when the list failed."""
         try:
@@ -538,7 +543,7 @@ class Membership:
         self._seen.observe(listed.items, now)
         metas = [lease.get("metadata") or {} for lease in listed.items]
         wills = {
-            str(meta.get("name")): _heirs(str(annotations[self._labels.heirs]))
+            str(meta.get("name")): will_heirs(str(annotations[self._labels.heirs]))
             for meta in metas
             if self._labels.heirs in (annotations := meta.get("annotations") or {})
         }
@@ -580,11 +585,6 @@ before the period applies again (no sharder may be running to write it)."""
 EXPIRY_MARGIN = 0.05
 """Seconds past a Lease's expiry at which it is listed again: past it, so the list judges it
 expired, by the same clock."""
-
-
-def _heirs(annotation: str) -> frozenset[str]:
-    """The members a will names (its annotation: comma-separated names)."""
-    return frozenset(name for name in annotation.split(",") if name)
 
 
 class Sharder:
@@ -675,7 +675,7 @@ class Sharder:
         patch = {
             "metadata": {
                 "resourceVersion": version,
-                "annotations": {self._labels.heirs: ",".join(sorted(live))},
+                "annotations": {self._labels.heirs: will_text(live)},
             }
         }
         try:
