@@ -7,6 +7,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RUN_DIR ?= .run
+# Where make release-rehearsal writes what it made (the notes, the SBOM, summary.json).
+REHEARSAL_DIR ?= $(RUN_DIR)/release-rehearsal
 # The operator image: IMG=<registry>/crewlet-operator:<tag>
 IMG ?= ghcr.io/crewlet/crewlet-operator:v0.1.0
 IMG_REPOSITORY = $(shell echo '$(IMG)' | sed -E 's/:[^:/]+$$//')
@@ -54,7 +56,7 @@ unit: venv tools promtool ## Tests that need no API server (the chart's tests ru
 
 .PHONY: promtool
 promtool: ## Build promtool for the alerts' tests (once, minutes, into ~/.cache/crewlet-operator/bin/tools)
-	bash hack/promtool.sh
+	bash hack/go-tool.sh promtool
 
 .PHONY: e2e
 e2e: venv bins ## Tests against a real local control plane (e2e/ and the examples' suites)
@@ -113,6 +115,21 @@ helm-deploy: venv tools ## Install or upgrade the chart with image IMG into the 
 	$(HELM) upgrade --install crewlet-operator charts/crewlet-operator \
 		--namespace $(NAMESPACE) --create-namespace \
 		--set image.repository=$(IMG_REPOSITORY) --set image.tag=$(IMG_TAG) --wait
+
+.PHONY: lock
+lock: venv ## Lock the image's Python dependencies with their hashes (requirements/image.txt)
+	$(BIN)/uv pip compile requirements/image.in --quiet --generate-hashes \
+		--python-version 3.11 --python-platform linux \
+		--no-emit-package crewlet-operator --no-emit-package crewlet-operator-daemon \
+		--custom-compile-command "make lock" -o requirements/image.txt
+
+.PHONY: release-tools
+release-tools: ## Build crane, cosign and syft for the release (once, many minutes, into ~/.cache/crewlet-operator/bin/tools)
+	for tool in crane cosign syft; do bash hack/go-tool.sh $$tool > /dev/null; done
+
+.PHONY: release-rehearsal
+release-rehearsal: venv tools release-tools ## The release end to end here: a loopback registry, helm push, cosign, an SBOM, helm install oci:// (needs root)
+	$(BIN)/python hack/release.py rehearse --out $(REHEARSAL_DIR)
 
 .PHONY: fmt
 fmt: venv ## Format and fix what ruff can
