@@ -131,6 +131,10 @@ release-tools: ## Build crane, cosign and syft for the release (once, many minut
 release-rehearsal: venv tools release-tools ## The release end to end here: a loopback registry, helm push, cosign, an SBOM, helm install oci:// (needs root)
 	$(BIN)/python hack/release.py rehearse --out $(REHEARSAL_DIR)
 
+.PHONY: dashboard-picture
+dashboard-picture: venv bins ## Draw docs/images/dashboard.png: the dashboard's queries on a live operator, asked of a real Prometheus (~5 minutes)
+	$(BIN)/python hack/dashboard_picture.py
+
 .PHONY: fmt
 fmt: venv ## Format and fix what ruff can
 	$(BIN)/ruff format .

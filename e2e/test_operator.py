@@ -59,6 +59,7 @@ from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually, no_namespace_terminating
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator_daemon.checkpoint import ANNOTATION
+from crewlet_operator_daemon.class_controller import write_status
 from crewlet_operator_daemon.controller import WRITTEN_RESOURCES
 from crewlet_operator_daemon.naming import CONFIG_HASH_ANNOTATION as CONFIG_HASH
 from crewlet_operator_daemon.naming import MANAGED_BY_SELECTOR
@@ -710,3 +711,22 @@ async def test_the_alerts_and_the_dashboard_read_only_metrics_the_operator_expor
     }
     assert missing == {}, missing
     assert all(metric_names(expr) for expr in queries.values()), "each query reads a metric"
+
+
+async def test_a_status_for_a_company_deleted_meanwhile_is_moot_not_an_error(
+    kube_client: Client, namespace: str
+) -> None:
+    """A company deleted while its reconcile runs: the status write meets 404, which ends the
+    reconcile (as controller-runtime's ``client.IgnoreNotFound``) instead of failing it and
+    retrying with backoff, which counted a reconcile error for each deletion in flight."""
+    status = {"observedGeneration": 1}
+    here = {"name": "here", "namespace": namespace}
+    await kube_client.create(COMPANY, company(namespace, "here", "standard"))
+    assert await write_status(kube_client, COMPANY, here, status) is True
+    assert (await kube_client.get(COMPANY, "here", namespace))["status"] == status
+    await kube_client.delete(COMPANY, "here", namespace)
+    await eventually(
+        lambda: _none(kube_client.get_or_none(COMPANY, "here", namespace)),
+        message="the company gone",
+    )
+    assert await write_status(kube_client, COMPANY, here, status) is False

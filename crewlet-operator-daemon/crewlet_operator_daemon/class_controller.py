@@ -15,6 +15,7 @@ from crewlet_operator import (
     InformerOptions,
     Manager,
     NamedObjects,
+    NotFoundError,
     Request,
     Resource,
     Result,
@@ -70,18 +71,24 @@ async def read_references(
     return found, unreadable
 
 
-async def write_status(client: Client, resource: Resource, meta: Object, status: Object) -> None:
+async def write_status(client: Client, resource: Resource, meta: Object, status: Object) -> bool:
     """Apply an object's status (the client falls back to a merge patch where apply cannot
-    type the stored object)."""
-    await client.apply_status(
-        resource,
-        {
-            "apiVersion": resource.api_version,
-            "kind": resource.kind,
-            "metadata": meta,
-            "status": status,
-        },
-    )
+    type the stored object); False when the object is gone. A status for an object deleted
+    since it was read is moot, not a failure: its delete event ends its reconciles, as
+    controller-runtime's ``client.IgnoreNotFound`` ends them."""
+    try:
+        await client.apply_status(
+            resource,
+            {
+                "apiVersion": resource.api_version,
+                "kind": resource.kind,
+                "metadata": meta,
+                "status": status,
+            },
+        )
+    except NotFoundError:
+        return False
+    return True
 
 
 class EngineClassController:

@@ -155,7 +155,8 @@ class CompanyWriter:
             meta = {"name": name(company), "namespace": namespace(company)}
             # Told first: the echo can beat the write's answer to this process.
             self.status_echoes.wrote(key, plan.status)
-            await write_status(self.client, COMPANY, meta, plan.status)
+            if not await write_status(self.client, COMPANY, meta, plan.status):
+                return  # deleted meanwhile: nothing to announce, nothing to come back for
             if step.news and decided is not None:
                 self._announce(company, decided)
         if step.order is Order.VERDICT_FIRST:

@@ -1,0 +1,37 @@
+"""Every panel of the chart's Grafana dashboard shows data from a live operator, asked of a
+real Prometheus that scrapes it as the chart's ServiceMonitor does (hack/dashboard_picture.py,
+which `make dashboard-picture` runs to draw docs/images/dashboard.png).
+
+e2e/test_operator.py checks that each query names a metric the operator exports; this checks
+that each query, labels, functions and all, answers with series."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "hack" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+dashboard_picture = _load("dashboard_picture")
+
+
+@pytest.mark.timeout(900)
+def test_every_panel_of_the_dashboard_shows_data(tmp_path: Path) -> None:
+    picture = tmp_path / "dashboard.png"
+    # 60 s of tenants at work: the rate() panels need two scrapes, the refusals one company.
+    dashboard_picture.watch(60, picture)
+    assert picture.stat().st_size > 50_000
