@@ -2,7 +2,7 @@
 fires on the series that should fire it, at the time its ``for`` says, with its labels and text,
 and not on one that should not (unit/alerts/crewlet-operator-alerts-test.yaml).
 
-promtool is built from the Go module proxy by ``make promtool` (hack/go-tool.sh)` (part of ``make unit``)."""
+promtool is built from the Go module proxy by ``make promtool`` (part of ``make unit``)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def promtool() -> Path:
     cache = Path(os.environ.get("CREWLET_CACHE", Path.home() / ".cache" / "crewlet-operator"))
     found = Path(os.environ.get("CREWLET_TOOLS_DIR", cache / "bin" / "tools")) / "promtool"
     if not found.is_file():
-        pytest.fail(f"promtool is missing at {found}: build it with `make promtool` (hack/go-tool.sh)")
+        pytest.fail(f"promtool is missing at {found}: build it with `make promtool`")
     return found
 
 
