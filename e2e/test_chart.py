@@ -15,14 +15,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import importlib.util
 import json
 import os
-import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -38,6 +35,7 @@ from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.serving import DelegatingAuth, UserInfo
 from crewlet_operator_daemon import ClusterFacts, Observed, desired_children
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from hack import chart_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "crewlet-operator"
@@ -136,18 +134,6 @@ async def adopt_crds(client: Client, tools: Tools) -> None:
             {"meta.helm.sh/release-name": RELEASE, "meta.helm.sh/release-namespace": RELEASE_NS}
         )
     await install_crds(client, crds, field_manager="chart-test")
-
-
-def _load_hack(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "hack" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-chart_schema = _load_hack("chart_schema")
 
 
 PROMETHEUS_OPERATOR_CRDS = (

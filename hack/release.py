@@ -42,7 +42,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import yaml
@@ -309,8 +309,8 @@ def install_yaml(tools: Tools, package: Path, version: str, kubernetes: str, out
 
 
 @dataclass(frozen=True)
-class Release:
-    """What a release published: the facts its notes are written from."""
+class Facts:
+    """What a release is, and where it goes: what it starts from and what its notes name."""
 
     version: str
     kubernetes: str
@@ -318,12 +318,30 @@ class Release:
     kind_kubernetes: str | None
     """The Kubernetes version of the kind cluster the operator and its engine ran on, if any."""
     operator_image: str
+    """The operator's image repository, pushed at ``image_digest`` before publishing."""
     image_digest: str
     chart_repository: str
-    chart_digest: str
     engine_copy: str
+
+
+@dataclass(frozen=True)
+class Plan(Facts):
+    """What :func:`publish` is asked to do."""
+
+    engine_source: str
+    """Crewlet's engine CI tested, by digest."""
+    signer: Signer
+    engine_signer: Signer
+
+
+@dataclass(frozen=True)
+class Release(Facts):
+    """What a release published: the facts its notes are written from."""
+
+    chart_digest: str
     engine_digest: str
     engine_source: str
+    """The engine's repository, as Crewlet publishes it."""
     engine_revision: str
     signed_by: str
     """How to check the signatures: the cosign flags that name the signer."""
@@ -388,24 +406,6 @@ helm install {RELEASE} oci://{r.chart_repository}/{RELEASE} \\
 """
 
 
-@dataclass(frozen=True)
-class Plan:
-    """Where a release goes and what it starts from."""
-
-    version: str
-    kubernetes: str
-    kind_kubernetes: str | None
-    operator_image: str
-    """The operator's image repository, already pushed at ``image_digest``."""
-    image_digest: str
-    chart_repository: str
-    engine_source: str
-    """Crewlet's engine CI tested, by digest."""
-    engine_copy: str
-    signer: Signer
-    engine_signer: Signer
-
-
 def publish(tools: Tools, plan: Plan, out: Path) -> Release:
     """Sign the image and attach its SBOM, push and sign the chart, verify and copy the
     engine, and write install.yaml and the notes into ``out``."""
@@ -433,14 +433,8 @@ def publish(tools: Tools, plan: Plan, out: Path) -> Release:
 
     install_yaml(tools, package, plan.version, plan.kind_kubernetes or plan.kubernetes, out)
     release = Release(
-        version=plan.version,
-        kubernetes=plan.kubernetes,
-        kind_kubernetes=plan.kind_kubernetes,
-        operator_image=plan.operator_image,
-        image_digest=plan.image_digest,
-        chart_repository=plan.chart_repository,
+        **{f.name: getattr(plan, f.name) for f in fields(Facts)},
         chart_digest=chart_digest,
-        engine_copy=plan.engine_copy,
         engine_digest=engine_digest,
         engine_source=repository_of(plan.engine_source),
         engine_revision=engine_revision(tools, plan.engine_source),

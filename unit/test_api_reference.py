@@ -11,17 +11,16 @@ hack/api_reference.py, as ``make docs`` builds it (there from the installed whee
 from __future__ import annotations
 
 import importlib
-import sys
 import warnings
 from pathlib import Path
 
 import pdoc.doc
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "hack"))
+from hack.api_reference import build, documented
 
-from api_reference import build, documented  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+
 
 # Each guide: the module whose docstring it is, and the sections it must have.
 GUIDES = {

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "hack"))
-
-from chart_readme import CHART, README, documented, render  # noqa: E402
+from hack.chart_readme import CHART, README, documented, render
 
 
 def leaves(node: Any, prefix: str = "") -> list[str]:

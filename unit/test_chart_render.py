@@ -9,20 +9,18 @@ every refusal happens at render time with a message that says why.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
 from crewlet_operator.envtest import binaries
+from hack import chart_crds, chart_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "crewlet-operator"
@@ -56,19 +54,6 @@ ALL_FEATURES: Values = {
         ],
     },
 }
-
-
-def _load_hack(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "hack" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-chart_crds = _load_hack("chart_crds")
-chart_schema = _load_hack("chart_schema")
 
 
 def helm(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:

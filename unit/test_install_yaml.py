@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "hack"))
+from hack.build_installer import NAMESPACE, TARGET, render
 
-from build_installer import NAMESPACE, TARGET, render  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_install_yaml_matches_the_chart() -> None:

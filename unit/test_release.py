@@ -11,27 +11,12 @@ The install page's own command is what the notes must tell users to run:
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "hack" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-release = _load("release")
+from hack import release
 
 ENGINE_DIGEST = "sha256:" + "e" * 64
 INSTALL_PAGE_COMMAND = """\
@@ -40,8 +25,8 @@ helm install crewlet-operator oci://ghcr.io/crewlet/charts/crewlet-operator \\
   --namespace crewlet-operator-system --create-namespace"""
 
 
-def published(**changes: object) -> Any:
-    facts: dict[str, object] = {
+def published(**changes: Any) -> Any:
+    facts: dict[str, Any] = {
         "version": "v0.2.0",
         "kubernetes": "v1.37.2",
         "kind_kubernetes": "v1.37.0",
@@ -151,7 +136,7 @@ def test_repository_of(reference: str, repository: str) -> None:
     ],
 )
 def test_publish_refuses_before_it_runs_anything(
-    tmp_path: Path, changes: dict[str, str], refusal: str
+    tmp_path: Path, changes: dict[str, Any], refusal: str
 ) -> None:
     missing = tmp_path / "no-such-tool"
     tools = release.Tools(missing, missing, missing, missing, tmp_path)
