@@ -206,7 +206,8 @@ class TerminalError(CrewletError):
 
 
 class LeadershipLostError(CrewletError):
-    """The lease could not be renewed: the process should exit."""
+    """The lease could not be renewed, or a sharded replica's membership, slots or sharder
+    loop failed (it can no longer tell what it holds): the process should exit."""
 
 
 class HealthCheckFailed(CrewletError):

@@ -47,10 +47,10 @@ import asyncio
 import gc
 import re
 import signal
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -244,6 +244,7 @@ class Manager:
             )
         self._stop = asyncio.Event()
         self._lost = False
+        self._lost_because = "leader election lost"
         self._cold_campaigning = False
         self._started_runnables: list[Runnable] = []
         self._holding: asyncio.Task[None] | None = None
@@ -456,7 +457,7 @@ class Manager:
         finally:
             await self._shut_down(started, self._lost)
         if self._lost:
-            raise LeadershipLostError("leader election lost")
+            raise LeadershipLostError(self._lost_because)
 
     async def _serve(self, warm: bool, started: list[Controller]) -> None:
         """Start the caches and controllers in order (the caches before the lease when warm,
@@ -502,11 +503,9 @@ class Manager:
         if not await self._start_caches():
             return
         if self._membership is not None:
-            self._background.append(
-                asyncio.create_task(self._membership.run(), name="ring membership")
-            )
+            self._supervise(self._membership.run(), "ring membership")
         if self._slots is not None:
-            self._background.append(asyncio.create_task(self._slots.run(), name="member slots"))
+            self._supervise(self._slots.run(), "member slots")
         if not await self._until_stopped(member.acquire()):
             return
         self._holding = asyncio.create_task(self._hold(member), name="member lease renewal")
@@ -516,29 +515,39 @@ class Manager:
                 started.append(controller)
         log.info("member of the ring", ring=self.ring_labels.ring, member=self.member)
         self.started.set()
-        self._background.append(asyncio.create_task(self._lead_and_shard(started), name="sharder"))
+        self._supervise(self._lead_and_shard(started), "sharder")
         await self._stop.wait()
+
+    def _supervise(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        """Run ``work``, a loop meant to run until the manager stops, beside the controllers.
+        Its failure stops the manager as a lost lease does, so that the process exits and is
+        restarted: a replica whose membership, slots or sharder stopped would otherwise go on
+        on a view that no longer moves (its objects waiting for their slots for ever)."""
+
+        async def supervised() -> None:
+            try:
+                await work
+            except Exception as failed:
+                log.exception("a background loop failed; stopping", loop=name)
+                self._lost = True
+                self._lost_because = f"the {name} loop failed: {failed!r}"
+                self._stop.set()
+
+        self._background.append(asyncio.create_task(supervised(), name=name))
 
     async def _lead_and_shard(self, started: list[Controller]) -> None:
         """Campaign for the leader Lease; once leading, start the leader-only controllers and
-        run the sharder. A failure stops the manager as a lost lease does."""
+        run the sharder."""
         if self.elector is None:
             return
-        try:
-            await self.elector.acquire()
-            self._background.append(
-                asyncio.create_task(self._hold(self.elector), name="lease renewal")
-            )
-            for controller in self.controllers:
-                if controller not in started:
-                    await controller.start()
-                    started.append(controller)
-            if self._sharder is not None:
-                await self._sharder.run()
-        except Exception:
-            log.exception("the sharder failed")
-            self._lost = True
-            self._stop.set()
+        await self.elector.acquire()
+        self._background.append(asyncio.create_task(self._hold(self.elector), name="lease renewal"))
+        for controller in self.controllers:
+            if controller not in started:
+                await controller.start()
+                started.append(controller)
+        if self._sharder is not None:
+            await self._sharder.run()
 
     async def _start_caches(self) -> bool:
         """Start the informers and the runnables, and wait for the informers' first lists;

@@ -308,6 +308,65 @@ async def test_a_rescoped_informer_lists_its_new_scope_and_tells_what_came_and_w
         await stop(task)
 
 
+async def test_rescopes_a_moment_apart_list_the_last_scope(
+    kube_client: Client, namespace: str
+) -> None:
+    """Two rescopes with one turn of the event loop between them: the first one's attempt is
+    ending when the second comes. The second is not refused (asyncio refused to move an
+    expiring timeout, which stranded a sharded member's slots loop mid-follow: its objects
+    then waited for their slots for ever) and the informer lists the second scope."""
+    for name, slot in (("in-a", "a"), ("in-b", "b"), ("in-c", "c")):
+        await kube_client.create(CONFIG_MAP, labelled_config_map(name, namespace, {"slot": slot}))
+    informer = Informer(
+        kube_client, CONFIG_MAP, InformerOptions(scope=Scope(namespace, label_selector="slot=a"))
+    )
+    task = await run_informer(informer)
+    try:
+        informer.rescope(Scope(namespace, label_selector="slot=b"))
+        await asyncio.sleep(0)  # the first attempt's timeout fires: it is expiring
+        informer.rescope(Scope(namespace, label_selector="slot=c"))
+        await asyncio.wait_for(informer.wait_for_scope(), 30)
+        assert {o["metadata"]["name"] for o in informer.store.list()} == {"in-c"}
+    finally:
+        await stop(task)
+
+
+@pytest.mark.parametrize("stream_lists", [True, False])
+async def test_a_rescope_while_a_list_ends_is_listed_again(
+    kube_client: Client, namespace: str, stream_lists: bool
+) -> None:
+    """A rescope that comes while the old scope's list is still being read (here from a
+    handler, as the list tells its first object): that list's end does not say the new scope
+    is held, nor does the old watch's resourceVersion spare the new scope its list."""
+    for name, slot in (("in-a", "a"), ("in-a2", "a"), ("in-b", "b")):
+        await kube_client.create(CONFIG_MAP, labelled_config_map(name, namespace, {"slot": slot}))
+    options = InformerOptions(
+        scope=Scope(namespace, label_selector="slot=a"),
+        lists=Stream() if stream_lists else Pages(10),
+    )
+    informer = Informer(kube_client, CONFIG_MAP, options)
+
+    class RescopeAtFirstAdd:
+        def on_add(self, obj: dict[str, Any], initial: bool = False) -> None:
+            if informer.options.scope.label_selector == "slot=a":
+                informer.rescope(Scope(namespace, label_selector="slot=b"))
+
+        def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+            pass
+
+        def on_delete(self, obj: dict[str, Any]) -> None:
+            pass
+
+    informer.add_handler(RescopeAtFirstAdd())
+    task = asyncio.create_task(informer.run())
+    try:
+        await asyncio.wait_for(informer.wait_for_sync(), 30)  # the first list: slot=a's
+        await asyncio.wait_for(informer.wait_for_scope(), 30)
+        assert {o["metadata"]["name"] for o in informer.store.list()} == {"in-b"}
+    finally:
+        await stop(task)
+
+
 @pytest.mark.parametrize(
     ("stream_lists", "metadata_first"),
     [(True, False), (False, False), (False, True)],

@@ -40,18 +40,24 @@ from crewlet_operator import (
     VALIDATING_ADMISSION_POLICY_BINDING,
     ApiError,
     Client,
+    LeadershipLostError,
+    Manager,
+    ManagerOptions,
     Scope,
+    Sharding,
     find_condition,
 )
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.envtest import ControlPlane, install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.ring import RingLabels, member_name
+from crewlet_operator.sharding import MemberSlots
 
 E2E = Path(__file__).resolve().parent
 EXAMPLES = E2E.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
+import shardlet  # noqa: E402
 from widgets import WIDGET  # noqa: E402
 
 NAME = "shardlet"
@@ -477,3 +483,36 @@ async def test_a_dead_members_heirs_write_its_widgets_before_any_relabel(
     replicas.stop()
     identities = {r.identity: r.member for r in replicas.started}
     assert violations(plane.audit_events(), identities, replicas.departures()) == []
+
+
+@pytest.mark.filterwarnings(
+    "ignore::crewlet_operator.envtest.controlplane.EmptyAggregatedRolesWarning"
+)
+async def test_a_member_whose_slots_loop_fails_stops_instead_of_waiting_for_ever(
+    plane: ControlPlane, admin: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A background loop of a sharded replica (membership, slots, sharder) that fails stops
+    the manager, as a lost lease does, so that the process exits and is restarted: once a
+    failing follow left a replica's slots uncovered, its objects waited for them for ever."""
+
+    async def failing(self: MemberSlots, now: float) -> None:
+        raise RuntimeError("a follow that fails")
+
+    monkeypatch.setattr(MemberSlots, "follow", failing)
+    manager = Manager(
+        admin,
+        ManagerOptions(
+            name=NAME,
+            leader_election_namespace=LEASE_NAMESPACE,
+            identity="failing-replica",
+            lease_duration=LEASE_SECONDS,
+            renew_deadline=3.0,
+            retry_period=1.0,
+            metrics_bind_address="0",
+            health_probe_bind_address="0",
+            sharding=Sharding(resource=WIDGET, domain=shardlet.DOMAIN),
+        ),
+    )
+    shardlet.setup(manager)
+    with pytest.raises(LeadershipLostError, match="the member slots loop failed"):
+        await asyncio.wait_for(manager.run(), 60)

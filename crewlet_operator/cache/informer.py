@@ -296,7 +296,9 @@ class Informer:
         self.options = replace(self.options, scope=scope)
         self._resource_version = None
         self._in_scope.clear()
-        if self._attempt is not None:
+        # An attempt already ending (a rescope a moment ago) lists the latest scope anyway; its
+        # timeout cannot be moved once expiring (asyncio raises), which stranded the caller.
+        if self._attempt is not None and not self._attempt.expired():
             self._attempt.reschedule(asyncio.get_running_loop().time())
 
     async def wait_for_scope(self) -> None:
@@ -319,7 +321,13 @@ class Informer:
         # watch that ran well resets that count, so no attempt count or stop applies.
         failures = 0
         while True:
-            listing = self._resource_version is None or not self.has_whole
+            # A rescope clears _in_scope and only a list sets it again: the resourceVersion
+            # alone cannot say, since events of the old scope's watch still being read when
+            # the rescope came set it again (a watch in the new scope from there would never
+            # list what came into it, and wait_for_scope would wait for ever).
+            listing = (
+                self._resource_version is None or not self.has_whole or not self._in_scope.is_set()
+            )
             try:
                 try:
                     async with asyncio.timeout(None) as self._attempt:
@@ -368,6 +376,7 @@ class Informer:
         objects' metadata alone."""
         seen: set[str] = set()
         version = ""
+        scope = self.options.scope
         partial = metadata or self._metadata_only
         # Page by page: only one page of whole objects is ever held, however many are cached.
         # Each item comes as its JSON, cut at its metadata for a lazy list, else decoded whole.
@@ -388,7 +397,7 @@ class Informer:
                 else:
                     self._listed_one(decode_item(item, self.resource), seen)
             page.items.clear()
-        self._listed(seen, version)
+        self._listed(seen, version, scope)
 
     async def _stream(self) -> None:
         """One watch that sends every object first, ends that with a bookmark, then watches.
@@ -421,7 +430,7 @@ class Informer:
                 annotations = (event.object.get("metadata") or {}).get("annotations") or {}
                 if annotations.get(INITIAL_EVENTS_END) == "true":
                     listing = False
-                    self._listed(seen, resource_version(event.object) or "")
+                    self._listed(seen, resource_version(event.object) or "", opts.scope)
                 continue
             self._listed_one(event.object, seen)
 
@@ -455,8 +464,10 @@ class Informer:
             # The whole object the metadata list announced, unchanged since: nothing to tell.
             self.store.put(obj, key, finished=False, raw=raw)
 
-    def _listed(self, seen: set[str], version: str) -> None:
-        """A list has ended: drop what it did not name, and say the informer has synced."""
+    def _listed(self, seen: set[str], version: str, scope: Scope) -> None:
+        """A list of ``scope`` has ended: drop what it did not name, and say the informer has
+        synced, and holds its scope if ``scope`` is still the one wanted (a rescope can come
+        while a list's last events are read: then the list that follows it says so)."""
         self.relists += 1
         for key in list(self.store.keys()):
             if key not in seen:
@@ -467,7 +478,8 @@ class Informer:
         self.last_event_at = time.monotonic()
         self.last_error = None
         self._synced.set()
-        self._in_scope.set()
+        if scope == self.options.scope:
+            self._in_scope.set()
         if self.store.whole:
             self._whole.set()
         self._answered.set()
