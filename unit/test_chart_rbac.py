@@ -123,6 +123,45 @@ def test_the_chart_grants_what_the_controllers_declare(
     assert missing == [], f"not granted on the Lease: {[r.to_dict() for r in missing]}"
 
 
+# What the chart grants beyond the controllers' declarations, each for a reason of its own.
+BEYOND_DECLARED = {
+    # The install page: "the manager's ClusterRole lets it create, change and delete Secrets,
+    # ServiceAccounts, Services, StatefulSets, PodDisruptionBudgets, volume claims,
+    # NetworkPolicies and routes in every namespace". The operator itself only reads and
+    # patches claims (the StatefulSet controller makes them); the page is the contract.
+    ("", "persistentvolumeclaims"): {"create", "delete", "update"},
+    # Routes of both kinds: whether the Gateway API is served is learnt when the operator
+    # starts, not when the chart is rendered, and may change between two restarts.
+    ("gateway.networking.k8s.io", "httproutes"): {
+        "create", "delete", "get", "list", "patch", "update", "watch",
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["one-leader", "sharded"])
+@pytest.mark.parametrize("gateway_api", [True, False], ids=["gateway-api", "ingress"])
+def test_the_chart_grants_no_more_than_declared_but_what_the_install_page_names(
+    request: pytest.FixtureRequest, gateway_api: bool, sharded: bool
+) -> None:
+    """Least privilege, the other way round: every rule the chart binds to the manager is
+    declared by a controller, but for :data:`BEYOND_DECLARED`."""
+    docs: list[Doc] = request.getfixturevalue("sharded_docs" if sharded else "docs")
+    required = manager_rules(operator_manager(docs, gateway_api))
+    extra: dict[tuple[str, str], set[str]] = {}
+    # The ClusterRoles against the cluster-wide declarations: the Role in the release's
+    # namespace is the Lease's own (the check above holds it to them).
+    for rule in ungranted(granted(docs, "ClusterRoleBinding", None), required.cluster):
+        for group in rule.api_groups:
+            for resource in rule.resources:
+                extra.setdefault((group, resource), set()).update(rule.verbs)
+    allowed = {
+        key: verbs
+        for key, verbs in BEYOND_DECLARED.items()
+        if gateway_api is False or key[0] != "gateway.networking.k8s.io"
+    }
+    assert extra == allowed
+
+
 def test_the_declarations_name_every_kind_the_operator_touches(docs: list[Doc]) -> None:
     """The check above is only as good as the declarations: each controller declares its
     primary's status, the company its children's writes and its Events."""

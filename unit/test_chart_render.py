@@ -1169,9 +1169,9 @@ def test_manager_cluster_role_is_what_the_operator_uses(render: Callable[..., li
         }
         | {("crewlet.ai", "companies/finalizers", "update")}
         | {("events.k8s.io", "events", "create"), ("events.k8s.io", "events", "patch")}
-        # One operator per cluster: it reads every install's Lease, and writes only its own
-        # (the Role below, in its namespace).
-        | {("coordination.k8s.io", "leases", v) for v in ("get", "list", "watch")}
+        # One operator per cluster: it watches every install's Lease, and reads and writes
+        # only its own (the Role below, in its namespace).
+        | {("coordination.k8s.io", "leases", v) for v in ("list", "watch")}
     )
     assert rules_of(role) == expected
     binding = one(docs, "ClusterRoleBinding", "crewlet-operator-manager-rolebinding")
