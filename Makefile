@@ -133,7 +133,7 @@ release-rehearsal: venv tools release-tools ## The release end to end here: a lo
 
 .PHONY: dashboard-picture
 dashboard-picture: venv bins ## Draw docs/images/dashboard.png: the dashboard's queries on a live operator, asked of a real Prometheus (~5 minutes)
-	$(BIN)/python hack/dashboard_picture.py
+	$(BIN)/python -m hack.dashboard_picture
 
 .PHONY: fmt
 fmt: venv ## Format and fix what ruff can

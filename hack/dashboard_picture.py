@@ -20,7 +20,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,9 +37,12 @@ import yaml
 
 from crewlet_operator import Client
 from crewlet_operator.envtest import USER_FIELD_MANAGER, ControlPlane
+from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.kube import resources as r
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
+from hack.demo import operator_argv
+from hack.release import go_tool
 
 matplotlib.use("Agg")  # no display: a file
 import matplotlib.pyplot as plt  # after the backend is chosen
@@ -86,35 +88,15 @@ def panels() -> list[Panel]:
     return found
 
 
-def prometheus_binary() -> Path:
-    built = subprocess.run(
-        ["bash", str(ROOT / "hack" / "go-tool.sh"), "prometheus"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return Path(built.stdout.strip())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @contextmanager
 def operator(plane: ControlPlane, log: Path, metrics: int, health: int) -> Iterator[None]:
-    """The operator, as ``make run`` starts it, its metrics on ``metrics`` (HTTPS, delegated
-    auth, a self-signed certificate: the chart's default)."""
-    argv = [
-        sys.executable, "-m", "crewlet_operator_daemon.cli", "--kubeconfig", str(plane.kubeconfig),
-        "--leader-election-namespace", "default",
-        "--metrics-bind-address", f"127.0.0.1:{metrics}",
-        "--health-probe-bind-address", f"127.0.0.1:{health}", "--log-format", "json",
-    ]  # fmt: skip
+    """The operator, as ``make run`` starts it, its metrics on ``metrics``."""
     with log.open("ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            operator_argv(plane, metrics=metrics, health=health),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         yield
     finally:
@@ -141,7 +123,7 @@ def prometheus(work: Path, target: str, token: str) -> Iterator[str]:
     (work / "prometheus.yml").write_text(yaml.safe_dump(config))
     address = f"127.0.0.1:{free_port()}"
     argv = [
-        str(prometheus_binary()), f"--config.file={work / 'prometheus.yml'}",
+        str(go_tool("prometheus")), f"--config.file={work / 'prometheus.yml'}",
         f"--storage.tsdb.path={work / 'tsdb'}", f"--web.listen-address={address}",
     ]  # fmt: skip
     with (work / "prometheus.log").open("ab") as out:

@@ -48,6 +48,17 @@ async def apply_samples(plane: ControlPlane) -> None:
         await eventually(ready, timeout=180, message="company acme Ready")
 
 
+def operator_argv(plane: ControlPlane, *, metrics: int, health: int) -> list[str]:
+    """The operator against ``plane``, its metrics and health served on loopback (the metrics
+    over HTTPS with delegated auth and a self-signed certificate: the chart's default)."""
+    return [
+        sys.executable, "-m", "crewlet_operator_daemon.cli", "--kubeconfig", str(plane.kubeconfig),
+        "--leader-election-namespace", "default",
+        "--metrics-bind-address", f"127.0.0.1:{metrics}",
+        "--health-probe-bind-address", f"127.0.0.1:{health}", "--log-format", "json",
+    ]  # fmt: skip
+
+
 def main() -> int:
     run_dir = Path(os.environ.get("RUN_DIR", ROOT / ".run")).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -57,21 +68,7 @@ def main() -> int:
         asyncio.run(install_crewlet_crds(plane))
         with open(run_dir / "operator.log", "ab") as log:
             operator = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "crewlet_operator_daemon.cli",
-                    "--kubeconfig",
-                    str(plane.kubeconfig),
-                    "--leader-election-namespace",
-                    "default",
-                    "--metrics-bind-address",
-                    "127.0.0.1:8443",
-                    "--health-probe-bind-address",
-                    "127.0.0.1:8081",
-                    "--log-format",
-                    "json",
-                ],
+                operator_argv(plane, metrics=8443, health=8081),
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )

@@ -33,7 +33,6 @@ import io
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
@@ -49,6 +48,7 @@ import yaml
 
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.binaries import KUBERNETES_VERSION, find
+from crewlet_operator.envtest.controlplane import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "crewlet-operator"
@@ -584,13 +584,6 @@ def engine_stand_in(tools: Tools, repository: str, revision: str, work: Path) ->
     return f"{repository}@{digest(tools, f'{repository}:main')}"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def wait_for(url: str, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -672,18 +665,11 @@ def kubectl(kubeconfig: Path, *args: str) -> str:
 
 
 def wait_ready(kubeconfig: Path, timeout: float) -> dict[str, object]:
-    """The manager's Deployment once every replica is Ready."""
-    deadline = time.monotonic() + timeout
-    while True:
-        deployment = json.loads(
-            kubectl(kubeconfig, "-n", NAMESPACE, "get", "deployment", MANAGER, "-o", "json")
-        )
-        status = deployment.get("status") or {}
-        if status.get("readyReplicas") == deployment["spec"]["replicas"]:
-            return dict(deployment)
-        if time.monotonic() > deadline:
-            raise ReleaseError(f"{MANAGER} not Ready within {timeout:.0f} s: {status}")
-        time.sleep(1)
+    """The manager's Deployment once its rollout is done: every replica Ready."""
+    deployment = f"deployment/{MANAGER}"
+    rollout = ["-n", NAMESPACE, "rollout", "status", deployment, f"--timeout={timeout:.0f}s"]
+    kubectl(kubeconfig, *rollout)
+    return dict(json.loads(kubectl(kubeconfig, "-n", NAMESPACE, "get", deployment, "-o", "json")))
 
 
 def run_image(tools: Tools, image: str, kubeconfig: Path, work: Path, timeout: float = 120) -> None:
