@@ -133,11 +133,14 @@ class RivalLeases:
     ``leaseDurationSeconds``, by this process's monotonic clock: client-go's rule for a
     follower, so clock skew between nodes does not matter (``renewTime`` is never compared
     with the local clock). A rival seen for the first time counts as just renewed: it is live
-    until it has stayed unchanged for its duration.
+    until it has stayed unchanged for its duration. Its duration is trusted up to
+    ``max_duration`` (this replica's own lease duration): a Lease written with a duration of
+    years, and never renewed, is not live for years.
     """
 
-    def __init__(self, namespace: str, name: str) -> None:
+    def __init__(self, namespace: str, name: str, max_duration: float) -> None:
         self._own = (namespace, name)
+        self._max_duration = max_duration
         self._seen: dict[tuple[str, str], _Sighting] = {}
 
     def observe(self, leases: Iterable[Mapping[str, Any]], now: float) -> None:
@@ -161,7 +164,7 @@ class RivalLeases:
                 ),
                 record,
                 before.changed_at if before is not None and before.record == record else now,
-                float(spec.get("leaseDurationSeconds") or 0),
+                min(float(spec.get("leaseDurationSeconds") or 0), self._max_duration),
             )
         self._seen = seen
 
@@ -200,7 +203,15 @@ class LeaderElectionConfig:
     once, the one whose Lease comes later in :func:`precedence` gives its lease up again; a
     leader that finds a live Lease ahead of its own steps down (its :meth:`~LeaderElector.hold`
     returns, as when a renewal fails). Needs ``get``, ``list`` and ``watch`` on Leases in every
-    namespace. None (the default): only this Lease counts."""
+    namespace. None (the default): only this Lease counts.
+
+    Whoever may write a Lease with these labels can keep this controller from leading, and
+    Kubernetes' own ``admin`` and ``edit`` roles let a namespace's editors write Leases there:
+    hold the labels with an admission policy that admits them only from your installs. The
+    Crewlet operator's chart does it with a ValidatingAdmissionPolicy that asks the API
+    server's authorizer whether the writer may do what only an install may (``authorizer``
+    in CEL). A rival's ``leaseDurationSeconds`` is trusted up to ``lease_duration``, never
+    beyond."""
     labels: Mapping[str, str] | None = None
     """Labels put on the Lease with each write of it, for others to find it by (a shard
     member's ring: see :mod:`crewlet_operator.sharding`)."""
@@ -248,7 +259,11 @@ class LeaderElector:
         """The Lease's annotations as this replica found them when it acquired it: what the
         previous holder last wrote there (see :attr:`LeaderElectionConfig.annotations`)."""
         labels = config.exclusive_labels
-        self._rivals = None if labels is None else RivalLeases(config.namespace, config.name)
+        self._rivals = (
+            None
+            if labels is None
+            else RivalLeases(config.namespace, config.name, config.lease_duration)
+        )
         self._rival_selector = ",".join(f"{k}={v}" for k, v in (labels or {}).items())
         self._holds = False
         self._created = ""

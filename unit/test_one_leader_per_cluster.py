@@ -59,7 +59,7 @@ def lease(namespace: str, name: str, holder: str, *, created: str = OLDER, **spe
 
 
 def test_a_rival_seen_for_the_first_time_is_live_until_unchanged_for_its_duration() -> None:
-    rivals = RivalLeases("mine", "leader")
+    rivals = RivalLeases("mine", "leader", 15.0)
     other = lease("theirs", "leader", "them", renewTime="t1")
     rivals.observe([other], now=100.0)
     assert [str(r) for r in rivals.live(100.0)] == ["theirs/leader"]
@@ -71,7 +71,7 @@ def test_a_rival_seen_for_the_first_time_is_live_until_unchanged_for_its_duratio
 
 
 def test_a_renewal_seen_keeps_a_rival_live_and_a_release_ends_it_at_once() -> None:
-    rivals = RivalLeases("mine", "leader")
+    rivals = RivalLeases("mine", "leader", 15.0)
     rivals.observe([lease("theirs", "leader", "them", renewTime="t1")], now=100.0)
     rivals.observe([lease("theirs", "leader", "them", renewTime="t2")], now=112.0)
     assert rivals.live(126.0) != [], "renewed at 112 by this clock: live until 127"
@@ -82,13 +82,13 @@ def test_a_renewal_seen_keeps_a_rival_live_and_a_release_ends_it_at_once() -> No
 
 def test_the_renew_time_is_never_compared_with_the_local_clock() -> None:
     """A rival's renewTime from a skewed node, long past, still counts as a live lease."""
-    rivals = RivalLeases("mine", "leader")
+    rivals = RivalLeases("mine", "leader", 15.0)
     rivals.observe([lease("theirs", "leader", "them", renewTime="1999-01-01T00:00:00Z")], 100.0)
     assert rivals.live(100.0) != []
 
 
 def test_its_own_lease_is_no_rival_and_a_rival_no_longer_listed_is_forgotten() -> None:
-    rivals = RivalLeases("mine", "leader")
+    rivals = RivalLeases("mine", "leader", 15.0)
     rivals.observe([lease("mine", "leader", "me"), lease("mine", "other", "them")], 100.0)
     assert [str(r) for r in rivals.live(100.0)] == ["mine/other"]
     rivals.observe([], 101.0)
@@ -96,7 +96,7 @@ def test_its_own_lease_is_no_rival_and_a_rival_no_longer_listed_is_forgotten() -
 
 
 def test_live_rivals_come_in_order_of_precedence() -> None:
-    rivals = RivalLeases("mine", "leader")
+    rivals = RivalLeases("mine", "leader", 15.0)
     rivals.observe(
         [
             lease("b", "leader", "x", created=NEWER),
@@ -392,3 +392,15 @@ def test_without_exclusive_labels_there_is_no_such_check() -> None:
     )
     manager = Manager(client=offline_client(), options=options)
     assert "one-leader-per-cluster" not in manager.health._checks["readyz"]
+
+
+def test_a_rivals_duration_is_trusted_no_further_than_its_own() -> None:
+    """Issue 47: a Lease written with leaseDurationSeconds 2147483647 and never renewed is live
+    for this replica's own lease duration from its first sight, not for 68 years."""
+    rivals = RivalLeases("mine", "leader", 15.0)
+    forged = lease("tenant-b", "crewlet-operator-leader", "them", renewTime="t1")
+    forged["spec"]["leaseDurationSeconds"] = 2147483647
+    rivals.observe([forged], now=100.0)
+    assert rivals.expires_in(100.0) == 15.0
+    rivals.observe([forged], now=114.0)
+    assert rivals.live(115.0) == []
