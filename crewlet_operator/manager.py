@@ -44,9 +44,11 @@ raises :class:`LeadershipLostError` so the process exits and restarts clean.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import re
 import signal
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +56,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from crewlet_operator import metrics
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache import Cache, InformerOptions
 from crewlet_operator.controller import Builder, Controller
@@ -262,6 +265,8 @@ class Manager:
         self.health.add_readyz_check("informers-synced", self.ready_to_lead)
         if self.elector is not None and self.options.exclusive_lease_labels is not None:
             self.health.add_readyz_check("one-leader-per-cluster", self.no_other_install_leads)
+        if self.member is not None:
+            self.health.add_readyz_check("shard-member", self.may_write_share)
         self.health.add_healthz_check("informers-watching", lambda: not self.cache.stale())
 
     def _shard_setup(self, sharding: Sharding, leader: LeaderElectionConfig) -> None:
@@ -280,7 +285,11 @@ class Manager:
             ),
         )
         self._membership = Membership(
-            self.client, leader.namespace, self.ring_labels, leader.retry_period
+            self.client,
+            leader.namespace,
+            self.ring_labels,
+            leader.retry_period,
+            leader.lease_duration,
         )
         # Narrowing waits a lease duration: the objects of a member that joins move one by one.
         self._slots = MemberSlots(
@@ -430,6 +439,46 @@ class Manager:
             )
         return True
 
+    def member_blocked(self) -> str | None:
+        """With sharding, why this replica may write none of its share now, or None: it does
+        not hold its member Lease, has not listed the ring's Leases within a lease duration
+        (so it holds no slot it can vouch for), or its own Lease carries a will (its objects
+        are its heirs'). None without sharding."""
+        if self._member_elector is None or self._membership is None:
+            return None
+        lease = self._member_elector.config
+        if not self._member_elector.is_leader:
+            return f"this replica does not hold its member Lease {lease.namespace}/{lease.name}"
+        listed_at, view = self._membership.listed_at, self._membership.view()
+        if listed_at is None or view is None or time.monotonic() - listed_at > lease.lease_duration:
+            return (
+                f"this member has not listed the ring's Leases in {lease.namespace} within a "
+                f"lease duration ({lease.lease_duration:g} s), so it writes nothing of its share: "
+                "grant list on leases there"
+            )
+        if lease.name in view.wills:
+            return (
+                f"this member's Lease {lease.namespace}/{lease.name} carries a will (heirs: "
+                f"{', '.join(sorted(view.wills[lease.name]))}): its objects are its heirs', it "
+                "writes nothing of them, and it stops to rejoin the ring under a new name"
+            )
+        return None
+
+    def may_write_share(self) -> bool:
+        """``/readyz``'s ``shard-member`` check (with sharding): fails, saying why, while this
+        replica holds its member Lease but may write none of its share
+        (:meth:`member_blocked`). Before it holds its Lease the check passes: it is then
+        starting, which ``informers-synced`` tells.
+
+        :raises HealthCheckFailed: with the reason, when it fails.
+        """
+        if self._member_elector is None or not self._member_elector.is_leader:
+            return True
+        blocked = self.member_blocked()
+        if blocked is not None:
+            raise HealthCheckFailed(blocked)
+        return True
+
     async def run(self, *, handle_signals: bool = False) -> None:
         """Run until :meth:`stop` (or SIGTERM/SIGINT with ``handle_signals``).
 
@@ -500,6 +549,9 @@ class Manager:
         """With sharding: the caches, the member Lease, then the sharded controllers (and those
         that need no leader), at once on every replica; the leader-only controllers and the
         sharder once this replica leads. Losing either Lease stops everything at once."""
+        metrics.SHARD_MEMBER_STATUS.labels(ring=self.ring_labels.ring).set_function(
+            lambda: 0 if self.member_blocked() else 1
+        )
         if not await self._start_caches():
             return
         if self._membership is not None:
@@ -508,6 +560,8 @@ class Manager:
             self._supervise(self._slots.run(), "member slots")
         if not await self._until_stopped(member.acquire()):
             return
+        if self._membership is not None:
+            self._supervise(self._fence_on_own_will(self._membership, member), "own will")
         self._holding = asyncio.create_task(self._hold(member), name="member lease renewal")
         for controller in self.controllers:
             if controller.name in self._sharded or not controller.need_leader_election:
@@ -534,6 +588,24 @@ class Manager:
                 self._stop.set()
 
         self._background.append(asyncio.create_task(supervised(), name=name))
+
+    async def _fence_on_own_will(self, membership: Membership, member: LeaderElector) -> None:
+        """Stop the manager as a lost lease does once a list of the ring shows a will on the
+        member Lease this replica still holds: its objects are its heirs' from then on (the
+        gate writes nothing of them already), and a new process joins the ring under a new
+        name, where the same name would stay willed for good."""
+        listed = asyncio.Event()
+        membership.notify(listed)
+        while True:
+            await listed.wait()
+            listed.clear()
+            view = membership.view()
+            if view is not None and member.config.name in view.wills:
+                self._lost_because = self.member_blocked() or "this member's Lease carries a will"
+                log.error("this member's Lease carries a will; stopping", reason=self._lost_because)
+                self._lost = True
+                self._stop.set()
+                return
 
     async def _lead_and_shard(self, started: list[Controller]) -> None:
         """Campaign for the leader Lease; once leading, start the leader-only controllers and
@@ -607,6 +679,9 @@ class Manager:
         await self.loop_lag.stop()
         await self.metrics.stop()
         await self.health.stop()
+        if self.member is not None:  # a stopped member reports nothing
+            with contextlib.suppress(KeyError):
+                metrics.SHARD_MEMBER_STATUS.remove(self.ring_labels.ring)
         if self._froze_gc:  # what the stopped manager held may be collected again
             gc.unfreeze()
             self._froze_gc = False

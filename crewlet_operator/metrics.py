@@ -56,6 +56,7 @@ __all__ = [
     "REST_CLIENT_REQUEST_DURATION",
     "REST_CLIENT_REQUEST_DURATION_BUCKETS",
     "REST_CLIENT_REQUEST_RETRIES",
+    "SHARD_MEMBER_STATUS",
     "TERMINAL_RECONCILE_ERRORS",
     "WORKQUEUE_ADDS",
     "WORKQUEUE_DEPTH",
@@ -477,6 +478,18 @@ CACHE_SILENCE: Final = Gauge(
     "Seconds since the running informer caches last heard the API server about a kind (a list, "
     "an event or a bookmark), the longest over the caches.",
     ["kind"],
+    registry=REGISTRY,
+)
+
+# crewlet_operator_shard_member_status{ring}: read at scrape time from the manager, so that a
+# member that may write nothing (it cannot list the ring, or its Lease carries a will) says so
+# where an alert sees it, beside /readyz.
+SHARD_MEMBER_STATUS: Final = Gauge(
+    "crewlet_operator_shard_member_status",
+    "1 while this replica is a member of the ring and may write its share of the objects: it "
+    "holds its member Lease, has listed the ring's Leases within a lease duration, and its Lease "
+    "carries no will; 0 while it may write none of them.",
+    ["ring"],
     registry=REGISTRY,
 )
 

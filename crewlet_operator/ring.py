@@ -9,7 +9,9 @@ Vocabulary (see :mod:`crewlet_operator.sharding` for the protocol that runs on t
 - A member found dead gets a *will* on its Lease, the annotation ``sharding.<domain>/heirs``:
   the members live then. Its objects' *heir* is the ring of those members' owner of their
   slot (:meth:`RingView.holder`), who writes them at once, before any label changes: a
-  takeover is one write, whatever the dead member held.
+  takeover is one write, whatever the dead member held. An heir with no Lease at all (a will
+  written by hand, or naming a member that never was) is absent: the ring of the others
+  inherits, and with none left the ring's target, so that no will strands an object.
 - Keys fall into :data:`SLOTS` *slots* (:func:`slot_of`), and the ring places slots, not keys:
   an object's children carry its slot in the *slot label* ``slot.<domain>/<ring>``, which never
   changes, so a member caches the children of the slots it holds and a move rewrites none.
@@ -158,6 +160,17 @@ class RingView:
         """The slots the ring of the live members gives ``member``."""
         return ring_of(self.live).slots(member)
 
+    def heirs(self, dead: str) -> frozenset[str]:
+        """Whom ``dead``'s will leaves its objects to (none without a will): the members it
+        names that have a Lease (live, or dead with a will of their own to follow), or, when
+        it names none that has, the live members (the ring's target takes them). A Lease
+        named in a will is deleted only after that will's own
+        (:class:`~crewlet_operator.sharding.Sharder`), so the heirs of a will written by the
+        sharder never change."""
+        if dead not in self.wills:
+            return frozenset()
+        return (self.wills[dead] & self.leases) or self.live
+
     def path(self, member: str, slot: int) -> list[str]:
         """``member``, then the heirs its objects of ``slot`` pass to through the wills, in
         order: the last one holds them. A will names members live before its member was found
@@ -165,7 +178,7 @@ class RingView:
         by hand all the same."""
         path = [member]
         while path[-1] in self.wills:
-            heir = ring_of(self.wills[path[-1]]).slot_owner(slot)
+            heir = ring_of(self.heirs(path[-1])).slot_owner(slot)
             if heir is None or heir in path:
                 break
             path.append(heir)
@@ -173,9 +186,9 @@ class RingView:
 
     def holder(self, member: str, slot: int) -> str:
         """Who writes the objects of ``slot`` labelled for ``member``: ``member`` itself, unless
-        it left a will, then the heir the will gives the slot, and so on (:meth:`path`). A dead
-        member without a will holds its objects still: nobody writes them until the sharder
-        writes its will."""
+        it left a will, then the heir the will gives the slot (:meth:`heirs`), and so on
+        (:meth:`path`). A dead member without a will holds its objects still: nobody writes
+        them until the sharder writes its will."""
         return self.path(member, slot)[-1]
 
     def estates(self, member: str) -> frozenset[str]:
@@ -188,7 +201,7 @@ class RingView:
         found: set[str] = set()
         todo = [dead]
         while todo:
-            for heir in self.wills.get(todo.pop(), frozenset()) - found:
+            for heir in self.heirs(todo.pop()) - found:
                 found.add(heir)
                 todo.append(heir)
         return found

@@ -503,14 +503,23 @@ class Membership:
     the same list."""
 
     def __init__(
-        self, client: Client, namespace: str, labels: RingLabels, retry_period: float
+        self,
+        client: Client,
+        namespace: str,
+        labels: RingLabels,
+        retry_period: float,
+        lease_duration: float,
     ) -> None:
         self._client = client
         self._labels = labels
         self._scope = Scope(namespace, label_selector=f"{labels.member}={labels.ring}")
         self._retry_period = retry_period
-        self._seen = RivalLeases(namespace, "")  # no Lease is named "": none left out
+        # No Lease is named "": none is left out. The members share the timings of this one.
+        self._seen = RivalLeases(namespace, "", lease_duration)
         self._view: RingView | None = None
+        self.listed_at: float | None = None
+        """When (monotonic seconds) the ring's Leases were last listed; None before the first
+        successful list."""
         self._awaiting_will = 0
         """The lists in a row that found a dead member without a will."""
         self.versions: dict[str, str] = {}
@@ -540,6 +549,7 @@ class Membership:
             log.debug("listing the ring's leases failed", error=str(exc))
             return False
         now = time.monotonic()
+        self.listed_at = now
         self._seen.observe(listed.items, now)
         metas = [lease.get("metadata") or {} for lease in listed.items]
         wills = {
@@ -635,7 +645,8 @@ class Sharder:
         members found dead (one write each, which hands all their objects to the heirs at
         once), then the label writes, :data:`SHARDER_WRITES` at a time (one at a time, a move
         of thousands would wait a round trip each: bench/NOTES.md, "Sharding"), then the
-        deletion of the Leases of the dead members no object's label leads to."""
+        deletion of the Leases of the dead members no object's label leads to and no other
+        will names."""
         view = self._membership.view()
         if view is None or not view.live:
             return 0
@@ -663,8 +674,11 @@ class Sharder:
                 return await self._write(obj, step)
 
         written = await asyncio.gather(*(write(obj, step) for obj, step in steps))
+        # A Lease another will names is kept until that will's own Lease is gone: the heirs of
+        # a will never change (RingView.heirs), whatever the order of the deletions.
+        named = {heir for dead, heirs in view.wills.items() for heir in heirs if heir != dead}
         forgotten = await asyncio.gather(
-            *(self._forget(dead) for dead in view.wills.keys() - on_paths)
+            *(self._forget(dead) for dead in view.wills.keys() - on_paths - named)
         )
         return bequeathed + sum(written) + sum(forgotten)
 

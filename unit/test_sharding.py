@@ -209,12 +209,49 @@ def test_a_will_gives_each_slot_to_one_heir_followed_through_the_heirs_wills() -
     assert view.estates("d") == {"b", "a", "e"}
     assert view.unwilled() == frozenset()
     assert RingView(live=frozenset({"c"}), leases=frozenset({"c", "x"})).unwilled() == {"x"}
-    cycle = RingView(live=frozenset(), wills={"p": frozenset({"q"}), "q": frozenset({"p"})})
+    cycle = RingView(
+        live=frozenset(),
+        leases=frozenset({"p", "q"}),
+        wills={"p": frozenset({"q"}), "q": frozenset({"p"})},
+    )
     assert cycle.holder("p", 0) == "q", "a cycle written by hand ends the walk"
 
 
 def slot_for_ring(ring: HashRing, member: str) -> int:
     return next(slot for slot in range(SLOTS) if ring.slot_owner(slot) == member)
+
+
+def test_a_will_naming_no_member_with_a_lease_leaves_the_objects_to_the_ring() -> None:
+    """Issue 47: a will naming members that have no Lease (written by hand, or by a stolen
+    token) strands nothing. Heirs without a Lease are absent: the will's other heirs inherit,
+    and with none left the ring's target; every member's cache selects the dead member's
+    objects, and the sharder relabels them for their holders."""
+    view = RingView(
+        live=frozenset({"c", "d"}),
+        leases=frozenset({"c", "d", "x", "y"}),
+        wills={"x": frozenset({"ghost-1", "ghost-2"}), "y": frozenset({"ghost-1", "c"})},
+    )
+    for slot in range(SLOTS):
+        assert view.holder("x", slot) == view.target(slot)
+        assert view.holder("y", slot) == "c"
+    assert view.heirs("x") == {"c", "d"}
+    assert view.heirs("c") == frozenset(), "a member without a will leaves nothing"
+    assert view.estates("c") == {"x", "y"}
+    assert view.estates("d") == {"x"}
+    slot = slot_of("tenant-1")
+    assert next_step({SHARD: "x"}, KEYS_R, slot, view) == Assign(view.target(slot) or "")
+    assert next_step({SHARD: "y"}, KEYS_R, slot, view) == Assign("c")
+
+
+def test_a_label_naming_no_member_is_nobodys_and_is_assigned() -> None:
+    """Issue 47: a shard label naming no member (written by hand) is held by no member (the
+    gate of each reconciles nothing of it) and the sharder assigns the object to the ring's
+    target."""
+    view = RingView(live=frozenset({"c", "d"}), leases=frozenset({"c", "d"}))
+    slot = slot_of("tenant-1")
+    assert view.holder("nobody", slot) == "nobody"
+    assert view.estates("c") == frozenset() and view.unwilled() == frozenset()
+    assert next_step({SHARD: "nobody"}, KEYS_R, slot, view) == Assign(view.target(slot) or "")
 
 
 def test_the_label_keys() -> None:
@@ -782,7 +819,7 @@ async def test_membership_judges_at_its_last_successful_list(
     now = [100.0]
     monkeypatch.setattr("crewlet_operator.sharding.time.monotonic", lambda: now[0])
     client = Recorder([lease("a", "t1"), lease("b", "t1"), lease("c", "t1", holder="")])
-    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1)
+    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1, lease_duration=15)
     assert membership.view() is None, "nothing is known before the first list"
     assert await membership.observe()
     # First seen counts as renewed; a released Lease (no holder) is not live.
@@ -806,7 +843,7 @@ async def test_membership_lists_again_right_after_a_lease_would_expire(
     now = [100.0]
     monkeypatch.setattr("crewlet_operator.sharding.time.monotonic", lambda: now[0])
     client = Recorder([lease("a", "t1")])
-    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=2)
+    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=2, lease_duration=15)
     assert membership.next_list_in(100.0) == 2, "nothing listed: the period"
     assert await membership.observe()
     assert membership.next_list_in(100.0) == 2
@@ -820,7 +857,7 @@ async def test_membership_lists_again_right_after_a_lease_would_expire(
 
 async def test_membership_lists_quickly_while_a_dead_member_awaits_its_will() -> None:
     client = Recorder([lease("a", "t1"), lease("dead", "t0", holder="")])
-    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=2)
+    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=2, lease_duration=15)
     quick = []
     for _ in range(WILL_LISTS + 1):
         assert await membership.observe()
@@ -834,7 +871,7 @@ async def test_membership_lists_quickly_while_a_dead_member_awaits_its_will() ->
 async def test_membership_reads_the_wills_and_versions_of_the_leases() -> None:
     heirs = KEYS_R.heirs
     client = Recorder([lease("a", "t1"), lease("dead", "t0", holder="", **{heirs: "a,b,"})])
-    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1)
+    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1, lease_duration=15)
     assert await membership.observe()
     view = membership.view()
     assert view is not None
@@ -875,7 +912,7 @@ async def test_the_sharder_writes_a_dead_members_will_then_relabels_and_forgets_
             lease("gone", "t0", holder="", **{heirs: "a"}),
         ]
     )
-    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1)
+    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1, lease_duration=15)
     assert await membership.observe()
 
     async def bequeathed(
@@ -898,6 +935,29 @@ async def test_the_sharder_writes_a_dead_members_will_then_relabels_and_forgets_
     relabelled = {name: patch[1]["value"] for name, patch in client.patches[1:]}
     assert relabelled == {f"w{i}": ring.slot_owner(slot_of(f"ns-{i}")) for i in range(20)}
     assert client.deleted == [("gone", "gone-t0")], "dead's objects still lead to it"
+
+
+async def test_the_sharder_deletes_a_lease_a_will_names_only_after_that_wills_own() -> None:
+    """A dead member named as an heir in another dead member's will keeps its Lease until that
+    will's Lease is gone, so that the will's heirs (those with a Lease) never change while a
+    member may still read it."""
+    heirs = KEYS_R.heirs
+    client = Recorder(
+        [
+            lease("a", "t1"),
+            lease("first", "t0", holder="", **{heirs: "second"}),
+            lease("second", "t0", holder="", **{heirs: "a"}),
+        ]
+    )
+    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1, lease_duration=15)
+    assert await membership.observe()
+    sharder = sharder_over(client, membership, 0)
+    assert await sharder.shard_pass() == 1
+    assert client.deleted == [("first", "first-t0")]
+    client.leases = client.leases[::2]  # what the API server then lists
+    assert await membership.observe()
+    assert await sharder.shard_pass() == 1
+    assert client.deleted == [("first", "first-t0"), ("second", "second-t0")]
 
 
 class SlowRecorder(Recorder):
@@ -929,7 +989,7 @@ async def test_the_sharder_writes_its_labels_several_at_a_time() -> None:
     """A dead member's objects all need a new label at once: the sharder sends them
     SHARDER_WRITES at a time, each on the version it was decided on."""
     client = SlowRecorder([lease("a", "t1"), lease("b", "t1")])
-    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1)
+    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1, lease_duration=15)
     assert await membership.observe()
     objects = 3 * SHARDER_WRITES
     sharder = sharder_over(client, membership, objects)
