@@ -1,0 +1,298 @@
+"""Wills that cannot strand (issue 47), on the real API server: the library's sharded manager
+(e2e/shardlet.py's controller, in this process) and Leases written as a stolen token or a hand
+would write them.
+
+"A will naming no live member strands that member's companies for good (even after a restart):
+no verdict for new companies, no change applied, nothing says so." And: "heirs without a live
+Lease count as absent and the ring's target takes the objects; a member that finds a will on
+the Lease it still holds fences and rejoins; a member with nothing it may write says so (readyz
+and a metric)".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from crewlet_operator import (
+    CLUSTER_ROLE,
+    CLUSTER_ROLE_BINDING,
+    CONFIG_MAP,
+    LEASE,
+    ROLE,
+    ROLE_BINDING,
+    SERVICE_ACCOUNT,
+    Client,
+    HealthCheckFailed,
+    LeadershipLostError,
+    Manager,
+    ManagerOptions,
+    Sharding,
+    find_condition,
+)
+from crewlet_operator._tasks import cancel_and_wait
+from crewlet_operator.envtest import ControlPlane, install_crds, load_crds
+from crewlet_operator.envtest.wait import eventually
+from crewlet_operator.errors import NotFoundError
+from crewlet_operator.metrics import REGISTRY
+from crewlet_operator.ring import RingLabels, member_name
+
+E2E = Path(__file__).resolve().parent
+EXAMPLES = E2E.parent / "examples"
+sys.path.insert(0, str(E2E))
+sys.path.insert(0, str(EXAMPLES))
+
+import shardlet  # noqa: E402
+from widgets import WIDGET  # noqa: E402
+
+LABELS = RingLabels(shardlet.DOMAIN, shardlet.NAME)
+Object = dict[str, Any]
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def widgets_crd(kube_client: Client) -> None:
+    await install_crds(kube_client, load_crds(EXAMPLES / "example.crewlet.ai_widgets.yaml"))
+
+
+def member_options(namespace: str, identity: str) -> ManagerOptions:
+    """shardlet's options: its timings, sharded, electing in ``namespace``."""
+    return ManagerOptions(
+        name=shardlet.NAME,
+        leader_election_namespace=namespace,
+        identity=identity,
+        lease_duration=shardlet.LEASE_SECONDS,
+        renew_deadline=3.0,
+        retry_period=1.0,
+        metrics_bind_address="0",
+        health_probe_bind_address="0",
+        sharding=Sharding(resource=WIDGET, domain=shardlet.DOMAIN),
+    )
+
+
+@contextlib.asynccontextmanager
+async def member(client: Client, namespace: str, identity: str) -> AsyncIterator[Manager]:
+    """A sharded replica running in this process until the block ends."""
+    manager = Manager(client, member_options(namespace, identity))
+    shardlet.setup(manager)
+    running = asyncio.create_task(manager.run(), name=identity)
+    try:
+        yield manager
+    finally:
+        manager.stop()
+        with contextlib.suppress(LeadershipLostError):
+            await asyncio.wait_for(running, 30)
+        await cancel_and_wait(running)
+
+
+async def write_widgets(client: Client, namespace: str, labels: dict[str, str]) -> list[str]:
+    names = [f"w{i}" for i in range(3)]
+    for name in names:
+        await client.create(
+            WIDGET,
+            {
+                "metadata": {"name": name, "namespace": namespace, "labels": labels},
+                "spec": {"data": {"v": name}},
+            },
+        )
+    return names
+
+
+async def converged_for(client: Client, namespace: str, names: list[str], holder: str) -> bool:
+    """Each Widget rendered and Ready at its generation, labelled for ``holder``."""
+    for name in names:
+        item = await client.get(WIDGET, name, namespace)
+        ready = find_condition((item.get("status") or {}).get("conditions"), "Ready")
+        rendered = await client.get_or_none(CONFIG_MAP, f"{name}-rendered", namespace)
+        if (
+            (item["metadata"].get("labels") or {}).get(LABELS.shard) != holder
+            or ready is None
+            or ready.get("observedGeneration") != item["metadata"]["generation"]
+            or rendered is None
+            or rendered.get("data") != item["spec"]["data"]
+        ):
+            return False
+    return True
+
+
+def shard_member_status() -> float | None:
+    return REGISTRY.get_sample_value(
+        "crewlet_operator_shard_member_status", {"ring": shardlet.NAME}
+    )
+
+
+async def test_a_will_naming_no_member_with_a_lease_strands_nothing(
+    kube_client: Client, namespace: str, widgets_crd: None
+) -> None:
+    """A dead member's will names members that have no Lease (a stolen token may write any
+    member-shaped name; the policy admits those): its Widgets go to the ring's target, which
+    writes them and relabels them, and the dead member's Lease is deleted. Before, they waited
+    for those heirs for good, through any restart."""
+    dead = member_name(shardlet.NAME, "dead-replica")
+    ghosts = sorted(member_name(shardlet.NAME, f"ghost-{i}") for i in range(2))
+    await kube_client.create(
+        LEASE,
+        {
+            "metadata": {
+                "name": dead,
+                "namespace": namespace,
+                "labels": {LABELS.member: LABELS.ring},
+                "annotations": {LABELS.heirs: ",".join(ghosts)},
+            },
+            "spec": {"holderIdentity": "", "leaseDurationSeconds": 4},
+        },
+    )
+    names = await write_widgets(kube_client, namespace, {LABELS.shard: dead})
+    async with member(kube_client, namespace, "survivor") as survivor:
+        assert survivor.member is not None
+
+        async def taken_over() -> bool:
+            gone = await kube_client.get_or_none(LEASE, dead, namespace) is None
+            done = await converged_for(kube_client, namespace, names, survivor.member or "")
+            return gone and done
+
+        await eventually(
+            taken_over, timeout=60, interval=0.5, message="the ring's target took over"
+        )
+        assert survivor.may_write_share()
+        assert shard_member_status() == 1.0
+
+
+async def test_a_member_that_finds_a_will_on_its_own_lease_fences_and_rejoins(
+    kube_client: Client, namespace: str, widgets_crd: None
+) -> None:
+    """A will on the Lease a member still holds (written by hand, or by a stolen token): the
+    member says why it may write nothing, stops as a lost lease stops it, and a replica started
+    again joins under a new name and takes the Widgets over (the will names no member with a
+    Lease). Before, the member wrote nothing of its share for good and nothing said so."""
+    names = await write_widgets(kube_client, namespace, {})
+    manager = Manager(kube_client, member_options(namespace, "first"))
+    shardlet.setup(manager)
+    running = asyncio.create_task(manager.run(), name="first")
+    first = manager.member
+    assert first is not None
+    try:
+        await eventually(
+            lambda: converged_for(kube_client, namespace, names, first),
+            timeout=60,
+            interval=0.5,
+            message="the first member holds the Widgets",
+        )
+        assert shard_member_status() == 1.0
+        heir = member_name(shardlet.NAME, "nobody")
+        will = {"metadata": {"annotations": {LABELS.heirs: heir}}}
+        await kube_client.patch(LEASE, first, will, namespace)
+
+        with pytest.raises(LeadershipLostError, match=f"Lease {namespace}/{first} carries a will"):
+            await asyncio.wait_for(asyncio.shield(running), 30)
+    finally:
+        manager.stop()
+        with contextlib.suppress(LeadershipLostError):
+            await cancel_and_wait(running)
+    assert shard_member_status() is None, "a stopped member reports nothing"
+    await kube_client.patch(WIDGET, names[0], {"spec": {"data": {"v": "after"}}}, namespace)
+    async with member(kube_client, namespace, "second") as again:
+        assert again.member not in (None, first)
+
+        async def rejoined() -> bool:
+            gone = await kube_client.get_or_none(LEASE, first, namespace) is None
+            return gone and await converged_for(kube_client, namespace, names, again.member or "")
+
+        await eventually(rejoined, timeout=60, interval=0.5, message="rejoined under a new name")
+
+
+async def test_a_member_that_may_not_list_the_ring_says_so(
+    kube_client: Client, control_plane: ControlPlane, namespace: str, widgets_crd: None
+) -> None:
+    """A member holding its Lease that cannot list the ring's Leases (its RBAC grants get and
+    update on Leases, not list) holds no slot it can vouch for and writes nothing of its share:
+    /readyz's shard-member check fails saying why, and crewlet_operator_shard_member_status is
+    0, where before nothing said so."""
+    account = "member-without-list"
+    await kube_client.create(
+        SERVICE_ACCOUNT, {"metadata": {"name": account, "namespace": namespace}}
+    )
+    subject = [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]
+    everything = ["get", "list", "watch", "create", "update", "patch", "delete"]
+    cluster_role = f"{namespace}-widgets"
+    await kube_client.create(
+        CLUSTER_ROLE,
+        {
+            "metadata": {"name": cluster_role},
+            "rules": [
+                {
+                    "apiGroups": [WIDGET.group],
+                    "resources": ["widgets", "widgets/status"],
+                    "verbs": everything,
+                },
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": everything},
+            ],
+        },
+    )
+    await kube_client.create(
+        CLUSTER_ROLE_BINDING,
+        {
+            "metadata": {"name": cluster_role},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": cluster_role,
+            },
+            "subjects": subject,
+        },
+    )
+    await kube_client.create(
+        ROLE,
+        {
+            "metadata": {"name": "leases-without-list", "namespace": namespace},
+            "rules": [
+                {
+                    "apiGroups": ["coordination.k8s.io"],
+                    "resources": ["leases"],
+                    "verbs": ["get", "create", "update", "patch"],
+                },
+                {
+                    "apiGroups": ["", "events.k8s.io"],
+                    "resources": ["events"],
+                    "verbs": ["create", "patch"],
+                },
+            ],
+        },
+    )
+    await kube_client.create(
+        ROLE_BINDING,
+        {
+            "metadata": {"name": "leases-without-list", "namespace": namespace},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "leases-without-list",
+            },
+            "subjects": subject,
+        },
+    )
+    try:
+        limited = Client(control_plane.service_account_config(namespace, account))
+        async with limited, member(limited, namespace, "unlisted") as manager:
+
+            async def says_so() -> str | None:
+                try:
+                    manager.may_write_share()
+                except HealthCheckFailed as failed:
+                    return str(failed)
+                return None
+
+            why = await eventually(says_so, timeout=60, interval=0.5, message="readyz fails")
+            assert "has not listed the ring's Leases" in why, why
+            assert "grant list on leases there" in why, why
+            assert shard_member_status() == 0.0
+    finally:
+        for resource, name in ((CLUSTER_ROLE_BINDING, cluster_role), (CLUSTER_ROLE, cluster_role)):
+            with contextlib.suppress(NotFoundError):
+                await kube_client.delete(resource, name)
