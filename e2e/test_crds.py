@@ -175,6 +175,23 @@ ENGINE_CLASS_TABLE: list[tuple[str, dict[str, Any], str | None]] = [
         "In or NotIn needs values",
     ),
     ("gateway without parentRefs", with_image(exposure={"gateway": {"parentRefs": []}}), "1 items"),
+    (
+        "allowed hostnames",
+        with_image(
+            exposure={"allowedHostnames": ["hooks.example.com", "*.{namespace}.hooks.example.com"]}
+        ),
+        None,
+    ),
+    (
+        "allowed hostname with a path",
+        with_image(exposure={"allowedHostnames": ["hooks.example.com/x"]}),
+        "allowedHostnames entry is a lowercase DNS name",
+    ),
+    (
+        "allowed hostname with a wildcard inside",
+        with_image(exposure={"allowedHostnames": ["hooks.*.example.com"]}),
+        "allowedHostnames entry is a lowercase DNS name",
+    ),
 ]
 
 
@@ -247,6 +264,14 @@ COMPANY_TABLE: list[tuple[str, str, dict[str, Any], str | None]] = [
     ("name ending in a dash", "acme-", {}, "DNS-1035 label"),
     ("webhook hostname", "acme", {"webhookHostname": "hooks.acme.example.com"}, None),
     ("webhook URL", "acme", {"webhookHostname": "https://acme.example.com"}, "lowercase DNS"),
+    # Issue 47: a route for a DNS label past 63 characters could never match a request.
+    ("hostname label of 63", "acme", {"webhookHostname": f"{'a' * 63}.example.com"}, None),
+    (
+        "hostname label of 64",
+        "acme",
+        {"webhookHostname": f"{'a' * 64}.example.com"},
+        "lowercase DNS",
+    ),
     ("seats", "acme", {"seats": {"replicas": 0}}, None),
     ("suspended", "acme", {"suspend": True}, None),
     ("empty class", "acme", {"className": ""}, "at least 1 chars long"),

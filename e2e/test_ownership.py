@@ -9,8 +9,13 @@ that deleting the Company leaves the user's object." And: "A hostname belongs to
 the second Company claiming a taken webhookHostname gets Accepted=False with a reason naming the
 holder; the first keeps it."
 
+Issue 47 adds: "A hostname belongs to one workload: a hostname served by a route the operator
+did not write, on the same Gateway or IngressClass, is HostnameTaken naming that route [...];
+and the platform can delegate hostnames [...], with a reason of its own for a hostname outside
+them."
+
 The module runs its own control plane: without the Gateway API, so the webhook route is an
-Ingress, until its last test installs the Gateway API and restarts the daemon for the HTTPRoute.
+Ingress, until its last tests install the Gateway API and restart the daemon for the HTTPRoute.
 """
 
 from __future__ import annotations
@@ -54,7 +59,11 @@ from crewlet_operator import (
 from crewlet_operator.envtest import ControlPlane, binaries, install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator_daemon import naming
-from crewlet_operator_daemon.api.conditions import HOSTNAME_TAKEN, NAME_TAKEN
+from crewlet_operator_daemon.api.conditions import (
+    HOSTNAME_NOT_ALLOWED,
+    HOSTNAME_TAKEN,
+    NAME_TAKEN,
+)
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator_daemon.plan import MANAGER_NAME
 
@@ -333,6 +342,30 @@ async def test_a_hostname_belongs_to_the_company_that_took_it_first(
 
 # -- the route's own kind, with the Gateway API ------------------------------------------------
 
+GATEWAY = {"namespace": PLATFORM, "name": "public"}
+"""The platform's Gateway, which the class "routed" attaches to and the chart's policy lists."""
+
+
+async def routed_daemon(
+    plane: ControlPlane, daemon: Daemon, client: Client, tmp_path_factory: pytest.TempPathFactory
+) -> Daemon:
+    """The module's daemon replaced by one that learns at start that the Gateway API is served
+    (installed here), under a policy that names :data:`GATEWAY`; and the class "routed" that
+    attaches to it. Not started."""
+    await install_crds(client, load_crds(binaries.find("gateway-api-crds.yaml")))
+    documents = chart_documents({"managerWrites": {"gateways": [GATEWAY]}})
+    tmp = tmp_path_factory.mktemp("routed")
+    daemon.stop()
+    routed = Daemon(
+        await manager_kubeconfig(client, plane, tmp, leader_election=True, documents=documents),
+        tmp,
+    )
+    if await client.get_or_none(ENGINE_CLASS, "routed") is None:
+        await client.create(
+            ENGINE_CLASS, engine_class("routed", exposure={"gateway": {"parentRefs": [GATEWAY]}})
+        )
+    return routed
+
 
 async def test_a_tenants_httproute_under_the_routes_name_is_never_taken(
     plane: ControlPlane,
@@ -344,18 +377,7 @@ async def test_a_tenants_httproute_under_the_routes_name_is_never_taken(
     daemon is replaced by one started after it is installed, under a policy that names the
     Gateway): the tenant's HTTPRoute is refused, kept through the Company's deletion, and the
     company makes its own once it is gone. Last in the module: it leaves the Gateway API on."""
-    await install_crds(client, load_crds(binaries.find("gateway-api-crds.yaml")))
-    gateway = {"namespace": PLATFORM, "name": "public"}
-    documents = chart_documents({"managerWrites": {"gateways": [gateway]}})
-    tmp = tmp_path_factory.mktemp("routed")
-    daemon.stop()
-    routed = Daemon(
-        await manager_kubeconfig(client, plane, tmp, leader_election=True, documents=documents),
-        tmp,
-    )
-    await client.create(
-        ENGINE_CLASS, engine_class("routed", exposure={"gateway": {"parentRefs": [gateway]}})
-    )
+    routed = await routed_daemon(plane, daemon, client, tmp_path_factory)
     ns = await fresh_namespace(client, "own-httproute")
     name = naming.webhook_route("acme")
     users_route = {
@@ -388,5 +410,134 @@ async def test_a_tenants_httproute_under_the_routes_name_is_never_taken(
         assert made["metadata"]["uid"] != theirs["metadata"]["uid"]
         assert is_controlled_by(made, await client.get(COMPANY, "acme", ns))
         assert made["spec"]["hostnames"] == ["acme.routed.example"]
+    finally:
+        routed.stop()
+
+
+def workload_route(ns: str, name: str, *hosts: str, gateway: Object = GATEWAY) -> Object:
+    """Another workload's HTTPRoute: ``/`` of ``hosts`` to its Service, through ``gateway``."""
+    return {
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "parentRefs": [gateway],
+            "hostnames": list(hosts),
+            "rules": [{"backendRefs": [{"name": name, "port": 80}]}],
+        },
+    }
+
+
+async def test_a_hostname_another_workload_serves_is_never_taken(
+    plane: ControlPlane,
+    daemon: Daemon,
+    client: Client,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Issue 47, finding 2: "payments serves pay.example.com through the platform's Gateway with
+    an HTTPRoute for /; a tenant's Company with webhookHostname: pay.example.com is Accepted and
+    its route, with a longer prefix, takes every request under /webhooks of that host." Now
+    refused with HostnameTaken naming payments' route, no route written; a route through
+    another Gateway holds nothing; a wildcard route holds every name under it; once payments'
+    route gives the hostname up, the company routes it."""
+    routed = await routed_daemon(plane, daemon, client, tmp_path_factory)
+    payments = await fresh_namespace(client, "payments")
+    tenant = await fresh_namespace(client, "tenant-b")
+    await client.create(HTTP_ROUTE, workload_route(payments, "pay", "pay.example.com"))
+    await client.create(HTTP_ROUTE, workload_route(payments, "shop", "*.shop.example.com"))
+    await client.create(
+        HTTP_ROUTE,
+        workload_route(payments, "internal", "internal.example.com", gateway={"name": "internal"}),
+    )
+    await routed.start()
+    try:
+        await client.create(
+            COMPANY, company(tenant, "acme", "routed", webhookHostname="pay.example.com")
+        )
+        refused = await wait_condition(
+            client, tenant, "acme", "Accepted", "False", reason=HOSTNAME_TAKEN
+        )
+        assert refused["message"].startswith(
+            f"HTTPRoute {payments}/pay, a route the operator did not write, serves the webhook "
+            "hostname pay.example.com through the same Gateway"
+        ), refused["message"]
+        assert await operators_objects(client, tenant) == []
+        assert await client.get_or_none(HTTP_ROUTE, "acme-webhooks", tenant) is None
+
+        await client.create(
+            COMPANY, company(tenant, "globex", "routed", webhookHostname="a.shop.example.com")
+        )
+        wildcard = await wait_condition(
+            client, tenant, "globex", "Accepted", "False", reason=HOSTNAME_TAKEN
+        )
+        assert wildcard["message"].startswith(f"HTTPRoute {payments}/shop,")
+        # Another Gateway's route for the name takes nothing from this one's.
+        await client.create(
+            COMPANY, company(tenant, "initech", "routed", webhookHostname="internal.example.com")
+        )
+        await wait_converged(client, [(tenant, "initech")], timeout=90, namespace=tenant)
+
+        # Payments gives pay.example.com up: the company routes it.
+        await client.patch(
+            HTTP_ROUTE, "pay", {"spec": {"hostnames": ["pay.payments.example.com"]}}, payments
+        )
+        await wait_converged(client, [(tenant, "acme")], timeout=90, namespace=tenant)
+        made = await client.get(HTTP_ROUTE, "acme-webhooks", tenant)
+        assert made["spec"]["hostnames"] == ["pay.example.com"]
+        # First come, first served: a workload's route that comes after takes nothing back.
+        operator = routed.current
+        assert operator is not None
+        reconciles = 'controller_runtime_reconcile_total{controller="company",result="success"}'
+        before = operator.metric(reconciles)
+        await client.create(HTTP_ROUTE, workload_route(payments, "late", "pay.example.com"))
+        await eventually(
+            lambda: operator.metric(reconciles) > before, timeout=30, message="reconciled again"
+        )
+        assert (await accepted(client, tenant, "acme"))["status"] == "True"
+        after = await client.get(HTTP_ROUTE, "acme-webhooks", tenant)
+        assert (after["metadata"]["uid"], after["spec"]) == (made["metadata"]["uid"], made["spec"])
+    finally:
+        routed.stop()
+
+
+async def test_a_class_delegates_hostnames_and_refuses_others(
+    plane: ControlPlane,
+    daemon: Daemon,
+    client: Client,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Issue 47: "the platform can delegate hostnames [...] with a reason of its own for a
+    hostname outside them": spec.exposure.allowedHostnames, {namespace} standing for the
+    company's. A company refused so claims nothing: an older one does not keep the hostname
+    from the company it was delegated to."""
+    routed = await routed_daemon(plane, daemon, client, tmp_path_factory)
+    await client.create(
+        ENGINE_CLASS,
+        engine_class(
+            "delegated",
+            exposure={
+                "gateway": {"parentRefs": [GATEWAY]},
+                "allowedHostnames": ["*.{namespace}.hooks.example"],
+            },
+        ),
+    )
+    team_a = await fresh_namespace(client, "team-a")
+    team_b = await fresh_namespace(client, "team-b")
+    await routed.start()
+    try:
+        # team-b asks first for a name delegated to team-a: refused, and holds nothing.
+        hostname = f"acme.{team_a}.hooks.example"
+        await client.create(
+            COMPANY, company(team_b, "squatter", "delegated", webhookHostname=hostname)
+        )
+        refused = await wait_condition(
+            client, team_b, "squatter", "Accepted", "False", reason=HOSTNAME_NOT_ALLOWED
+        )
+        assert (
+            "EngineClass delegated gives its companies the webhook hostnames "
+            "*.{namespace}.hooks.example ({namespace} being team-b), and not " + hostname
+        ) in refused["message"]
+        await client.create(COMPANY, company(team_a, "acme", "delegated", webhookHostname=hostname))
+        await wait_converged(client, [(team_a, "acme")], timeout=90, namespace=team_a)
+        route = await client.get(HTTP_ROUTE, "acme-webhooks", team_a)
+        assert route["spec"]["hostnames"] == [hostname]
     finally:
         routed.stop()

@@ -33,8 +33,14 @@ def test_a_child_is_indexed_under_the_company_its_label_names() -> None:
     assert company_of_child({"metadata": {"namespace": "team-a"}}) == []
 
 
-def test_a_company_is_indexed_under_the_hostname_it_asks_for() -> None:
-    assert hostname_of(company("hooks.example.com")) == ["hooks.example.com"]
+def test_a_company_is_indexed_under_the_hostname_it_asks_for_and_its_wildcards() -> None:
+    """Under each wildcard host that serves it too, so that another workload's route for
+    *.example.com finds the companies whose hostname it serves."""
+    assert hostname_of(company("hooks.example.com")) == [
+        "hooks.example.com",
+        "*.example.com",
+        "*.com",
+    ]
     assert hostname_of(company()) == []
 
 
@@ -124,7 +130,7 @@ def test_the_directory_keeps_a_companys_class_and_hostname_and_who_it_is() -> No
         },
         "spec": {"className": "standard", "webhookHostname": "hooks.example.com"},
     }
-    assert hostname_of(entry) == ["hooks.example.com"]
+    assert hostname_of(entry)[0] == "hooks.example.com"
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ from crewlet_operator import (
     Cache,
     CheckpointReads,
     Compact,
+    Decoded,
     EventRecorder,
     GenerationChanged,
     InformerOptions,
@@ -72,6 +73,7 @@ from crewlet_operator_daemon.hostnames import hostname
 from crewlet_operator_daemon.indexes import (
     COMPANY_INDEX,
     HOSTNAME_INDEX,
+    ROUTE_HOST_INDEX,
     company_of_child,
     directory_entry,
     hostname_changed,
@@ -191,8 +193,11 @@ class CrewletControllers:
         # Every other object of the children's kinds, by its metadata alone: a name a child
         # would take may be held by a tenant's own object, which the label-scoped caches never
         # see. The company then waits (crewlet_operator_daemon.inputs.refuse_taken_names), and hears
-        # when the name is free.
+        # when the name is free. Of the routes, their hosts and where they attach too: a
+        # hostname another workload serves is not a company's to take (hostnames.foreign_holder).
         self.namesakes = Cache(manager.client)
+        self.route = HTTP_ROUTE if facts.gateway_api else INGRESS
+        """The kind of a company's webhook route."""
         # Listed whole, not in pages: few objects match, and the API server answers a list
         # without a limit from its watch cache, where a paged one may read every object of
         # the kind from etcd to find them.
@@ -203,10 +208,18 @@ class CrewletControllers:
             storage=MetadataOnly(),
         )
         for resource in self.children:
-            self.namesakes.informer(resource, unlabelled)
+            self.namesakes.informer(
+                resource,
+                unlabelled
+                if resource is not self.route
+                else replace(
+                    unlabelled,
+                    transform=hostnames.route_identity,
+                    indexers={ROUTE_HOST_INDEX: hostnames.route_hosts},
+                    storage=Decoded(),
+                ),
+            )
         manager.add(self.namesakes)
-        self.route = HTTP_ROUTE if facts.gateway_api else INGRESS
-        """The kind of a company's webhook route."""
         self.directory = self._directory(manager) if manager.member is not None else None
         """With sharding, every company and webhook route of the cluster, by what ranks a
         hostname's claimants and counts a class's companies: the caches hold this replica's
@@ -258,6 +271,9 @@ class CrewletControllers:
             self.namesakes.informer(resource).add_handler(
                 self.company_controller.enqueue_handler(self._companies_named_by)
             )
+        self.namesakes.informer(self.route).add_handler(
+            self.company_controller.enqueue_handler(self._companies_served_by)
+        )
         self.class_controller = EngineClassController(
             manager, self.secrets, company_options, directory=self.directory
         )
@@ -331,6 +347,14 @@ class CrewletControllers:
             if peer != key
         ]
 
+    def _companies_served_by(self, route: Object) -> list[Request]:
+        """The companies whose webhook hostname ``route``, another workload's, serves."""
+        return [
+            Request(*key.split("/", 1))
+            for host in hostnames.route_hosts(route)
+            for key in self.companies.keys(COMPANY, (HOSTNAME_INDEX, host))
+        ]
+
     def _companies_of_secret(self, secret: Object) -> list[Request]:
         key = (namespace(secret) or "", name(secret))
         requests: list[Request] = []
@@ -365,6 +389,7 @@ class CrewletControllers:
             unreadable_secrets=unreadable,
             data_claim=claim,
             hostname_holder=await self._hostname_holder(company),
+            hostname_route=self._hostname_route(company, engine_class),
         )
 
     async def _namesakes(
@@ -398,15 +423,55 @@ class CrewletControllers:
                     children[key] = self._keep_owned(whole)
         return found
 
+    def _may_claim(self, company: Object) -> bool:
+        """Whether ``company`` asks for a webhook hostname its class gives it
+        (``spec.exposure.allowedHostnames``): one that does not claims nothing, and hears
+        ``HostnameNotAllowed`` from its own reconcile."""
+        engine_class = self.cache.get(ENGINE_CLASS, class_name(company)) or {}
+        exposure = (engine_class.get("spec") or {}).get("exposure") or {}
+        return hostnames.allowed(
+            hostname(company), exposure.get("allowedHostnames"), namespace(company) or ""
+        )
+
+    def _hostname_route(self, company: Object, engine_class: Object | None) -> str | None:
+        """The route of another workload that holds ``company``'s webhook hostname, when one
+        does and the company does not route it already
+        (:func:`crewlet_operator_daemon.hostnames.foreign_holder`)."""
+        wanted = hostname(company)
+        if not wanted or engine_class is None or not self._may_claim(company):
+            return None
+        own = self.cache.get(self.route, naming.webhook_route(name(company)), namespace(company))
+        if hostnames.routes_itself(company, own):
+            return None
+        routes = [
+            route
+            for key in hostnames.serving_keys(wanted)
+            for route in self.namesakes.list(self.route, index=(ROUTE_HOST_INDEX, key))
+        ]
+        if not routes:
+            return None
+        exposure = (engine_class.get("spec") or {}).get("exposure") or {}
+        return hostnames.foreign_holder(
+            company,
+            routes,
+            (exposure.get("gateway") or {}).get("parentRefs") or [],
+            (exposure.get("ingress") or {}).get("className"),
+        )
+
     async def _hostname_holder(self, company: Object) -> str | None:
         """The Company that holds ``company``'s webhook hostname, when another one does
-        (:func:`crewlet_operator_daemon.hostnames.holder`, from the claimants and their routes)."""
+        (:func:`crewlet_operator_daemon.hostnames.holder`, from the claimants whose classes
+        give them the hostname, and their routes)."""
         wanted = hostname(company)
-        if not wanted:
+        if not wanted or not self._may_claim(company):
             return None
         if self.directory is not None:
             await self.directory.wait_for_sync(DIRECTORY_SYNC_TIMEOUT)
-        claimants = self.companies.list(COMPANY, index=(HOSTNAME_INDEX, wanted))
+        claimants = [
+            claimant
+            for claimant in self.companies.list(COMPANY, index=(HOSTNAME_INDEX, wanted))
+            if self._may_claim(claimant)
+        ]
         if len(claimants) < 2:
             return None
         routes: dict[str, Object | None] = {}
@@ -494,6 +559,11 @@ class CrewletControllers:
             return True
         wanted = hostname(company)
         if wanted and len(self.companies.keys(COMPANY, (HOSTNAME_INDEX, wanted))) > 1:
+            return True
+        if any(
+            self.namesakes.keys(self.route, (ROUTE_HOST_INDEX, key))
+            for key in hostnames.serving_keys(wanted)
+        ):
             return True
         ns, company_name = namespace(company) or "", name(company)
         return any(

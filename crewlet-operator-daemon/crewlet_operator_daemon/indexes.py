@@ -7,13 +7,17 @@ from __future__ import annotations
 from crewlet_operator import find_condition, namespace
 from crewlet_operator_daemon import naming
 from crewlet_operator_daemon.api.conditions import ACCEPTED, HOSTNAME_TAKEN, NAME_TAKEN
-from crewlet_operator_daemon.hostnames import hostname
+from crewlet_operator_daemon.hostnames import hostname, serving_keys
 from crewlet_operator_daemon.plan import Object
 
 COMPANY_INDEX = "company"
 """Children by their company (``namespace/name``), from the company label."""
 HOSTNAME_INDEX = "hostname"
-"""Companies by the webhook hostname they ask for."""
+"""Companies by the webhook hostname they ask for, and by each wildcard host that serves it
+(``*.example.com`` for ``hooks.example.com``): a route for a host finds the companies it may
+take a hostname from."""
+ROUTE_HOST_INDEX = "host"
+"""Routes the operator did not write, by each host they name (``*.<domain>`` included)."""
 NAMESAKE_METADATA = ("name", "namespace", "uid", "resourceVersion", "ownerReferences")
 """What is kept of an object that may hold a child's name: who it is and who controls it."""
 CONTESTED = frozenset({NAME_TAKEN, HOSTNAME_TAKEN})
@@ -29,8 +33,7 @@ def company_of_child(child: Object) -> list[str]:
 
 def hostname_of(company: Object) -> list[str]:
     """The index function of :data:`HOSTNAME_INDEX`."""
-    wanted = hostname(company)
-    return [wanted] if wanted else []
+    return serving_keys(hostname(company))
 
 
 def hostname_changed(old: Object, new: Object) -> bool:

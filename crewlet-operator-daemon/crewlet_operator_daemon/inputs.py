@@ -3,7 +3,8 @@
 Everything that can refuse a company is here, with messages that say what to do; the reasons
 ``Accepted=False`` carries are API, in :mod:`crewlet_operator_daemon.api.conditions`. Refusals come
 in the order a person would fix them: the company itself (``InvalidSpec``, ``InvalidName``,
-``HostnameTaken``), then its class (``ClassNotFound``, ``InvalidClass``, ``ClassNotAllowed``),
+``HostnameTaken``), then its class (``ClassNotFound``, ``InvalidClass``, ``ClassNotAllowed``,
+``HostnameNotAllowed``),
 the engine version (``DowngradeRefused``), what the class asks for (``InvalidClass`` again, for
 what the CRD's schema cannot judge, and for what the API server refused of a child rendered
 from it), the Secrets it references (``SecretUnreadable``, ``SecretNotFound``) and last the
@@ -27,11 +28,12 @@ from crewlet_operator import (
     parse_quantity,
 )
 from crewlet_operator import name as object_name
-from crewlet_operator_daemon import engine, naming, versions
+from crewlet_operator_daemon import engine, hostnames, naming, versions
 from crewlet_operator_daemon.api.conditions import (
     CLASS_NOT_ALLOWED,
     CLASS_NOT_FOUND,
     DOWNGRADE_REFUSED,
+    HOSTNAME_NOT_ALLOWED,
     HOSTNAME_TAKEN,
     INVALID_CLASS,
     INVALID_NAME,
@@ -148,12 +150,25 @@ def read_inputs(
     problem = naming.name_problem(str(raw["metadata"]["name"]))
     if problem:
         raise Refused(INVALID_NAME, problem)
+    wanted = parsed_company.spec.webhook_hostname
+    if observed.hostname_route is not None:
+        entrance = (
+            "through the same Gateway"
+            if observed.hostname_route.startswith("HTTPRoute ")
+            else "on the same IngressClass"
+        )
+        raise Refused(
+            HOSTNAME_TAKEN,
+            f"{observed.hostname_route}, a route the operator did not write, serves the webhook "
+            f"hostname {wanted} {entrance}, and a hostname routes to one workload: set another "
+            f"spec.webhookHostname, or have that route give the hostname up first",
+        )
     if observed.hostname_holder is not None:
         raise Refused(
             HOSTNAME_TAKEN,
-            f"Company {observed.hostname_holder} holds the webhook hostname "
-            f"{parsed_company.spec.webhook_hostname}, and a hostname routes to one company: "
-            f"set another spec.webhookHostname, or remove it from that company first",
+            f"Company {observed.hostname_holder} holds the webhook hostname {wanted}, and a "
+            f"hostname routes to one workload: set another spec.webhookHostname, or remove it "
+            f"from that company first",
         )
     class_name = parsed_company.spec.class_name
     if engine_class is None:
@@ -165,6 +180,7 @@ def read_inputs(
     parsed_class, unfit = _read_class(class_name, engine_class)
     if namespace_labels is not None:
         _check_namespace_allowed(parsed_class, class_name, raw, namespace_labels)
+    _check_hostname_allowed(parsed_class, class_name, raw, wanted)
     return Inputs(raw, parsed_company, parsed_class, unfit, observed, facts, token_factory)
 
 
@@ -273,6 +289,24 @@ def _check_namespace_allowed(
             f"EngineClass {class_name} does not admit namespace {namespace}: label the "
             f"namespace to match spec.allowedNamespaces or use another class",
         )
+
+
+def _check_hostname_allowed(
+    engine_class: EngineClass, class_name: str, raw: Object, wanted: str | None
+) -> None:
+    """``spec.exposure.allowedHostnames`` gives the company the webhook hostname it asks for
+    (absent: any hostname)."""
+    patterns = engine_class.spec.exposure.allowed_hostnames
+    namespace = str(raw["metadata"]["namespace"])
+    if not wanted or hostnames.allowed(wanted, patterns, namespace):
+        return
+    given = ", ".join(patterns or []) or "none"
+    raise Refused(
+        HOSTNAME_NOT_ALLOWED,
+        f"EngineClass {class_name} gives its companies the webhook hostnames {given} "
+        f"({hostnames.NAMESPACE_PLACEHOLDER} being {namespace}), and not {wanted}: set "
+        f"spec.webhookHostname to one of them, or ask the platform's administrators for this one",
+    )
 
 
 # -- the engine version ------------------------------------------------------------------------

@@ -83,7 +83,9 @@ class Observed:
     ``unreadable_secrets`` maps those the operator may not read to why (the API server's
     answer). ``data_claim`` is the data StatefulSet's volume claim (``data-<company>-data-0``)
     when it exists. ``hostname_holder`` is the Company (``namespace/name``) that holds the
-    webhook hostname this company asks for, when another one does. ``rejection`` is what the
+    webhook hostname this company asks for, when another one does; ``hostname_route`` the
+    route of another workload (``Kind namespace/name``) that serves it where the company's
+    would attach, when one does and the company does not route it yet. ``rejection`` is what the
     API server answered when it refused a child rendered for the company (a dry run or a
     write), when one did.
     """
@@ -94,6 +96,7 @@ class Observed:
     unreadable_secrets: dict[tuple[str, str], str] = field(default_factory=dict)
     data_claim: Object | None = None
     hostname_holder: str | None = None
+    hostname_route: str | None = None
     rejection: str | None = None
 
 

@@ -39,6 +39,10 @@ SECRET_NOT_FOUND = "SecretNotFound"
 ENGINE_CONFIG_INVALID = "EngineConfigInvalid"
 """A rendered crewlet.yaml the engine's schema refuses: a bug of the operator."""
 HOSTNAME_TAKEN = "HostnameTaken"
-"""Another Company holds the webhook hostname this one asks for."""
+"""Another Company, or a route the operator did not write on the same Gateway or IngressClass,
+holds the webhook hostname this one asks for."""
+HOSTNAME_NOT_ALLOWED = "HostnameNotAllowed"
+"""The class's ``exposure.allowedHostnames`` does not give the company the webhook hostname it
+asks for."""
 NAME_TAKEN = "NameTaken"
 """An object the operator did not make holds the name of one of the company's objects."""

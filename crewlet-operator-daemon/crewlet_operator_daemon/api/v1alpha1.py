@@ -50,8 +50,14 @@ Services named ``<company>-<suffix>`` (DNS-1035 labels of at most 63), the label
 """
 DNS1035_LABEL_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 """A Company's name names its Services, which must be DNS-1035 labels."""
-HOSTNAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-"""A lowercase DNS name (RFC 1123 subdomain), as HTTPRoute and Ingress hosts must be."""
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+HOSTNAME_PATTERN = rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$"
+"""A lowercase DNS name (RFC 1123 subdomain) of labels of at most 63 characters, as HTTPRoute
+and Ingress hosts must be: a route for a longer label could never match a request."""
+_ALLOWED_LABEL = rf"({_DNS_LABEL}|\{{namespace\}})"
+ALLOWED_HOSTNAME_PATTERN = rf"^(\*\.)?{_ALLOWED_LABEL}(\.{_ALLOWED_LABEL})*$"
+"""An entry of ``spec.exposure.allowedHostnames``: a hostname, or ``*.`` and a domain, whose
+labels may be ``{namespace}``."""
 _HOST_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
 _IMAGE_DOMAIN = rf"(?:{_HOST_LABEL}(?:\.{_HOST_LABEL})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
 _IMAGE_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -308,6 +314,34 @@ class Exposure(Model):
 
     gateway: GatewayExposure | None = Field(default=None, description="Gateway API settings.")
     ingress: IngressExposure | None = Field(default=None, description="Ingress settings.")
+    allowed_hostnames: list[str] | None = Field(
+        default=None,
+        max_length=64,
+        description=(
+            "The webhook hostnames the class's companies may ask for (spec.webhookHostname): "
+            "a hostname, or *. and a domain for every name under it (hooks.a.example.com and "
+            "a.b.example.com under *.example.com); {namespace} in one stands for the company's "
+            "namespace, so that *.{namespace}.hooks.example.com gives each namespace names of "
+            "its own. A Company asking for another reports Accepted=False HostnameNotAllowed. "
+            "Unset: any hostname no other workload's route serves."
+        ),
+        json_schema_extra={
+            "items": {
+                "type": "string",
+                "maxLength": 253,
+                "x-kubernetes-validations": [
+                    {
+                        "rule": f"self.matches({cel_string(ALLOWED_HOSTNAME_PATTERN)})",
+                        "message": (
+                            "each spec.exposure.allowedHostnames entry is a lowercase DNS name, "
+                            "or *. and one, whose labels may be {namespace}: hooks.example.com, "
+                            "*.example.com, *.{namespace}.hooks.example.com"
+                        ),
+                    }
+                ],
+            }
+        },
+    )
 
 
 _S3 = "(has(self.files) && has(self.files.s3))"
