@@ -19,6 +19,14 @@ The install page is the contract:
     crewlet-operator-controller-manager; a nameOverride or fullnameOverride that changes it
     leaves the manager unchecked."
 
+Issue 47 holds the manager exactly (its namespace and name: a tenant's own ServiceAccount of the
+same name is not the manager), takes the adoption allowance away ("The operator never adopts
+anything"), and adds what a tenant must not forge, tried as a tenant (a namespace's admin,
+through Kubernetes' own ``admin`` role): a Lease that passes for an install's
+(crewlet-operator-leases), a ring member's will, and a Company's ring labels
+(crewlet-operator-ring-labels, with manager.sharding.enabled); and where a company's pods may
+run (managerWrites.placement).
+
 and issue 35 asks for more: "The manager's policy as an allowlist of the shapes the operator
 writes, not a list of bad things". So the manager's policy is tested on a table of cases
 (:data:`CASES`): each writes one of the objects the operator renders for a company
@@ -46,6 +54,7 @@ import json
 import os
 import signal
 import sys
+import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -62,7 +71,7 @@ from crewlet_operator.envtest import ControlPlane, binaries
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
-from crewlet_operator.errors import InvalidError, NotFoundError
+from crewlet_operator.errors import ApiError, ForbiddenError, InvalidError, NotFoundError
 from crewlet_operator.kube import resources as r
 from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.config import RestConfig
@@ -72,7 +81,7 @@ from crewlet_operator.ring import HashRing, RingLabels, RingView, member_name, s
 from crewlet_operator.sharding import Gate, Membership, MemberSlots, Sharder, by_namespace
 from crewlet_operator_daemon import ClusterFacts, Observed, desired_children
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
-from crewlet_operator_daemon.cli import SHARDING_DOMAIN
+from crewlet_operator_daemon.cli import LEASE_LABELS, SHARDING_DOMAIN
 from crewlet_operator_daemon.plan import MANAGER_NAME
 from crewlet_operator_daemon.versions import CLAIM_ANNOTATION
 
@@ -108,10 +117,8 @@ MANAGER_RULES: dict[str, tuple[str, str]] = {
     "owner-on-create": ("identity", "created controlled by the Company its label names"),
     "owners-unchanged": ("identity", "no change ever changes an object's owners"),
     "secret-opaque": ("secrets", "every Secret it writes is Opaque"),
-    "secret-adoption": (
-        "secrets",
-        "a Secret it adopts may gain the label, with its data unchanged",
-    ),
+    "secret-never-immutable": ("secrets", "no Secret is ever made immutable"),
+    "finalizers-unchanged": ("identity", "no finalizer set, changed or removed on a child"),
     "secret-data-controlled": ("secrets", "data changed or deleted only while a Company controls"),
     "sts-engine-service-account": ("pod security", "pods run as the company's <company>-engine"),
     "sts-host-namespaces": ("pod security", "no hostNetwork, hostPID or hostIPC"),
@@ -123,6 +130,9 @@ MANAGER_RULES: dict[str, tuple[str, str]] = {
     "pod-containers": ("pod security", "the one container engine, the operator's fields only"),
     "pod-host-ports": ("pod security", "no hostPort or hostIP"),
     "pod-priority": ("pod security", "no system-* PriorityClass"),
+    "placement-tolerations": ("placement", "tolerations of allowed keys, never the control plane"),
+    "placement-node-selection": ("placement", "nodes selected by managerWrites' node labels"),
+    "placement-priority-classes": ("placement", "PriorityClasses managerWrites lists"),
     "engine-image": ("pod security", "images under managerWrites.engineImagePrefixes, if set"),
     "sts-host-path": ("volumes", "no hostPath volumes"),
     "sts-no-claim-volumes": ("volumes", "no pod template mounts a persistentVolumeClaim volume"),
@@ -153,7 +163,20 @@ MANAGER_RULES: dict[str, tuple[str, str]] = {
     "manager-only": ("scope", "the same writes by another ServiceAccount are unaffected"),
     "release-prefix": ("scope", "every release name keeps the manager checked"),
     "fullname-override": ("scope", "a fullnameOverride that renames the SA leaves it unchecked"),
+    "manager-exact": ("scope", "the manager by namespace and name, not the end of a name"),
+    "install-lease-writers": ("leases", "an install's Lease only from an install's manager"),
+    "will-never-changes": ("leases", "a will is written once, never changed or removed"),
+    "will-names-members": ("leases", "a will names member Leases only, on a member Lease"),
+    "ring-labels-manager-only": ("ring labels", "only the manager writes a Company's ring labels"),
 }
+FORGERY_RULES = (
+    "manager-exact",
+    "install-lease-writers",
+    "will-never-changes",
+    "will-names-members",
+    "ring-labels-manager-only",
+)
+"""Rules tried outside the manager's table, by the tests of what a tenant can forge."""
 TENANT_RULES = {
     "ns-create-tenant-label": "a namespace is created with the tenant label",
     "ns-create-protected-exact": "... and exactly the required labels under protected prefixes",
@@ -344,10 +367,15 @@ ENGINE_IMAGE = "ghcr.io/crewlet/crewlet-operator/engine:v0.2.0"
 NEWER_IMAGE = "ghcr.io/crewlet/crewlet-operator/engine:v0.3.0"
 HIGH_WATER = "0.2.0"
 MANAGER_VALUES: Doc = {
-    "managerWrites": {"gateways": [GATEWAY], "engineImagePrefixes": [IMAGE_PREFIX]}
+    "managerWrites": {
+        "gateways": [GATEWAY],
+        "engineImagePrefixes": [IMAGE_PREFIX],
+        "placement": {"nodeSelectorKeys": ["pool"], "priorityClasses": ["engines", "engines-high"]},
+    }
 }
 """The chart's values for the manager's policy under test: the Gateway the class's routes
-attach to, and the engine images' registry."""
+attach to, the engine images' registry, and where engines may run (the taint keys left to the
+default: any but the control plane's)."""
 SOURCE_SECRETS: dict[tuple[str, str], Doc | None] = {
     (PLATFORM_NS, "keys"): {
         "metadata": {"name": "keys", "namespace": PLATFORM_NS},
@@ -656,7 +684,13 @@ class Case:
     """The field manager of a ``patch``."""
 
 
-IDENTITY = ("label-on-write", "labels-allowlist", "name-bound", "annotations-allowlist")
+IDENTITY = (
+    "label-on-write",
+    "labels-allowlist",
+    "name-bound",
+    "annotations-allowlist",
+    "finalizers-unchanged",
+)
 CREATED = (*IDENTITY, "owner-on-create")
 POD_RULES = (
     "sts-engine-service-account",
@@ -669,6 +703,9 @@ POD_RULES = (
     "pod-containers",
     "pod-host-ports",
     "pod-priority",
+    "placement-tolerations",
+    "placement-node-selection",
+    "placement-priority-classes",
     "engine-image",
     "sts-host-path",
     "sts-no-claim-volumes",
@@ -681,7 +718,7 @@ POD_RULES = (
 )
 KIND_RULES: dict[str, tuple[str, ...]] = {
     "ServiceAccount": (),
-    "Secret": ("secret-opaque",),
+    "Secret": ("secret-opaque", "secret-never-immutable"),
     "Service": ("service-cluster-ip", "service-selector"),
     "PodDisruptionBudget": ("pdb-selector", "pdb-max-unavailable"),
     "NetworkPolicy": ("netpol-selector", "netpol-ingress-only", "netpol-rules"),
@@ -1008,28 +1045,66 @@ CASES: list[Case] = [
             at(("data",), {".dockerconfigjson": "e30="}),
         ),
     ),
-    Case(
+    # Issue 47: "The operator never adopts anything": no Secret of anyone else's gains the
+    # label, is frozen, gains a finalizer or loses its labels or annotations.
+    deny(
         "adopt-a-secret",
-        ("secret-adoption", "labels-allowlist"),
+        "label-to-change-or-delete",
         MODEL_KEY,
+        "may change or delete Secret {ns}/model-key only if it is labelled "
+        "app.kubernetes.io/managed-by: crewlet-operator (it adopts nothing)",
         op="patch",
         patch={"metadata": {"labels": {**MANAGED, "crewlet.ai/company": ACME}}},
     ),
     deny(
-        "adopt-a-secret-and-rewrite-it",
-        "secret-adoption",
+        "adopt-a-secret-and-freeze-it",
+        "label-to-change-or-delete",
         MODEL_KEY,
-        "(a Secret it adopts may gain the label, with its data and type unchanged)",
+        "(it adopts nothing)",
         op="patch",
-        patch={"metadata": {"labels": MANAGED}, "data": {"k": "b3RoZXI="}},
+        patch={"metadata": {"labels": MANAGED}, "immutable": True},
     ),
     deny(
-        "adopt-a-secret-and-annotate-it",
-        "annotations-allowlist",
+        "hold-a-users-secret-with-a-finalizer",
+        "label-on-write",
         MODEL_KEY,
-        "not crewlet.ai/adopted",
+        f"{WRITES} Secret {{ns}}/model-key only with the label "
+        "app.kubernetes.io/managed-by: crewlet-operator",
         op="patch",
-        patch={"metadata": {"labels": MANAGED, "annotations": {"crewlet.ai/adopted": "true"}}},
+        patch={"metadata": {"finalizers": ["example.com/hold"]}},
+    ),
+    deny(
+        "strip-a-users-secret",
+        "label-on-write",
+        MODEL_KEY,
+        f"{WRITES} Secret {{ns}}/model-key only with the label "
+        "app.kubernetes.io/managed-by: crewlet-operator",
+        op="patch",
+        existing=both(at((*LABELS, "team"), "payments"), at((*ANNOTATIONS, "owner"), "ledger")),
+        patch={"metadata": {"labels": {"team": None}, "annotations": {"owner": None}}},
+    ),
+    deny(
+        "config-made-immutable",
+        "secret-never-immutable",
+        CONFIG,
+        "may never make Secret {ns}/acme-config immutable",
+        op="update",
+        change=at(("immutable",), True),
+    ),
+    deny(
+        "finalizer-on-create",
+        "finalizers-unchanged",
+        SA,
+        "may not set, change or remove the finalizers of ServiceAccount {ns}/acme-engine",
+        change=at(("metadata", "finalizers"), ["example.com/hold"]),
+    ),
+    deny(
+        "finalizer-added",
+        "finalizers-unchanged",
+        API_SERVICE,
+        "may not set, change or remove the finalizers of Service {ns}/acme-api",
+        op="update",
+        change=at(("metadata", "finalizers"), ["example.com/hold"]),
     ),
     Case(
         "copied-key-rotated",
@@ -1315,10 +1390,91 @@ CASES: list[Case] = [
     ),
     Case(
         "priority-class-changed",
-        ("pod-priority", "owners-unchanged"),
+        ("pod-priority", "placement-priority-classes", "owners-unchanged"),
         SEATS_STS,
         op="update",
         change=at((*POD, "priorityClassName"), "engines-high"),
+    ),
+    # Issue 47: "a chart value for the tolerations, node selectors and priority classes a
+    # company's pods may use (default: never the control-plane taint)".
+    deny(
+        "tolerates-the-control-plane",
+        "placement-tolerations",
+        DATA_STS,
+        "only with tolerations of taint keys other than the control plane's "
+        "(node-role.kubernetes.io/control-plane, node-role.kubernetes.io/master; list the keys "
+        "engines may tolerate in the chart value managerWrites.placement.tolerationKeys), each "
+        "with a key, not node-role.kubernetes.io/control-plane",
+        change=add(
+            (*POD, "tolerations"),
+            {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"},
+        ),
+    ),
+    deny(
+        "tolerates-every-taint",
+        "placement-tolerations",
+        SEATS_STS,
+        "not a toleration of every taint",
+        op="update",
+        change=add((*POD, "tolerations"), {"operator": "Exists"}),
+    ),
+    deny(
+        "selects-the-control-plane",
+        "placement-node-selection",
+        DATA_STS,
+        "by the labels the chart value managerWrites.placement.nodeSelectorKeys lists (pool), "
+        "not node-role.kubernetes.io/control-plane",
+        change=at((*POD, "nodeSelector", "node-role.kubernetes.io/control-plane"), ""),
+    ),
+    deny(
+        "names-its-node",
+        "placement-node-selection",
+        SEATS_STS,
+        "not nodeAffinity",
+        op="update",
+        change=at(
+            (*POD, "affinity", "nodeAffinity"),
+            {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": ["cp-1"]}
+                            ]
+                        }
+                    ]
+                }
+            },
+        ),
+    ),
+    Case(
+        "node-affinity-on-a-listed-label",
+        ("placement-node-selection", "owners-unchanged"),
+        SEATS_STS,
+        op="update",
+        change=at(
+            (*POD, "affinity", "nodeAffinity"),
+            {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 10,
+                        "preference": {
+                            "matchExpressions": [
+                                {"key": "pool", "operator": "In", "values": ["engines"]}
+                            ]
+                        },
+                    }
+                ]
+            },
+        ),
+    ),
+    deny(
+        "priority-class-not-listed",
+        "placement-priority-classes",
+        DATA_STS,
+        "only with a PriorityClass the chart value managerWrites.placement.priorityClasses "
+        "lists (engines, engines-high), not tenant-favourite",
+        change=at((*POD, "priorityClassName"), "tenant-favourite"),
     ),
     deny(
         "image-of-its-own",
@@ -2577,9 +2733,9 @@ async def test_the_manager_writes_only_the_operators_shapes(
 async def test_another_service_account_is_left_alone(
     manager: Client, other: Client, namespace: str
 ) -> None:
-    """The policy matches the manager's ServiceAccount by the end of its name, and no one else:
-    what it refuses the manager, it admits for another ServiceAccount (every denied case of the
-    table checks that too)."""
+    """The policy matches the manager's ServiceAccount, and no one else: what it refuses the
+    manager, it admits for another ServiceAccount (every denied case of the table checks that
+    too)."""
     unlabelled = secret(namespace, "x", labelled=False)
     await refused_by_manager_policy(
         "manager-only", manager.create(r.SECRET, unlabelled, dry_run=True), "only with the label"
@@ -2702,7 +2858,7 @@ async def test_the_sharder_and_a_member_move_a_company_as_the_manager(
 def test_the_cases_cover_every_rule_both_ways() -> None:
     """The table alone (the run's tally is the last test's): every rule of the manager's policy
     has an admitted and a denied case, and every case names rules that exist."""
-    scope = {"manager-only", "release-prefix", "fullname-override"}
+    scope = {"manager-only", "release-prefix", "fullname-override", *FORGERY_RULES}
     admits = {rule for case in CASES if case.denied is None for rule in case.rules}
     denies = {case.rules[0] for case in CASES if case.denied is not None}
     assert admits | denies <= set(MANAGER_RULES)
@@ -2758,12 +2914,14 @@ async def test_every_release_name_keeps_the_manager_checked(
     """ "the chart prefixes them with the release's name otherwise": a release named prod names
     its manager prod-crewlet-operator-controller-manager, and so does one whose name holds the
     chart's (crewlet-operator-prod-crewlet-operator-...), so the policy that release installs,
-    alone, holds its manager by the end of its name."""
+    alone, holds its manager (by its namespace and name, which ends as the install page says)."""
     docs = await helm_template(MANAGER_VALUES, release=release)
     account = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
     assert account == f"{release[:46]}-{MANAGER}"
-    policy = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")["metadata"]["name"]
-    assert policy == f"{release[:46]}-{MANAGER_POLICY}"
+    policy = f"{release[:46]}-{MANAGER_POLICY}"
+    assert policy in {
+        d["metadata"]["name"] for d in docs if d["kind"] == "ValidatingAdmissionPolicy"
+    }
     held = client_for(manager_identity(control_plane, account))
     await delete_policies(kube_client, MANAGER_POLICY)
     await apply_policies(kube_client, docs, policy)
@@ -2792,30 +2950,56 @@ async def test_a_fullname_override_that_renames_the_manager_leaves_it_unchecked(
     manager: Client,
     namespace: str,
 ) -> None:
-    """ "a nameOverride or fullnameOverride that changes it leaves the manager unchecked" """
+    """ "a nameOverride or fullnameOverride that changes it leaves the manager unchecked": the
+    policy matches the manager exactly (issue 47), and only while its name ends with
+    crewlet-operator-controller-manager. With the ending's clause taken out of the same
+    rendered policy, it holds the renamed manager: the clause, not a policy not yet enforced,
+    is what leaves it unchecked."""
     docs = await helm_template({**MANAGER_VALUES, "fullnameOverride": "platform-ops"})
     account = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
     assert account == "platform-ops-controller-manager"
     renamed = client_for(manager_identity(control_plane, account))
-    # Only the override's policy is installed, and it is enforced (it still holds a ServiceAccount
-    # named crewlet-operator-controller-manager) ...
+    policy = "platform-ops-manager-writes"
+    [rendered] = [
+        d
+        for d in docs
+        if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == policy
+    ]
+    [condition] = rendered["spec"]["matchConditions"]
+    exact, ending = condition["expression"].split(" && ")
+    assert exact == (f'request.userInfo.username == "system:serviceaccount:{RELEASE_NS}:{account}"')
+    assert ending == f'"{account}".endsWith("{MANAGER}")'
+    probe = secret(namespace, "x", False)
     await delete_policies(kube_client, MANAGER_POLICY)
-    await apply_policies(kube_client, docs, "platform-ops-manager-writes")
     try:
-        await wait_manager_policy(manager, "platform-ops-manager-writes", (MANAGER_POLICY,))
+        # The rendered policy without the ending's clause holds the renamed manager ...
+        condition["expression"] = exact
+        await apply_policies(kube_client, docs, policy)
+        await enforced(lambda: renamed.create(r.SECRET, probe, dry_run=True), policy)
         await denied(
             "fullname-override",
-            manager.create(r.SECRET, secret(namespace, "x", False), dry_run=True),
-            "platform-ops-manager-writes",
+            renamed.create(r.SECRET, probe, dry_run=True),
+            policy,
             "only with the label",
         )
-        # ... but not the renamed manager: every write the policy exists to refuse is admitted.
+        # ... and as rendered it does not: every write the policy exists to refuse is admitted.
+        condition["expression"] = f"{exact} && {ending}"
+        await apply_policies(kube_client, docs, policy)
+
+        async def unchecked() -> bool:
+            try:
+                await renamed.create(r.SECRET, probe, dry_run=True)
+            except InvalidError:
+                return False
+            return True
+
+        await eventually(unchecked, timeout=60, interval=0.2, message="the rendered policy")
         for _, resource, obj in violations(namespace):
             await admitted("fullname-override", renamed.create(resource, obj, dry_run=True))
     finally:
-        await delete_policies(kube_client, "platform-ops-manager-writes")
+        await delete_policies(kube_client, policy)
         await apply_policies(kube_client, await helm_template(MANAGER_VALUES), MANAGER_POLICY)
-        await wait_manager_policy(manager, MANAGER_POLICY, ("platform-ops-manager-writes",))
+        await wait_manager_policy(manager, MANAGER_POLICY, (policy,))
 
 
 async def test_by_default_any_engine_image_runs_and_no_httproute_attaches(
@@ -2997,6 +3181,284 @@ async def test_the_operator_runs_a_company_under_the_charts_rbac_and_policy(
             await kube_client.delete(ENGINE_CLASS, class_name)
         with contextlib.suppress(NotFoundError):
             await kube_client.delete(r.NAMESPACE, platform)
+
+
+# -- what a tenant can forge (issue 47) ----------------------------------------------------------
+
+LEASES_POLICY = "crewlet-operator-leases"
+RING_LABELS_POLICY = "crewlet-operator-ring-labels"
+TENANT_ADMIN = "tenant-admin"
+SHARDED_VALUES: Doc = {**MANAGER_VALUES, "manager": {"sharding": {"enabled": True}}}
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def forgery_policies(kube_client: Client, manager_policy: list[Doc]) -> AsyncIterator[None]:
+    """crewlet-operator-leases and, as manager.sharding.enabled renders it,
+    crewlet-operator-ring-labels; and the chart's roles aggregated into Kubernetes' own admin
+    role, so that a namespace's admin writes Companies as the install page says."""
+    docs = await helm_template(SHARDED_VALUES)
+    for doc in docs:
+        if doc["kind"] == "ClusterRole" and doc["metadata"]["name"].endswith(
+            ("-crewlet-edit", "-crewlet-view")
+        ):
+            await kube_client.apply(r.CLUSTER_ROLE, doc)
+    for policy in (LEASES_POLICY, RING_LABELS_POLICY):
+        await apply_policies(kube_client, docs, policy)
+    yield
+    for policy in (LEASES_POLICY, RING_LABELS_POLICY):
+        await delete_policies(kube_client, policy)
+
+
+async def namespace_admin(
+    kube_client: Client, control_plane: ControlPlane, client_for: ClientFor, ns: str, name: str
+) -> Client:
+    """A ServiceAccount ``name`` of ``ns`` bound there to Kubernetes' own admin ClusterRole: a
+    tenant, once the aggregation controller has given that role the Companies."""
+    await kube_client.create(r.SERVICE_ACCOUNT, {"metadata": {"name": name, "namespace": ns}})
+    await kube_client.create(
+        r.ROLE_BINDING,
+        {
+            "metadata": {"name": f"{name}-admin", "namespace": ns},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "admin",
+            },
+            "subjects": [sa_subject(ns, name)],
+        },
+    )
+    tenant = client_for(control_plane.service_account_config(ns, name))
+
+    probe = company_doc(ns)
+    probe["metadata"]["name"] = "probe"
+
+    async def writes_companies() -> bool:
+        try:
+            await tenant.create(COMPANY, probe, dry_run=True)
+        except ForbiddenError:
+            return False
+        return True
+
+    await eventually(writes_companies, timeout=60, interval=0.5, message="admin writes Companies")
+    return tenant
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def tenant(
+    kube_client: Client,
+    control_plane: ControlPlane,
+    client_for: ClientFor,
+    namespace: str,
+    forgery_policies: None,
+) -> Client:
+    return await namespace_admin(kube_client, control_plane, client_for, namespace, TENANT_ADMIN)
+
+
+def install_lease(namespace: str, duration: int = 15, name: str = "crewlet-operator-leader") -> Doc:
+    """A Lease with the labels of the operator's own (``cli.LEASE_LABELS``)."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": dict(LEASE_LABELS),
+        },
+        "spec": {"holderIdentity": "someone", "leaseDurationSeconds": duration},
+    }
+
+
+async def test_a_tenant_writes_no_lease_that_passes_for_an_install(
+    tenant: Client, held: Client, namespace: str
+) -> None:
+    """Issue 47, finding 1: "A Lease in the tenant's own namespace with the operator's two
+    exclusive labels (cli.py LEASE_LABELS) and leaseDurationSeconds: 2147483647: the next
+    operator process never leads." Refused, as a create and as labels put on a Lease of the
+    tenant's own (which it may otherwise write as before); the manager's own Lease, as its
+    elector writes it, is admitted."""
+    forged = install_lease(namespace, duration=2147483647)
+    await enforced(lambda: tenant.create(r.LEASE, forged, dry_run=True), LEASES_POLICY)
+    message = f"may not write Lease {namespace}/crewlet-operator-leader with, or change, the labels"
+    await denied("install-lease-writers", tenant.create(r.LEASE, forged), LEASES_POLICY, message)
+    own = {"metadata": {"name": "mine", "namespace": namespace}, "spec": {"holderIdentity": "me"}}
+    await tenant.create(r.LEASE, own)
+    await denied(
+        "install-lease-writers",
+        merge_patch(tenant, r.LEASE, "mine", namespace, {"metadata": {"labels": LEASE_LABELS}}),
+        LEASES_POLICY,
+        f"may not write Lease {namespace}/mine with, or change, the labels",
+    )
+    # Another name than the daemon's own Lease, which a test of this module may have made.
+    ours = install_lease(RELEASE_NS, name=f"leader-{uuid.uuid4()}")
+    await admitted("install-lease-writers", held.create(r.LEASE, ours, dry_run=True))
+
+
+async def test_every_installs_manager_writes_its_own_lease_under_the_charts_rbac(
+    kube_client: Client, control_plane: ControlPlane, client_for: ClientFor, forgery_policies: None
+) -> None:
+    """The one-install guard keeps working across installs: a second install's manager, with
+    nothing but the RBAC its chart gives it, writes its own Lease with the labels (the policy
+    asks the authorizer whether the writer may update every namespace's Company status, which
+    an install's manager may and a tenant may not)."""
+    release, ns = "second", "crewlet-policies-second"
+    await ensure_namespace(kube_client, ns)
+    docs = [
+        d
+        for d in await helm_template({"crd": {"enabled": False}}, release=release)
+        if d["kind"]
+        in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+    ]
+    kinds = {
+        "ServiceAccount": r.SERVICE_ACCOUNT,
+        "ClusterRole": r.CLUSTER_ROLE,
+        "ClusterRoleBinding": r.CLUSTER_ROLE_BINDING,
+        "Role": r.ROLE,
+        "RoleBinding": r.ROLE_BINDING,
+    }
+    try:
+        for doc in docs:
+            if doc["kind"] in ("ServiceAccount", "Role", "RoleBinding"):
+                doc["metadata"]["namespace"] = ns
+            for subject in doc.get("subjects") or []:
+                if subject.get("kind") == "ServiceAccount":
+                    subject["namespace"] = ns
+            await kube_client.apply(kinds[doc["kind"]], doc)
+        second = client_for(control_plane.service_account_config(ns, f"{release}-{MANAGER}"))
+
+        async def admitted_once_bound() -> Doc | None:
+            try:
+                return await second.create(r.LEASE, install_lease(ns), dry_run=True)
+            except ForbiddenError:
+                return None  # RBAC not in force yet
+
+        await admitted(
+            "install-lease-writers",
+            eventually(admitted_once_bound, timeout=30, message="the second install's Lease"),
+        )
+    finally:
+        for doc in docs:
+            with contextlib.suppress(NotFoundError):
+                await kube_client.delete(
+                    kinds[doc["kind"]], doc["metadata"]["name"], doc["metadata"].get("namespace")
+                )
+
+
+async def test_a_will_names_member_leases_only_and_never_changes(
+    kube_client: Client, held: Client, forgery_policies: None
+) -> None:
+    """Issue 47, finding 5 and "the policy holds the heirs to member names of this install": a
+    will (``sharding.crewlet.ai/heirs``) is written on a member Lease only, names member Leases
+    only, and, once written, is never changed or removed, even by the manager's token."""
+    await ensure_namespace(kube_client, RELEASE_NS)
+    dead, heir, other = (member_name(MANAGER_NAME, f"{uuid.uuid4()}") for _ in range(3))
+    lease = {
+        "metadata": {"name": dead, "namespace": RELEASE_NS, "labels": {RING.member: RING.ring}},
+        "spec": {"holderIdentity": "", "leaseDurationSeconds": 15},
+    }
+    await kube_client.create(r.LEASE, lease)
+
+    def will(heirs: str | None, name: str = dead, dry_run: bool = True) -> Coroutine[Any, Any, Doc]:
+        patch = {"metadata": {"annotations": {RING.heirs: heirs}}}
+        if dry_run:
+            return merge_patch(held, r.LEASE, name, RELEASE_NS, patch, SHARDER)
+        return held.patch(r.LEASE, name, patch, RELEASE_NS)
+
+    await enforced(lambda: will("attacker"), LEASES_POLICY)
+    await denied(
+        "will-names-members",
+        will(f"{heir},attacker"),
+        LEASES_POLICY,
+        f"names only such members, comma separated: not {heir},attacker on Lease "
+        f"{RELEASE_NS}/{dead}",
+    )
+    plain = {"metadata": {"name": "not-a-member", "namespace": RELEASE_NS}, "spec": {}}
+    with contextlib.suppress(ApiError):
+        await kube_client.create(r.LEASE, plain)
+    await denied("will-names-members", will(heir, "not-a-member"), LEASES_POLICY, "on Lease")
+    await admitted("will-names-members", will(f"{heir},{other}", dry_run=False))
+    await denied(
+        "will-never-changes",
+        will(heir),
+        LEASES_POLICY,
+        f"(the annotation {RING.heirs}: {heir},{other}) never changes and is never removed",
+    )
+    await denied("will-never-changes", will(None), LEASES_POLICY, "never changes")
+    renewal = {"spec": {"renewTime": "2026-12-06T00:00:00.000000Z"}}
+    await admitted(
+        "will-never-changes", merge_patch(held, r.LEASE, dead, RELEASE_NS, renewal, SHARDER)
+    )
+
+
+async def test_a_tenant_writes_no_ring_labels(
+    kube_client: Client,
+    control_plane: ControlPlane,
+    client_for: ClientFor,
+    tenant: Client,
+    held: Client,
+    namespace: str,
+) -> None:
+    """Issue 47, finding 4: "Tenants write the ring labels on their own Companies: set, replace
+    (skipping the drain handoff) or remove the shard label, set the drain label, create a
+    Company already labelled." Each is refused; the manager (the sharder and the members)
+    writes them, and the tenant changes everything else of its Company as before. A tenant's
+    own ServiceAccount named like the manager is not the manager."""
+    acme = company_doc(namespace)
+    labelled = copy.deepcopy(acme)
+    labelled["metadata"]["labels"] = {SHARD: MEMBER}
+    await enforced(lambda: tenant.create(COMPANY, labelled, dry_run=True), RING_LABELS_POLICY)
+    await denied(
+        "ring-labels-manager-only",
+        tenant.create(COMPANY, labelled, dry_run=True),
+        RING_LABELS_POLICY,
+        f"only the operator's manager sets, changes or removes the labels {SHARD} and {DRAIN} "
+        f"of Company {namespace}/acme (the replica it is assigned to, with sharding): not "
+        f"{SHARD} on a new Company",
+    )
+    labelled["metadata"]["labels"] = {DRAIN: "true"}
+    await denied(
+        "ring-labels-manager-only",
+        tenant.create(COMPANY, labelled, dry_run=True),
+        RING_LABELS_POLICY,
+        f"not {DRAIN} on a new Company",
+    )
+    await admitted("ring-labels-manager-only", tenant.create(COMPANY, acme))
+
+    def relabel(client: Client, labels: dict[str, str | None]) -> Awaitable[Doc]:
+        return merge_patch(client, COMPANY, ACME, namespace, {"metadata": {"labels": labels}})
+
+    await denied(
+        "ring-labels-manager-only", relabel(tenant, {SHARD: MEMBER}), RING_LABELS_POLICY, SHARD
+    )
+    await admitted(
+        "ring-labels-manager-only",
+        held.patch(COMPANY, ACME, {"metadata": {"labels": {SHARD: MEMBER}}}, namespace),
+    )
+    changes: list[dict[str, str | None]] = [{SHARD: OLD_MEMBER}, {SHARD: None}, {DRAIN: "true"}]
+    for labels in changes:
+        await denied(
+            "ring-labels-manager-only",
+            relabel(tenant, labels),
+            RING_LABELS_POLICY,
+            f"not {next(iter(labels))}",
+        )
+    await admitted(
+        "ring-labels-manager-only",
+        merge_patch(
+            tenant,
+            COMPANY,
+            ACME,
+            namespace,
+            {"metadata": {"labels": {"team": "a"}}, "spec": {"suspend": True}},
+        ),
+    )
+    # A ServiceAccount of the tenant's own, named as the manager's: neither held as the manager
+    # by its policy, nor let through as the manager by the ring's.
+    impostor = await namespace_admin(kube_client, control_plane, client_for, namespace, MANAGER)
+    await denied(
+        "manager-exact", relabel(impostor, {SHARD: None}), RING_LABELS_POLICY, f"not {SHARD}"
+    )
+    await admitted(
+        "manager-exact",
+        impostor.create(r.SECRET, secret(namespace, "x", labelled=False), dry_run=True),
+    )
 
 
 # -- the tenant provisioner's policy -------------------------------------------------------------

@@ -10,6 +10,7 @@ every refusal happens at render time with a message that says why.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -20,6 +21,9 @@ import pytest
 import yaml
 
 from crewlet_operator.envtest import binaries
+from crewlet_operator.ring import RingLabels, member_name
+from crewlet_operator_daemon.cli import LEASE_LABELS, SHARDING_DOMAIN
+from crewlet_operator_daemon.plan import MANAGER_NAME
 from hack import chart_crds, chart_schema
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -194,6 +198,9 @@ DEFAULT_OBJECTS = {
     # "the chart ... also install[s] a ValidatingAdmissionPolicy, crewlet-operator-manager-writes"
     ("ValidatingAdmissionPolicy", "crewlet-operator-manager-writes"),
     ("ValidatingAdmissionPolicyBinding", "crewlet-operator-manager-writes"),
+    # Issue 47: no tenant writes a Lease that passes for an install's, or a will.
+    ("ValidatingAdmissionPolicy", "crewlet-operator-leases"),
+    ("ValidatingAdmissionPolicyBinding", "crewlet-operator-leases"),
 }
 
 FEATURE_OBJECTS = {
@@ -1215,6 +1222,43 @@ def test_with_sharding_the_manager_patches_companies(render: Callable[..., list[
     assert leader["metadata"]["namespace"] == NAMESPACE
 
 
+def test_with_sharding_only_the_manager_writes_the_ring_labels(
+    render: Callable[..., list[Doc]],
+) -> None:
+    """Issue 47: "with sharding on, the chart's policy refuses every user but the manager a
+    Company create that sets the shard or drain label and an update that sets, changes or
+    removes them"; the manager matched by namespace and name. Without sharding, no such
+    policy."""
+    assert not [d for d in render() if d["metadata"]["name"] == "crewlet-operator-ring-labels"]
+    docs = render({"manager": {"sharding": {"enabled": True}}})
+    policy = one(docs, "ValidatingAdmissionPolicy", "crewlet-operator-ring-labels")
+    one(docs, "ValidatingAdmissionPolicyBinding", "crewlet-operator-ring-labels")
+    assert covered(policy) == {("crewlet.ai", "companies"): frozenset({"CREATE", "UPDATE"})}
+    [condition] = policy["spec"]["matchConditions"]
+    assert condition["expression"] == (
+        'request.userInfo.username != "system:serviceaccount:crewlet-operator-system:'
+        'crewlet-operator-controller-manager"'
+    )
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    ring = RingLabels(SHARDING_DOMAIN, MANAGER_NAME)
+    assert json.loads(variables["ringLabels"].replace("'", '"')) == [ring.shard, ring.drain]
+
+
+def test_the_leases_policy_names_the_operators_labels(render: Callable[..., list[Doc]]) -> None:
+    """The leases policy holds the labels the daemon puts on its Lease (cli.LEASE_LABELS) and
+    the ring's will (RingLabels.heirs) on the ring's member Leases (ring.member_name): one
+    source for each, checked here."""
+    policy = one(render(), "ValidatingAdmissionPolicy", "crewlet-operator-leases")
+    text = json.dumps(policy["spec"])
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert json.loads(variables["installLabels"]) == LEASE_LABELS
+    ring = RingLabels(SHARDING_DOMAIN, MANAGER_NAME)
+    assert ring.heirs in text and f"{ring.member}" in text
+    member = json.loads(variables["member"])
+    assert re.fullmatch(member, member_name(MANAGER_NAME, "any-identity"))
+    assert not re.fullmatch(member, "crewlet-operator-leader")
+
+
 def test_aggregated_roles_cover_every_namespaced_crewlet_kind_and_no_engineclass(
     render: Callable[..., list[Doc]],
 ) -> None:
@@ -1346,11 +1390,17 @@ def test_manager_writes_policy_shape(render: Callable[..., list[Doc]]) -> None:
     assert policy["spec"]["failurePolicy"] == "Fail"
     assert covered(policy) == MANAGER_RESOURCES
     [condition] = policy["spec"]["matchConditions"]
-    assert 'endsWith("crewlet-operator-controller-manager")' in condition["expression"]
+    # Issue 47: the manager exactly (a tenant's own ServiceAccount of the same name is not it),
+    # and, as the install page says, only while its name ends with the fixed suffix.
+    assert condition["expression"] == (
+        'request.userInfo.username == "system:serviceaccount:crewlet-operator-system:'
+        'crewlet-operator-controller-manager" && "crewlet-operator-controller-manager"'
+        '.endsWith("crewlet-operator-controller-manager")'
+    )
     assert policy["spec"]["variables"], "variables keep the validations readable"
     for validation in policy["spec"]["validations"]:
         assert validation["message"] and validation["messageExpression"], validation
-    assert len(policy["spec"]["validations"]) == 44
+    assert len(policy["spec"]["validations"]) == 49
     assert "matchResources" not in binding["spec"], "every namespace"
     variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
     assert (json.loads(variables["gateways"]), json.loads(variables["imagePrefixes"])) == ([], [])

@@ -67,6 +67,15 @@ crewlet-operator-controller-manager
 {{- end }}
 
 {{/*
+The manager's username as the API server sees its ServiceAccount: namespace and name, exactly.
+The policies match the manager by it, never by the end of a name alone: any namespace's admin may
+make a ServiceAccount named crewlet-operator-controller-manager in their own namespace.
+*/}}
+{{- define "crewlet-operator.managerUsername" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "crewlet-operator.managerName" .) }}
+{{- end }}
+
+{{/*
 The metrics Service: a DNS label, so at most 63 characters (a long release name is cut).
 */}}
 {{- define "crewlet-operator.metricsServiceName" -}}
