@@ -7,9 +7,9 @@ FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY crewlet_operator ./crewlet_operator
-COPY crewlet-operator-daemon ./crewlet-operator-daemon
+COPY reconcilers ./reconcilers
 # Both distributions: the library and the daemon on it; their dependencies come from the lock.
-RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . ./crewlet-operator-daemon
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . ./reconcilers
 
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1

@@ -21,10 +21,10 @@ NAMESPACE ?= crewlet-operator-system
 help: ## List the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml crewlet-operator-daemon/pyproject.toml
+$(STAMP): pyproject.toml reconcilers/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]' -e ./crewlet-operator-daemon
+	$(BIN)/pip install --quiet -e '.[dev]' -e ./reconcilers
 	touch $(STAMP)
 
 .PHONY: venv

@@ -38,7 +38,7 @@ from crewlet_operator_daemon.api.v1alpha1 import COMPANY
 
 CHILDREN: dict[Resource, int] = {
     SERVICE_ACCOUNT: 1,
-    SECRET: 3,  # config, env, api-token (crewlet-operator-daemon/crewlet_operator_daemon/naming.py)
+    SECRET: 3,  # config, env, api-token (reconcilers/crewlet_operator_daemon/naming.py)
     STATEFUL_SET: 2,
     SERVICE: 3,
     POD_DISRUPTION_BUDGET: 2,

@@ -6,7 +6,7 @@ the chart runs it (the manager's token, under dist/install.yaml's RBAC and admis
 leader election in the chart's namespace) on a control plane of its own, whose audit log records
 every write; the last test reads it: across the whole module, the operator's user never deleted
 a PersistentVolumeClaim. (That is the unit-free check that no code path in
-crewlet-operator-daemon/crewlet_operator_daemon/ or crewlet_operator/ deletes one: whatever the
+reconcilers/crewlet_operator_daemon/ or crewlet_operator/ deletes one: whatever the
 code, the API server saw no such request.)
 """
 

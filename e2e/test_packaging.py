@@ -6,7 +6,7 @@ them.
   operator's own dependencies, and the examples' envtest suite (the Tenant controller) runs from
   a copy of examples/ with nothing but that install: ``crewlet_operator`` is the wheel's, in the
   virtualenv, not the checkout's.
-- ``crewlet-operator-daemon`` (crewlet-operator-daemon/): the operator on the library; its
+- ``crewlet-operator-daemon`` (reconcilers/): the operator on the library; its
   ``crewlet-operator-daemon`` command runs and its data files (the engine's schema) are installed.
 
 The sources are copied first, so that pip's in-tree build writes nothing into the checkout.
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ("pyproject.toml", "README.md", "crewlet_operator", "crewlet-operator-daemon")
+SOURCES = ("pyproject.toml", "README.md", "crewlet_operator", "reconcilers")
 PIP_TIMEOUT = 900
 
 
@@ -120,7 +120,7 @@ def test_the_daemon_installs_on_the_library(
 ) -> None:
     python = virtualenv(tmp_path_factory.mktemp("daemon-venv"))
     # One command, so that pip takes the library it depends on from the same sources.
-    run(python, "-m", "pip", "install", "--quiet", sources, sources / "crewlet-operator-daemon")
+    run(python, "-m", "pip", "install", "--quiet", sources, sources / "reconcilers")
     command = python.parent / "crewlet-operator-daemon"
     assert "--leader-elect" in run(command, "--help", timeout=60)
     schema = run(

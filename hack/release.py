@@ -511,7 +511,7 @@ def app_layer(work: Path) -> Path:
     wheels = work / "wheels"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
     run(
-        [*pip, "wheel", "--no-deps", "--wheel-dir", wheels, ROOT, ROOT / "crewlet-operator-daemon"],
+        [*pip, "wheel", "--no-deps", "--wheel-dir", wheels, ROOT, ROOT / "reconcilers"],
         what="pip wheel",
     )
     # This machine's Python and glibc are the image's (3.11, bookworm's 2.36): the wheels pip

@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARY = ROOT / "pyproject.toml"
-DAEMON = ROOT / "crewlet-operator-daemon" / "pyproject.toml"
+DAEMON = ROOT / "reconcilers" / "pyproject.toml"
 FIRST_PARTY = {"crewlet_operator", "crewlet_operator_daemon"}
 EXTRAS = {"crewlet_operator/envtest/pytest_plugin.py": "test"}
 """Modules a user imports only with an extra installed (the pytest plugin: the test extra),
@@ -102,7 +102,7 @@ def test_the_library_declares_every_package_it_imports() -> None:
 
 
 def test_the_daemon_declares_every_package_it_imports_or_the_library_does() -> None:
-    modules = imported(ROOT / "crewlet-operator-daemon" / "crewlet_operator_daemon")
+    modules = imported(ROOT / "reconcilers" / "crewlet_operator_daemon")
     assert undeclared(modules, [requirements(DAEMON), requirements(LIBRARY)], {}) == []
 
 

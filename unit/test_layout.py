@@ -47,7 +47,7 @@ def test_nothing_reads_a_path_outside_the_repository() -> None:
 # -- the library knows nothing about Crewlet -------------------------------------------------------
 
 LIBRARY = ROOT / "crewlet_operator"
-OPERATOR = ROOT / "crewlet-operator-daemon" / "crewlet_operator_daemon"
+OPERATOR = ROOT / "reconcilers" / "crewlet_operator_daemon"
 OPERATOR_GROUP = "crewlet.ai"
 LIBRARY_MODULES_THE_OPERATOR_MAY_IMPORT = {
     # The CRD generator (the library's controller-gen) is a module of its own, not re-exported:
@@ -186,13 +186,50 @@ def test_importing_the_api_loads_no_validator() -> None:
 
 
 def test_the_daemon_depends_on_the_library_at_its_own_version() -> None:
-    """crewlet-operator-daemon/pyproject.toml pins the library it was tested with: the same
+    """reconcilers/pyproject.toml pins the library it was tested with: the same
     version."""
     library = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    daemon = tomllib.loads((ROOT / "crewlet-operator-daemon" / "pyproject.toml").read_text())[
-        "project"
-    ]
+    daemon = tomllib.loads((ROOT / "reconcilers" / "pyproject.toml").read_text())["project"]
     assert daemon["version"] == library["version"]
     assert f"{library['name']}=={library['version']}" in daemon["dependencies"]
     # The operator's own dependencies are the daemon's, not the library's.
     assert not any(d.startswith(("jsonschema-rs", "semver")) for d in library["dependencies"])
+
+
+# -- the design card's top level -----------------------------------------------------------------
+
+CARD = {
+    "pyproject.toml": "the library's distribution, crewlet-operator",
+    "crewlet_operator": "the library's package",
+    "reconcilers": "the operator's distribution, with its package inside",
+    "manifests": "the generated CRDs",
+    "charts": "the Helm chart",
+    "e2e": "tests against a real control plane",
+    "unit": "tests without an API server",
+    "Dockerfile": "the operator's image",
+    "Makefile": "every target",
+}
+"""The top-level names of the user's design card, and what each holds."""
+
+
+def test_the_top_level_keeps_the_design_cards_names() -> None:
+    """Each name exists and holds what the card says: the library's distribution at the root
+    with its package, the operator's distribution under reconcilers/ with its package inside,
+    the generated CRDs in manifests/crds, the chart, both test suites, the image and make."""
+    assert {name for name in CARD if not (ROOT / name).exists()} == set()
+    library = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert library["name"] == "crewlet-operator"
+    assert (ROOT / "crewlet_operator" / "__init__.py").is_file()
+    daemon = tomllib.loads((ROOT / "reconcilers" / "pyproject.toml").read_text())["project"]
+    assert daemon["name"] == "crewlet-operator-daemon"
+    assert daemon["scripts"] == {"crewlet-operator-daemon": "crewlet_operator_daemon.cli:main"}
+    assert OPERATOR == ROOT / "reconcilers" / "crewlet_operator_daemon"
+    assert (OPERATOR / "cli.py").is_file() and (OPERATOR / "api" / "v1alpha1.py").is_file()
+    assert sorted(p.name for p in (ROOT / "manifests" / "crds").glob("*.yaml")) == [
+        "crewlet.ai_companies.yaml",
+        "crewlet.ai_engineclasses.yaml",
+    ]
+    assert (ROOT / "charts" / "crewlet-operator" / "Chart.yaml").is_file()
+    assert any((ROOT / "e2e").glob("test_*.py")) and any((ROOT / "unit").glob("test_*.py"))
+    assert "reconcilers" in (ROOT / "Dockerfile").read_text()
+    assert "\ntest:" in (ROOT / "Makefile").read_text()

@@ -179,7 +179,7 @@ def test_a_made_up_path_is_found_in_markdown_and_in_python_comments() -> None:
 def test_held_paths_urls_code_and_outputs_pass() -> None:
     markdown = (
         "[NOTES.md](NOTES.md), README.md, docs/scaling.md, `.github/workflows/`,\n"
-        "crewlet-operator-daemon/crewlet_operator_daemon/cli.py, manifests/samples/,\n"
+        "reconcilers/crewlet_operator_daemon/cli.py, manifests/samples/,\n"
         "https://example.com/docs/nowhere.md, oci://ghcr.io/crewlet/charts/crewlet-operator,\n"
         "bench/results/<timestamp>.json, build/api, `release\\.yml` in a regex: .github/x\\.yml\n"
     )
