@@ -73,7 +73,9 @@ def setup(manager: Manager) -> None:
                 },
             )
 
-    manager.controller(NAME).for_(WIDGET).owns(CONFIG_MAP).complete(reconcile)
+    manager.controller(NAME).for_(WIDGET).owns(CONFIG_MAP).with_rbac(status=True).complete(
+        reconcile
+    )
 
 
 async def main() -> int:

@@ -1,4 +1,5 @@
-"""Wills that cannot strand (issue 47), on the real API server: the library's sharded manager
+"""Wills that cannot strand (issue 47), and a ring on exactly its generated roles (issue 48), on
+the real API server: the library's sharded manager
 (e2e/shardlet.py's controller, in this process) and Leases written as a stolen token or a hand
 would write them.
 
@@ -42,6 +43,7 @@ from crewlet_operator.envtest import ControlPlane, install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import NotFoundError
 from crewlet_operator.metrics import REGISTRY
+from crewlet_operator.rbac import manifests
 from crewlet_operator.ring import RingLabels, member_name
 
 E2E = Path(__file__).resolve().parent
@@ -292,6 +294,70 @@ async def test_a_member_that_may_not_list_the_ring_says_so(
             assert "has not listed the ring's Leases" in why, why
             assert "grant list on leases there" in why, why
             assert shard_member_status() == 0.0
+    finally:
+        for resource, name in ((CLUSTER_ROLE_BINDING, cluster_role), (CLUSTER_ROLE, cluster_role)):
+            with contextlib.suppress(NotFoundError):
+                await kube_client.delete(resource, name)
+
+
+async def test_sharded_replicas_run_on_exactly_the_generated_roles_one_leaving(
+    kube_client: Client, control_plane: ControlPlane, namespace: str, widgets_crd: None
+) -> None:
+    """Issue 48, a newcomer's finding: "the RBAC generated for a sharded manager lacks patch
+    (and delete) on its member Leases; two replicas running on exactly the generated roles stop
+    with a 403 on the Lease and LeadershipLostError when one leaves." Two replicas with
+    nothing but ``crewlet_operator.rbac.manifests``' roles: the one holding the Widgets stops,
+    the other writes its will, takes the Widgets over and deletes its Lease, and runs on."""
+    probe = Manager(kube_client, member_options(namespace, "probe"))
+    shardlet.setup(probe)
+    account, cluster_role = "replica", f"{namespace}-shardlet"
+    role, lease_role = manifests(probe, cluster_role)
+    assert lease_role is not None
+    await kube_client.create(
+        SERVICE_ACCOUNT, {"metadata": {"name": account, "namespace": namespace}}
+    )
+    subjects = [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]
+    await kube_client.create(CLUSTER_ROLE, role)
+    await kube_client.create(ROLE, lease_role)
+    for resource, granted in ((CLUSTER_ROLE_BINDING, role), (ROLE_BINDING, lease_role)):
+        await kube_client.create(
+            resource,
+            {
+                "metadata": granted["metadata"],
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": granted["kind"],
+                    "name": granted["metadata"]["name"],
+                },
+                "subjects": subjects,
+            },
+        )
+    names = await write_widgets(kube_client, namespace, {})
+    replica = Client(control_plane.service_account_config(namespace, account))
+    try:
+        async with replica, member(replica, namespace, "holder") as holder:
+            first = holder.member or ""
+            await eventually(
+                lambda: converged_for(kube_client, namespace, names, first),
+                timeout=60,
+                interval=0.5,
+                message="the first replica holds the Widgets",
+            )
+            async with member(replica, namespace, "survivor") as survivor:
+                other = survivor.member or ""
+                await eventually(
+                    lambda: kube_client.get_or_none(LEASE, other, namespace),
+                    timeout=30,
+                    message="the second replica joined",
+                )
+                holder.stop()
+
+                async def taken_over() -> bool:
+                    gone = await kube_client.get_or_none(LEASE, first, namespace) is None
+                    return gone and await converged_for(kube_client, namespace, names, other)
+
+                await eventually(taken_over, timeout=60, interval=0.5, message="taken over")
+                assert survivor.is_leader and survivor.may_write_share()
     finally:
         for resource, name in ((CLUSTER_ROLE_BINDING, cluster_role), (CLUSTER_ROLE, cluster_role)):
             with contextlib.suppress(NotFoundError):

@@ -21,6 +21,7 @@ from crewlet_operator import (
     ManagerOptions,
     PolicyRule,
     Request,
+    Sharding,
 )
 from crewlet_operator.rbac import cluster_role, manager_rules, manifests, merge, ungranted
 from crewlet_operator.rbac.__main__ import main
@@ -113,6 +114,24 @@ def test_the_lease_is_written_in_its_namespace_and_read_everywhere_when_exclusiv
     assert role["kind"] == "ClusterRole" and role["metadata"] == {"name": "widget"}
     assert lease_role["kind"] == "Role"
     assert lease_role["metadata"] == {"name": "widget-leader-election", "namespace": "ops"}
+
+
+def test_a_sharded_manager_patches_and_deletes_its_rings_member_leases() -> None:
+    """Issue 48: the sharder writes a dead member's will (a patch) and deletes its Lease once
+    nothing leads to it; the generated Role missed both, so that two replicas on exactly the
+    generated roles stopped with a 403 when one left."""
+    manager = new_manager(
+        leader_election=True,
+        leader_election_namespace="ops",
+        sharding=Sharding(resource=CONFIG_MAP, domain="example.com"),
+    )
+    assert [r.to_dict() for r in manager_rules(manager).lease] == [
+        rule(
+            "coordination.k8s.io",
+            ["leases"],
+            ["create", "delete", "get", "list", "patch", "update", "watch"],
+        )
+    ]
 
 
 def test_without_leader_election_there_is_no_role_and_a_secure_endpoint_reviews() -> None:

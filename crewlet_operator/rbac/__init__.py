@@ -230,6 +230,10 @@ class RulesOptions(Protocol):
         """Labels that make the Lease one of a kind in the cluster."""
 
     @property
+    def sharding(self) -> object | None:
+        """Whether its objects are sharded over the replicas (None: not)."""
+
+    @property
     def metrics_bind_address(self) -> str:
         """Where metrics are served; ``"0"`` when they are not."""
 
@@ -270,15 +274,19 @@ class ManagerRules:
 def manager_rules(manager: RulesHost) -> ManagerRules:
     """Every rule ``manager`` needs, merged and sorted (:func:`merge`): its controllers'
     declarations, the rules added to it, its own Lease (``get``, ``create`` and ``update`` to
-    acquire, renew and release it; ``list`` and ``watch`` on it to see a release at once), every
-    namespace's Leases with ``exclusive_lease_labels`` (``list`` and ``watch``), and the
-    TokenReviews and SubjectAccessReviews of a secure metrics endpoint."""
+    acquire, renew and release it; ``list`` and ``watch`` on it to see a release at once), with
+    sharding the ring's member Leases beside it (``patch`` a dead member's will, ``delete`` its
+    Lease once nothing leads to it), every namespace's Leases with ``exclusive_lease_labels``
+    (``list`` and ``watch``), and the TokenReviews and SubjectAccessReviews of a secure metrics
+    endpoint."""
     options = manager.options
     cluster = [rule for c in manager.controllers for rule in c.rbac_rules]
     cluster += manager.rbac_rules
     lease: list[PolicyRule] = []
     if options.leader_election:
         lease.append(PolicyRule.on(LEASE, "get", "create", "update", "list", "watch"))
+        if options.sharding is not None:
+            lease.append(PolicyRule.on(LEASE, "patch", "delete"))
         if options.exclusive_lease_labels is not None:
             cluster.append(PolicyRule.on(LEASE, "list", "watch"))
     if options.metrics_secure and options.metrics_bind_address != "0":
