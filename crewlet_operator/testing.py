@@ -29,8 +29,9 @@ change something, wait until the controller has caught up, check, stop the manag
 The API server the manager talks to comes from envtest: the pytest plugin
 :mod:`crewlet_operator.envtest.pytest_plugin` starts one local control plane for the session
 and gives the ``kube_client``, ``namespace`` and ``client_for`` fixtures. A suite enables it in
-its ``conftest.py`` and runs on the session's event loop (pytest-asyncio, in the library's
-``test`` extra: ``pip install 'crewlet-operator[test]'``)::
+its ``conftest.py`` (pytest-asyncio, in the library's ``test`` extra: ``pip install
+'crewlet-operator[test]'``); every test and async fixture that uses those fixtures runs on the
+session's event loop, where they live, with no loop-scope setting::
 
     # conftest.py
     pytest_plugins = ["crewlet_operator.envtest.pytest_plugin"]
@@ -38,8 +39,6 @@ its ``conftest.py`` and runs on the session's event loop (pytest-asyncio, in the
     # pytest.ini
     [pytest]
     asyncio_mode = auto
-    asyncio_default_fixture_loop_scope = session
-    asyncio_default_test_loop_scope = session
     envtest_crd_paths = config/crd
 
 The control plane's binaries come from ``python -m crewlet_operator.envtest bins``, once per

@@ -556,14 +556,30 @@ def test_envtest_up_leaves_no_process_when_interrupted(tmp_path: Path, sig: sign
 
 
 def test_session_fixture_stops_every_process_it_started(tmp_path: Path) -> None:
-    """A platform team's own suite, using the plugin, leaves nothing running when it ends."""
+    """A platform team's own suite, using the plugin, leaves nothing running when it ends; it
+    sets no loop scope (issue 48: the docs said both "session" and "nothing"), and async
+    fixtures of its own that use the plugin's, module- and function-scoped, set up and tear
+    down on the session's loop with them."""
     pid_file = tmp_path / "pids.json"
     (tmp_path / "crds").mkdir()
     (tmp_path / "crds" / "widget.yaml").write_text(yaml.safe_dump(widget_crd()))
     (tmp_path / "test_inner.py").write_text(
         "import json\n"
-        "from crewlet_operator.kube.resources import NAMESPACE\n\n"
-        "async def test_inner(control_plane, kube_client, namespace):\n"
+        "import pytest\n"
+        "from crewlet_operator.kube.resources import CONFIG_MAP, NAMESPACE\n\n"
+        "@pytest.fixture(scope='module')\n"
+        "async def shared(kube_client):\n"
+        "    named = {'metadata': {'generateName': 'shared-'}}\n"
+        "    made = await kube_client.create(NAMESPACE, named)\n"
+        "    yield made['metadata']['name']\n"
+        "    await kube_client.delete(NAMESPACE, made['metadata']['name'])\n\n"
+        "@pytest.fixture\n"
+        "async def note(kube_client, namespace):\n"
+        "    body = {'metadata': {'name': 'note', 'namespace': namespace}}\n"
+        "    yield await kube_client.create(CONFIG_MAP, body)\n"
+        "    await kube_client.delete(CONFIG_MAP, 'note', namespace)\n\n"
+        "async def test_inner(control_plane, kube_client, namespace, shared, note):\n"
+        "    assert note['metadata']['namespace'] == namespace\n"
         "    got = await kube_client.get(NAMESPACE, namespace)\n"
         "    assert got['metadata']['name'] == namespace\n"
         "    # --envtest-crds: served before the controller-manager started\n"
@@ -586,10 +602,6 @@ def test_session_fixture_stops_every_process_it_started(tmp_path: Path) -> None:
             "crds",
             "-o",
             "asyncio_mode=auto",
-            "-o",
-            "asyncio_default_fixture_loop_scope=session",
-            "-o",
-            "asyncio_default_test_loop_scope=session",
             "--rootdir",
             str(tmp_path),
             "-c",

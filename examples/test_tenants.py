@@ -35,7 +35,7 @@ from crewlet_operator.testing import (
 Object = dict[str, Any]
 
 
-@pytest_asyncio.fixture(loop_scope="session", scope="module")
+@pytest_asyncio.fixture(scope="module")
 async def tenants(kube_client: Client) -> Resource:
     """The Tenant CRD installed (a no-op when the plane was given it), found by discovery."""
     await install_crds(kube_client, [tenant_crd()])
@@ -43,7 +43,7 @@ async def tenants(kube_client: Client) -> Resource:
     return await manager.mapper.resource_for("platform.example.com", "Tenant")
 
 
-@pytest_asyncio.fixture(loop_scope="session")
+@pytest_asyncio.fixture
 async def running(kube_client: Client, tenants: Resource) -> AsyncIterator[RunningManager]:
     manager = Manager(kube_client, manager_options_for_tests("tenants"))
     assert await setup(manager) == tenants

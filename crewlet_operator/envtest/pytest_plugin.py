@@ -39,9 +39,11 @@ Fixtures:
     ``client_for(control_plane.service_account_config(ns, "sa"))`` or
     ``client_for(control_plane.token_config(control_plane.request_token(ns, "sa")))``.
 
-An async test using ``kube_client``, ``namespace`` or ``client_for`` runs on the session's
-event loop, where they live, unless its ``asyncio`` marker names a loop scope: a suite needs
-neither ``asyncio_default_fixture_loop_scope`` nor ``asyncio_default_test_loop_scope``.
+An async test or fixture that uses ``kube_client``, ``namespace`` or ``client_for`` (itself,
+or through fixtures of its own) runs on the session's event loop, where they live, unless it
+names a loop scope itself (a test's ``asyncio`` marker, ``pytest_asyncio.fixture(loop_scope=...)``):
+a suite needs no loop-scope setting. pytest-asyncio itself warns while
+``asyncio_default_fixture_loop_scope`` is unset; any value silences it and changes nothing here.
 
 A missing binary fails the session with an error naming ``python -m crewlet_operator.envtest
 bins``, which installs them; it never skips.
@@ -49,8 +51,9 @@ bins``, which installs them; it never skips.
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,19 +101,49 @@ _SESSION_LOOP_FIXTURES = frozenset({"kube_client", "namespace", "client_for"})
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run each async test that uses the session loop's fixtures on that loop, unless its
-    ``asyncio`` marker names a loop scope: a suite need not set
-    ``asyncio_default_test_loop_scope`` (without it, the test ran on a loop of its own, and the
-    session's client failed with "Timeout context manager should be used inside a task")."""
+    """Run each async test, and each async fixture, that uses the session loop's fixtures
+    (directly or through others) on that loop, unless it names a loop scope itself: a suite
+    needs no loop-scope setting. Without it, a test or a fixture ran on a loop of its own, and
+    the session's client failed there ("Timeout context manager should be used inside a
+    task"), a fixture's at its teardown."""
     session_loop = pytest.mark.asyncio(loop_scope="session")
     for item in items:
-        if not pytest_asyncio.is_async_test(item):
-            continue
         if _SESSION_LOOP_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
+            continue
+        _fixtures_on_the_session_loop(item)
+        if not pytest_asyncio.is_async_test(item):
             continue
         marker = item.get_closest_marker("asyncio")
         if marker is None or not (marker.kwargs.get("loop_scope") or marker.kwargs.get("scope")):
             item.add_marker(session_loop, append=False)  # the closest marker counts
+
+
+def _fixtures_on_the_session_loop(item: pytest.Item) -> None:
+    """Put each async fixture ``item`` uses that reaches the session loop's fixtures on the
+    session's loop, unless it names a loop scope (pytest-asyncio reads ``_loop_scope`` from
+    the fixture's function before its ini defaults)."""
+    definitions: dict[str, Sequence[Any]] = item._fixtureinfo.name2fixturedefs  # type: ignore[attr-defined]
+    reaches: dict[str, bool] = {}
+
+    def reach(name: str, seen: frozenset[str]) -> bool:
+        if name in _SESSION_LOOP_FIXTURES:
+            return True
+        if name not in reaches:
+            found = definitions.get(name) or ()
+            reaches[name] = (
+                len(found) > 0
+                and name not in seen
+                and any(reach(arg, seen | {name}) for arg in found[-1].argnames)
+            )
+        return reaches[name]
+
+    for name, found in definitions.items():
+        if not found or name in _SESSION_LOOP_FIXTURES:
+            continue
+        function = found[-1].func
+        is_async = inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function)
+        if is_async and getattr(function, "_loop_scope", None) is None and reach(name, frozenset()):
+            function._loop_scope = "session"
 
 
 def _workloads(config: pytest.Config) -> bool:
