@@ -20,7 +20,7 @@ One model a kind, the same one the controller reads objects through
     class TenantSpec(BaseModel):
         "What a tenant is given."  # the description kubectl explain shows
 
-        model_config = ConfigDict(extra="forbid")  # an unknown field is refused, not dropped
+        model_config = ConfigDict(extra="forbid")  # the controller refuses what it would drop
 
         quota: dict[str, str] = Field(default_factory=dict, description="The ResourceQuota.")
         admins: list[str] = Field(default_factory=list, description="Users bound to admin.")
@@ -41,6 +41,11 @@ One model a kind, the same one the controller reads objects through
         spec: TenantSpec = Field(default_factory=TenantSpec)
         status: TenantStatus | None = None
 
+- A field the CRD does not know is pruned by the API server when a user writes it (kubectl
+  says so, since the API server warns by default; :class:`~crewlet_operator.Client` logs the
+  warning), and refused only when the write asks for ``fieldValidation=Strict`` (``kubectl
+  --validate=strict``, ``Client.with_field_validation("Strict")``). ``extra="forbid"`` is for
+  the controller's side: an object stored before the model changed fails to parse, loudly.
 - The top-level model has ``apiVersion``, ``kind`` and ``metadata`` (any types: the generator
   writes Kubernetes' own schema for them) beside ``spec`` and ``status``; ``status`` gets no
   default (the API server never invents a status).

@@ -17,10 +17,12 @@ from typing import Any, cast
 import aiohttp
 import pytest
 import pytest_asyncio
+import structlog
 
 from crewlet_operator import (
     CONFIG_MAP,
     LEASE,
+    ApiError,
     Client,
     Compact,
     Informer,
@@ -502,6 +504,30 @@ async def test_a_metadata_first_informer_syncs_on_the_metadata_and_then_lists_th
         await eventually(lambda: "watched" in told.objects, message="the watch told of it")
     finally:
         await stop(task)
+
+
+async def test_the_api_servers_warnings_are_logged_and_strict_validation_refuses(
+    kube_client: Client, namespace: str
+) -> None:
+    """Issue 48, a newcomer's finding: a field the CRD does not know is pruned by the API
+    server without a word to the client. Its Warning header is now logged, once per message;
+    and ``with_field_validation("Strict")`` refuses the write instead, naming the field."""
+    await install_widget_crd(kube_client)
+
+    def widget(name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": namespace}, "spec": {"colour": "red"}}
+
+    with structlog.testing.capture_logs() as logs:
+        created = await kube_client.create(WIDGET, widget("pruned"))
+        await kube_client.create(WIDGET, widget("pruned-again"))
+    assert "colour" not in created["spec"]
+    warned = [entry for entry in logs if entry["event"] == "the API server warns"]
+    assert [entry["warning"] for entry in warned] == ['unknown field "spec.colour"'], logs
+    assert warned[0]["log_level"] == "warning"
+    strict = kube_client.with_field_validation("Strict")
+    with pytest.raises(ApiError, match=r"unknown field .*spec\.colour"):
+        await strict.create(WIDGET, widget("refused"))
+    assert await kube_client.get_or_none(WIDGET, "refused", namespace) is None
 
 
 async def test_cached_read_of_an_undeclared_kind_is_an_error(kube_client: Client) -> None:

@@ -71,17 +71,19 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 import ssl
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 
 import aiohttp
 import msgspec
 import orjson
+import structlog
 from multidict import CIMultiDict
 from yarl import URL
 
@@ -112,12 +114,23 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "NO_OBJECT_VERSION",
     "Client",
+    "FieldValidation",
     "ObjectList",
     "RawObjectList",
     "Scope",
     "WatchEvent",
     "is_ours",
 ]
+
+log = structlog.get_logger("crewlet_operator.kube.client")
+
+FieldValidation = Literal["Strict", "Warn", "Ignore"]
+"""What the API server does with a field its schema does not know (``fieldValidation``):
+refuse the write (``Strict``), write without it and say so in a ``Warning`` header (``Warn``,
+its default), or write without it silently (``Ignore``)."""
+
+_WARNING = re.compile(r'^\d{3} \S+ "((?:[^"\\]|\\.)*)"')
+"""An RFC 7234 ``Warning`` header's code, agent and quoted text, as the API server writes it."""
 
 TYPED_LIVE_OBJECT = "failed to create typed live object"
 """The API server's 500 when server-side apply meets a stored object its schema cannot type (one
@@ -285,6 +298,12 @@ class Client:
     whose connection broke, are sent again as client-go does (:mod:`crewlet_operator.kube.retry`,
     ``retries``); every other failure reaches the caller at once.
 
+    What the API server warns of in ``Warning`` headers (a deprecated API, a field it dropped
+    because its schema does not know it) is logged at warning level, once per message per
+    client, as client-go's deduplicating warning handler does. A field the schema does not know
+    is dropped by the API server (it prunes it), not refused: :meth:`with_field_validation`
+    ``("Strict")`` makes every write refuse it instead, as ``kubectl --validate=strict``.
+
     Create one per process and share it; close it with ``await client.close()`` or ``async with``.
     """
 
@@ -308,8 +327,11 @@ class Client:
         Fairness throttles from failing reconciles, and ``RetryPolicy(max_retries=0)`` hands
         every 429 to the caller."""
         self.field_manager = field_manager
+        self.field_validation: FieldValidation | None = None
+        """Sent as every write's ``fieldValidation``; None: the API server's default (Warn)."""
         self.timeout = timeout
         self.retries = retries
+        self._warned: set[str] = set()
         self._impersonation: Headers = []
         if isinstance(config, RestConfig):
             configuration = _configuration_from_rest(config)
@@ -365,6 +387,26 @@ class Client:
         view = copy.copy(self)
         view.field_manager = field_manager
         return view
+
+    def with_field_validation(self, mode: FieldValidation) -> Client:
+        """This client with every write (create, apply, patch, replace) asking the API server
+        for ``fieldValidation`` ``mode`` (controller-runtime's ``WithFieldValidation``): with
+        ``"Strict"``, a field the object's schema does not know is refused (an
+        :class:`~crewlet_operator.errors.ApiError` naming it) instead of dropped. The same
+        connections, as :meth:`with_field_manager`."""
+        view = copy.copy(self)
+        view.field_validation = mode
+        return view
+
+    def _warn(self, method: str, path: str, headers: Iterable[str]) -> None:
+        """Log each ``Warning`` header of an answer, once per message for this client and the
+        views that share its connections."""
+        for header in headers:
+            found = _WARNING.match(header)
+            text = found.group(1).replace('\\"', '"') if found else header
+            if text not in self._warned:
+                self._warned.add(text)
+                log.warning("the API server warns", warning=text, method=method, path=path)
 
     def _applier(self, field_manager: str | None = None) -> str:
         """The field manager an apply writes as: ``field_manager`` if given, else the client's.
@@ -455,6 +497,8 @@ class Client:
         """Send one request, retried as :meth:`request` says, and return its answer's body,
         undecoded; a failure status raises."""
         data = orjson.dumps(body) if body is not None else None
+        if self.field_validation and method in WRITE_METHODS:
+            query = {"fieldValidation": self.field_validation, **(query or {})}
         attempt = functools.partial(
             self._attempt,
             method,
@@ -497,10 +541,13 @@ class Client:
                 payload = await response.read()
                 status = response.status
                 retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+                warnings = response.headers.getall("Warning", ())
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             self._observe(method, "<error>", started)
             raise TransportError(f"{method} {path}: {exc!r}") from exc
         self._observe(method, str(status), started)
+        if warnings:
+            self._warn(method, path, warnings)
         if status >= 400:
             decoded = _decode(payload)
             raise api_error(
@@ -1064,6 +1111,10 @@ class Client:
     def forget_discovery(self) -> None:
         """Drop cached discovery (after CRDs are installed or removed)."""
         self._discovery.clear()
+
+
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH"})
+"""The methods whose body the API server validates (``fieldValidation``)."""
 
 
 def _query(query: Mapping[str, QueryValue] | None) -> dict[str, str]:
