@@ -37,9 +37,11 @@ must give a request the same key every time (a function of the request alone).""
 
 
 def by_namespace(request: Request) -> str | None:
-    """A controller's default fairness key: the request's namespace (None, one key, for the
-    cluster-scoped kinds)."""
-    return request.namespace
+    """A controller's default fairness key: the request's namespace, or its name for a
+    cluster-scoped kind, whose objects would otherwise all wait in one line. The same rule as
+    sharding's default key (:func:`crewlet_operator.sharding.by_namespace`), which spreads a
+    cluster-scoped kind's objects by name."""
+    return request.namespace or request.name
 
 
 class Controller:

@@ -10,7 +10,7 @@ from fakes import MetadataThenWhole, offline_client
 
 from crewlet_operator import metrics
 from crewlet_operator.cache import Cache, Compact, InformerOptions, Pages
-from crewlet_operator.controller import Controller
+from crewlet_operator.controller import Controller, by_namespace
 from crewlet_operator.errors import NotFoundError, TerminalError
 from crewlet_operator.handler import EnqueueHandler, request_for_object, requests_for_owner
 from crewlet_operator.kube.resources import SECRET
@@ -18,6 +18,7 @@ from crewlet_operator.leader import LeaderElectionConfig
 from crewlet_operator.manager import Manager, ManagerOptions
 from crewlet_operator.predicate import GenerationChanged
 from crewlet_operator.reconcile import Request, Result
+from crewlet_operator.sharding import by_namespace as sharding_key
 from crewlet_operator.workqueue import (
     HIGH_PRIORITY,
     LOW_PRIORITY,
@@ -425,6 +426,24 @@ async def test_a_controllers_queue_takes_namespaces_in_turn() -> None:
     out = [await asyncio.wait_for(c.queue.get(), 1.0) for _ in range(5)]
     assert first == Request("busy", "c0")
     assert Request("quiet", "newcomer") in out[:2]
+
+
+async def test_a_cluster_scoped_kinds_objects_take_turns_by_name() -> None:
+    """Issue 48, a newcomer's finding: for a cluster-scoped kind every request's namespace is
+    None, so the default key put them all in one line, where sharding spreads them by name.
+    Each object is now a line of its own, as sharding's key says."""
+    assert by_namespace(Request(None, "tenant-1")) == "tenant-1"
+    assert by_namespace(Request("team-a", "acme")) == "team-a"
+    assert sharding_key({"metadata": {"name": "tenant-1"}}) == "tenant-1"
+    assert sharding_key({"metadata": {"name": "acme", "namespace": "team-a"}}) == "team-a"
+    c = make(None, "unit-fair-cluster")
+    for i in range(5):
+        c.queue.add(Request(None, f"tenant-{i}"))
+    waiting = metrics.REGISTRY.get_sample_value(
+        "crewlet_operator_workqueue_fairness_keys",
+        {"name": "unit-fair-cluster", "controller": "unit-fair-cluster"},
+    )
+    assert waiting == 5, "a line each, not one for the kind"
 
 
 async def test_the_builder_takes_a_fairness_key() -> None:
