@@ -7,7 +7,7 @@ Lifecycle
 ::
 
     async with await Client.from_environment() as client:   # the manager never closes it
-        manager = Manager(client, ManagerOptions(leader_election_id="tenants-leader"))
+        manager = Manager(client, ManagerOptions(name="tenants"))  # its Lease: tenants-leader
         manager.controller("tenant").for_(TENANT).owns(NAMESPACE).complete(reconcile)
         await manager.run(handle_signals=True)   # returns once stopped
 

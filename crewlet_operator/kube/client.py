@@ -14,7 +14,7 @@ context manager. An unclosed client makes aiohttp warn "Unclosed client session"
 :class:`~crewlet_operator.manager.Manager` uses the client it is given and never closes it::
 
     async with await Client.from_environment() as client:
-        manager = Manager(client)
+        manager = Manager(client, ManagerOptions(name="tenants"))
         ...
         await manager.run(handle_signals=True)
 
@@ -26,8 +26,9 @@ Made from:
 - ``Client(RestConfig(host=..., token=...))``, or a kubernetes-asyncio ``Configuration``.
 
 Each passes its keyword arguments on to :class:`Client`, so the field manager (the name its
-server-side applies own their fields under, ``crewlet-operator`` by default), the user agent,
-the request timeout and compression are set the same way whatever the source::
+server-side applies own their fields under; none unless given, and a manager writes as its own
+name), the user agent, the request timeout and compression are set the same way whatever the
+source::
 
     client = await Client.from_environment(field_manager="tenant-controller")
 
