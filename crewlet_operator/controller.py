@@ -12,6 +12,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
@@ -21,13 +22,19 @@ from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache import Cache, Informer, InformerOptions
 from crewlet_operator.checkpoint import RestartCheckpoint
 from crewlet_operator.errors import CrewletError, TerminalError
-from crewlet_operator.handler import EnqueueHandler, MapFunc, request_for_object, requests_for_owner
+from crewlet_operator.handler import (
+    EnqueueHandler,
+    MapFunc,
+    Priority,
+    request_for_object,
+    requests_for_owner,
+)
 from crewlet_operator.kube.resources import Resource
 from crewlet_operator.predicate import Predicate
 from crewlet_operator.ratelimit import RateLimiter
 from crewlet_operator.rbac import EVENT_RULE, READ_VERBS, WRITE_VERBS, PolicyRule
 from crewlet_operator.reconcile import ReconcileFunc, Reconciler, Request, Result, as_reconcile_func
-from crewlet_operator.workqueue import QueueShutDown, RateLimitingQueue
+from crewlet_operator.workqueue import NORMAL_PRIORITY, QueueShutDown, RateLimitingQueue
 
 log = structlog.get_logger("crewlet_operator.controller")
 
@@ -122,12 +129,14 @@ class Controller:
         options: InformerOptions | None = None,
         *,
         initial: bool = True,
+        priority: Priority = NORMAL_PRIORITY,
     ) -> None:
-        """Enqueue ``mapper(obj)`` for each event on ``resource`` that passes ``predicates``
-        (and for the objects of the initial list unless ``initial`` is false: see
-        :class:`~crewlet_operator.handler.EnqueueHandler`)."""
+        """Enqueue ``mapper(obj)`` at ``priority`` for each event on ``resource`` that passes
+        ``predicates`` (and for the objects of the initial list, at low priority, unless
+        ``initial`` is false: see :class:`~crewlet_operator.handler.EnqueueHandler`)."""
         informer = self.cache.informer(resource, options)
-        informer.add_handler(self.enqueue_handler(mapper, predicates, initial=initial))
+        handler = self.enqueue_handler(mapper, predicates, initial=initial, priority=priority)
+        informer.add_handler(handler)
         self._informers.append(informer)
         self.rbac_rules.append(PolicyRule.on(resource, *READ_VERBS))
 
@@ -137,12 +146,24 @@ class Controller:
         self.rbac_rules.extend(rules)
 
     def enqueue_handler(
-        self, mapper: MapFunc, predicates: Sequence[Predicate] = (), *, initial: bool = True
+        self,
+        mapper: MapFunc,
+        predicates: Sequence[Predicate] = (),
+        *,
+        initial: bool = True,
+        priority: Priority = NORMAL_PRIORITY,
     ) -> EnqueueHandler:
-        """A handler that maps events to this controller's requests and queues them (and tells
-        :meth:`touch`): for informers the controller does not declare itself, such as
-        :class:`~crewlet_operator.cache.named.NamedObjects`."""
-        return EnqueueHandler(self.queue, mapper, predicates, initial=initial, touched=self.touch)
+        """A handler that maps events to this controller's requests and queues them at
+        ``priority`` (and tells :meth:`touch`): for informers the controller does not declare
+        itself, such as :class:`~crewlet_operator.cache.named.NamedObjects`."""
+        return EnqueueHandler(
+            self.queue,
+            mapper,
+            predicates,
+            initial=initial,
+            touched=self.touch,
+            priority=priority,
+        )
 
     def touch(self, requests: Iterable[Request]) -> None:
         """Note that something a request reads changed after the process started.
@@ -342,6 +363,18 @@ class ControllerHost(Protocol):
         """Write ``provider``'s annotations into the Lease at each renewal (a checkpoint)."""
 
 
+@dataclass(frozen=True)
+class _Watch:
+    """One kind a builder watches: its events mapped by ``mapper`` (None: to the controlling
+    owner of the primary kind, for ``owns``), filtered by ``predicates``, at ``priority``."""
+
+    resource: Resource
+    mapper: MapFunc | None
+    predicates: Sequence[Predicate]
+    options: InformerOptions | None
+    priority: Priority
+
+
 class Builder:
     """Wires a controller into a manager, the way controller-runtime's builder does::
 
@@ -358,11 +391,9 @@ class Builder:
     def __init__(self, manager: ControllerHost, name: str) -> None:
         self._manager = manager
         self._name = name
-        self._for: tuple[Resource, Sequence[Predicate], InformerOptions | None] | None = None
-        self._owns: list[tuple[Resource, Sequence[Predicate], InformerOptions | None]] = []
-        self._watches: list[
-            tuple[Resource, MapFunc, Sequence[Predicate], InformerOptions | None]
-        ] = []
+        self._for: _Watch | None = None
+        self._owns: list[_Watch] = []
+        self._watches: list[_Watch] = []
         self._options: dict[str, Any] = {}
         self._checkpoint: RestartCheckpoint | None = None
         self._rbac: list[PolicyRule] = []
@@ -374,11 +405,13 @@ class Builder:
         *,
         predicates: Sequence[Predicate] = (),
         options: InformerOptions | None = None,
+        priority: Priority = NORMAL_PRIORITY,
     ) -> Builder:
-        """The primary kind: each of its events reconciles that object."""
+        """The primary kind: each of its events reconciles that object, at ``priority`` (a
+        number, or a function of the object; the initial list's at low priority)."""
         if self._for is not None:
             raise ValueError("for_ may be called once")
-        self._for = (resource, predicates, options)
+        self._for = _Watch(resource, request_for_object, predicates, options, priority)
         return self
 
     def owns(
@@ -387,10 +420,12 @@ class Builder:
         *,
         predicates: Sequence[Predicate] = (),
         options: InformerOptions | None = None,
+        priority: Priority = NORMAL_PRIORITY,
     ) -> Builder:
-        """A child kind: its events reconcile its controlling owner of the primary kind (not
-        its initial list's: the primary's initial list already requests every owner)."""
-        self._owns.append((resource, predicates, options))
+        """A child kind: its events reconcile its controlling owner of the primary kind, at
+        ``priority`` (not its initial list's: the primary's initial list already requests
+        every owner)."""
+        self._owns.append(_Watch(resource, None, predicates, options, priority))
         return self
 
     def watches(
@@ -400,9 +435,11 @@ class Builder:
         *,
         predicates: Sequence[Predicate] = (),
         options: InformerOptions | None = None,
+        priority: Priority = NORMAL_PRIORITY,
     ) -> Builder:
-        """Any kind, mapped to requests by ``mapper``."""
-        self._watches.append((resource, mapper, predicates, options))
+        """Any kind, mapped to requests by ``mapper``, queued at ``priority`` (a number, or a
+        function of the watched object)."""
+        self._watches.append(_Watch(resource, mapper, predicates, options, priority))
         return self
 
     def with_options(
@@ -460,7 +497,7 @@ class Builder:
 
     def _write_rules(self, primary: Resource) -> list[PolicyRule]:
         """The rules of :meth:`owns` and :meth:`with_rbac` (the watches add their own)."""
-        rules = [PolicyRule.on(resource, *WRITE_VERBS) for resource, _, _ in self._owns]
+        rules = [PolicyRule.on(owned.resource, *WRITE_VERBS) for owned in self._owns]
         if self._owns:
             # The library's controller references block their owner's deletion, which the
             # OwnerReferencesPermissionEnforcement admission plugin allows only to whoever may
@@ -483,14 +520,18 @@ class Builder:
             **self._options,
         }
         controller = Controller(self._name, reconciler, self._manager.cache, **settings)
-        primary, predicates, options = self._for
-        controller.watch(primary, request_for_object, predicates, options)
-        for resource, child_predicates, child_options in self._owns:
-            mapper = requests_for_owner(primary.group, primary.kind, primary.namespaced)
-            # The primary's initial list requests every owner already.
-            controller.watch(resource, mapper, child_predicates, child_options, initial=False)
-        for resource, mapper, watch_predicates, watch_options in self._watches:
-            controller.watch(resource, mapper, watch_predicates, watch_options)
+        primary = self._for.resource
+        owners = requests_for_owner(primary.group, primary.kind, primary.namespaced)
+        for watch in (self._for, *self._owns, *self._watches):
+            controller.watch(
+                watch.resource,
+                watch.mapper or owners,
+                watch.predicates,
+                watch.options,
+                # The primary's initial list requests every owner already.
+                initial=watch.mapper is not None,
+                priority=watch.priority,
+            )
         if self._checkpoint is not None:
             self._attach_checkpoint(self._checkpoint, controller)
         controller.add_rbac_rules(*self._write_rules(primary))
@@ -502,7 +543,7 @@ class Builder:
         manager = self._manager
         checkpoint.attach(
             controller,
-            owned=[resource for resource, _, _ in self._owns],
+            owned=[owned.resource for owned in self._owns],
             found=lambda: manager.lease_annotations_found,
         )
         manager.add_lease_annotations(checkpoint.annotations)

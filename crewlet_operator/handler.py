@@ -14,6 +14,11 @@ from crewlet_operator.workqueue import LOW_PRIORITY, NORMAL_PRIORITY, RateLimiti
 MapFunc = Callable[[KubeObject], Iterable[Request]]
 """Maps a watched object to the requests it should trigger (``watches``)."""
 
+Priority = int | Callable[[KubeObject], int]
+"""The priority at which an event's requests are queued: a number (the workqueue's
+``NORMAL_PRIORITY`` by default, higher first), or a function of the object the event is about
+(a tenant's tier from its label, say)."""
+
 
 def request_for_object(obj: KubeObject) -> list[Request]:
     """The object itself (``for_``)."""
@@ -39,8 +44,8 @@ class EnqueueHandler:
 
     Objects of an informer's initial list are queued at ``LOW_PRIORITY`` (nobody is waiting
     for them: a start-up's or a new leader's pass over everything), every other event at
-    ``NORMAL_PRIORITY`` (a create, a change, a delete: somebody just asked for something), as
-    controller-runtime's priority queue does.
+    ``priority``, by default ``NORMAL_PRIORITY`` (a create, a change, a delete: somebody just
+    asked for something), as controller-runtime's priority queue does.
 
     ``initial=False`` leaves the initial list's objects out: for an owned kind, whose owners
     the primary kind's own initial list already requests (an owner that is not listed there
@@ -62,14 +67,18 @@ class EnqueueHandler:
         *,
         initial: bool = True,
         touched: Callable[[Iterable[Request]], None] | None = None,
+        priority: Priority = NORMAL_PRIORITY,
     ) -> None:
         self.queue = queue
         self.mapper = mapper
         self.predicates = tuple(predicates)
         self.initial = initial
         self.touched = touched
+        self.priority = priority
 
-    def _enqueue(self, obj: KubeObject, priority: int = NORMAL_PRIORITY) -> None:
+    def _enqueue(self, obj: KubeObject, priority: int | None = None) -> None:
+        if priority is None:
+            priority = self.priority(obj) if callable(self.priority) else self.priority
         for request in self.mapper(obj):
             self.queue.add(request, priority)
 
@@ -89,7 +98,7 @@ class EnqueueHandler:
         if not initial:
             self._touch(obj)
         if all(p.create(obj) for p in self.predicates):
-            self._enqueue(obj, LOW_PRIORITY if initial else NORMAL_PRIORITY)
+            self._enqueue(obj, LOW_PRIORITY if initial else None)
 
     def on_update(self, old: KubeObject, new: KubeObject) -> None:
         """Enqueue for both versions: a changed owner or label must reach the old mapping too."""

@@ -70,6 +70,7 @@ from crewlet_operator.cache import Cache, Informer, InformerOptions, MetadataOnl
 from crewlet_operator.checkpoint import RestartCheckpoint
 from crewlet_operator.controller import Builder, Controller, ControllerHost
 from crewlet_operator.errors import ConflictError, CrewletError, InvalidError, NotFoundError
+from crewlet_operator.handler import Priority
 from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.resources import LEASE, Resource
 from crewlet_operator.leader import RivalLeases
@@ -87,6 +88,7 @@ from crewlet_operator.ring import (
     will_heirs,
     will_text,
 )
+from crewlet_operator.workqueue import NORMAL_PRIORITY
 
 __all__ = ["MemberSlots", "Membership", "ShardedBuilder", "Sharder", "Sharding", "by_namespace"]
 
@@ -375,13 +377,14 @@ class ShardedBuilder(Builder):
         *,
         predicates: Sequence[Predicate] = (),
         options: InformerOptions | None = None,
+        priority: Priority = NORMAL_PRIORITY,
     ) -> Builder:
         """The primary kind; the sharded kind's informer selects this member's label (and
         those of the dead members it inherits from)."""
-        if resource != self._sharding.resource:
-            return super().for_(resource, predicates=predicates, options=options)
-        self._base_scope = (options or self._defaults or InformerOptions()).scope
-        return super().for_(resource, predicates=predicates, options=self._mine(options))
+        if resource == self._sharding.resource:
+            self._base_scope = (options or self._defaults or InformerOptions()).scope
+            options = self._mine(options)
+        return super().for_(resource, predicates=predicates, options=options, priority=priority)
 
     def owns(
         self,
@@ -389,6 +392,7 @@ class ShardedBuilder(Builder):
         *,
         predicates: Sequence[Predicate] = (),
         options: InformerOptions | None = None,
+        priority: Priority = NORMAL_PRIORITY,
     ) -> Builder:
         """A child kind; under a sharded primary its informer selects the slots this member
         holds (children written with :meth:`Manager.shard_labels_for`): none until the member
@@ -397,7 +401,7 @@ class ShardedBuilder(Builder):
             base = options or self._defaults or InformerOptions()
             self._owned.append((resource, base.scope))
             options = replace(base, scope=self._slots.scope(base.scope, frozenset()))
-        return super().owns(resource, predicates=predicates, options=options)
+        return super().owns(resource, predicates=predicates, options=options, priority=priority)
 
     def complete(self, reconciler: Reconciler | ReconcileFunc) -> Controller:
         """Create the controller; a sharded one reconciles through the gate."""

@@ -13,7 +13,7 @@ from crewlet_operator.cache import Cache, Compact, InformerOptions, Pages
 from crewlet_operator.controller import Controller, by_namespace
 from crewlet_operator.errors import NotFoundError, TerminalError
 from crewlet_operator.handler import EnqueueHandler, request_for_object, requests_for_owner
-from crewlet_operator.kube.resources import SECRET
+from crewlet_operator.kube.resources import CONFIG_MAP, SECRET
 from crewlet_operator.leader import LeaderElectionConfig
 from crewlet_operator.manager import Manager, ManagerOptions
 from crewlet_operator.predicate import GenerationChanged
@@ -461,3 +461,38 @@ async def test_the_builder_takes_a_fairness_key() -> None:
     one_line.queue.resume()
     out = [await asyncio.wait_for(one_line.queue.get(), 1.0) for _ in range(4)]
     assert out[-1] == Request("quiet", "newcomer")
+
+
+async def test_a_watch_event_and_a_mapped_request_take_the_priority_given() -> None:
+    """Issue 48, a newcomer's finding: a priority could be set on a requeue only. ``for_``,
+    ``owns`` and ``watches`` take one for their events, a number or a function of the object:
+    an urgent tenant's change goes before the backlog, the initial list stays low."""
+    manager = Manager(client=offline_client(), options=ManagerOptions(name="unit-priorities"))
+    tiers = {"gold": HIGH_PRIORITY, "bronze": NORMAL_PRIORITY - 10}
+
+    def tier(obj: dict[str, Any]) -> int:
+        return tiers.get(obj["metadata"].get("labels", {}).get("tier", ""), NORMAL_PRIORITY)
+
+    controller = (
+        manager.controller("unit-priorities")
+        .for_(SECRET, priority=tier)
+        .watches(CONFIG_MAP, lambda obj: [Request("team", "mapped")], priority=HIGH_PRIORITY)
+        .complete(make(None, "unit-priorities-reconciler")._reconcile)
+    )
+    secrets = manager.cache.informer(SECRET)
+    config_maps = manager.cache.informer(CONFIG_MAP)
+
+    def secret(name: str, tier_label: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": "team", "labels": {"tier": tier_label}}}
+
+    for handler in secrets._handlers:  # what the informer tells its handlers of its events
+        handler.on_add(secret("listed-gold", "gold"), initial=True)
+        handler.on_add(secret("bronze", "bronze"))
+        handler.on_add(secret("plain", ""))
+        handler.on_add(secret("gold", "gold"))
+    for handler in config_maps._handlers:
+        handler.on_add({"metadata": {"name": "cm", "namespace": "team"}})
+    controller.queue.resume()
+    order = [(await asyncio.wait_for(controller.queue.get(), 1.0)).name for _ in range(5)]
+    assert order[:2] in (["gold", "mapped"], ["mapped", "gold"])
+    assert order[2:] == ["plain", "bronze", "listed-gold"]
