@@ -326,22 +326,46 @@ def test_fullname_override_renames_every_object_and_the_policy_keeps_its_match(
     ]
 
 
+def notes_of(values_file: Callable[[Values], Path], values: Values, release: str = RELEASE) -> str:
+    """The chart's NOTES as ``helm install --dry-run`` prints them, whitespace folded."""
+    result = helm(
+        "install",
+        release,
+        str(CHART),
+        "--dry-run=client",
+        "--namespace",
+        NAMESPACE,
+        "--values",
+        str(values_file(values)),
+    )
+    assert result.returncode == 0, result.stderr
+    return " ".join(result.stdout.split("NOTES:", 1)[1].split())
+
+
+def test_notes_say_what_the_replicas_do_with_sharding_on_and_off(
+    values_file: Callable[[Values], Path],
+) -> None:
+    """Issue 48: the NOTES said one replica reconciles with manager.sharding.enabled too. The
+    log lines they quote are the daemon's (unit/test_docs.py checks every quoted one)."""
+    plain = notes_of(values_file, {})
+    assert (
+        "(2 replicas; the one holding the Lease crewlet-operator-leader reconciles every "
+        'company, and logs "acquired the lease; leading"; the others are warm standbys)' in plain
+    )
+    sharded = notes_of(values_file, {"manager": {"sharding": {"enabled": True}, "replicas": 3}})
+    assert (
+        "(3 replicas, sharded: every replica reconciles its share of the namespaces' companies, "
+        "and the one holding the Lease crewlet-operator-leader assigns them; each replica logs "
+        '"member of the ring" once it holds its own)' in sharded
+    )
+    assert "the others are warm standbys" not in sharded
+
+
 def test_notes_say_which_gateways_and_warn_when_the_manager_is_unchecked(
     values_file: Callable[[Values], Path],
 ) -> None:
     def notes(values: Values, release: str = RELEASE) -> str:
-        result = helm(
-            "install",
-            release,
-            str(CHART),
-            "--dry-run=client",
-            "--namespace",
-            NAMESPACE,
-            "--values",
-            str(values_file(values)),
-        )
-        assert result.returncode == 0, result.stderr
-        return " ".join(result.stdout.split("NOTES:", 1)[1].split())
+        return notes_of(values_file, values, release)
 
     assert "WARNING" not in notes({})
     assert (

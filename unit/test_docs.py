@@ -7,6 +7,7 @@ also written out below, each checked against the page so that neither drifts sil
 
 from __future__ import annotations
 
+import ast
 import itertools
 import re
 from pathlib import Path
@@ -320,3 +321,45 @@ def test_the_readme_taste_of_the_library_runs() -> None:
     exec(compile(blocks[0], "README.md", "exec"), namespace)  # defines; runs nothing
     assert callable(namespace["main"])
     assert len(blocks[0].splitlines()) <= 25
+
+
+LOG_LEVELS = frozenset({"debug", "info", "warning", "error", "exception", "critical"})
+
+
+def logged_events() -> set[str]:
+    """Every event the library and the operator log: the first argument, a string, of a call
+    of a structlog logger's level method."""
+    found: set[str] = set()
+    for path in [*(ROOT / "crewlet_operator").rglob("*.py"), *(ROOT / "reconcilers").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in LOG_LEVELS
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                found.add(node.args[0].value)
+    return found
+
+
+def quoted_log_lines() -> list[tuple[str, str]]:
+    """(where, event) of every log line the documents quote: ``"event": "..."`` in a page,
+    ``logs "..."`` in the chart's NOTES."""
+    quoted = [
+        (str(path.relative_to(ROOT)), event)
+        for path in [*DOCS.glob("*.md"), ROOT / "README.md"]
+        for event in re.findall(r'`"event": "([^"]+)"', path.read_text())
+    ]
+    notes = ROOT / "charts" / "crewlet-operator" / "templates" / "NOTES.txt"
+    quoted += [("NOTES.txt", e) for e in re.findall(r'logs "([^"]+)"', notes.read_text())]
+    return quoted
+
+
+def test_every_log_line_the_documents_quote_is_logged() -> None:
+    """Issue 48: docs/install.md quoted a log line the daemon does not print."""
+    quoted = quoted_log_lines()
+    assert len(quoted) >= 4, quoted
+    events = logged_events()
+    assert [(where, event) for where, event in quoted if event not in events] == []
