@@ -50,17 +50,21 @@ lint: venv ## ruff, mypy (strict) and the import layers (import-linter: .importl
 	$(BIN)/lint-imports
 	bash hack/actionlint.sh
 
+# Every tier prints its slowest tests, so that the figures the README and CONTRIBUTING give are
+# measured ones.
+DURATIONS ?= --durations=10
+
 .PHONY: unit
 unit: venv tools promtool ## Tests that need no API server (the chart's tests run the real helm, the alerts' promtool)
-	$(BIN)/python -m pytest unit -q
+	$(BIN)/python -m pytest unit -q $(DURATIONS)
 
 .PHONY: promtool
 promtool: ## Build promtool for the alerts' tests (once, minutes, into ~/.cache/crewlet-operator/bin/tools)
 	bash hack/go-tool.sh promtool
 
 .PHONY: e2e
-e2e: venv bins ## Tests against a real local control plane (e2e/ and the examples' suites)
-	$(BIN)/python -m pytest e2e examples -q
+e2e: venv bins ## Tests against a real local control plane (e2e/ and the examples' suites), but the release-grade ones
+	$(BIN)/python -m pytest e2e examples -q -m "not release" $(DURATIONS)
 
 # The library's public modules: the package (its public face), the modules whose docstrings
 # are the guides (the client, the manager, the errors, the CRD generator, the test harness) and
@@ -81,7 +85,20 @@ docs: venv ## The reference site from the built wheel's docstrings (pdoc; warnin
 		$(CURDIR)/build/docs $(API_MODULES)
 
 .PHONY: test
-test: lint docs unit e2e ## Everything CI runs: lint, type-check, the API reference, unit, e2e
+test: lint docs unit e2e ## lint, type-check, the API reference, unit and e2e: as an ordinary user, no sudo
+
+# The release-grade scenarios: the release rehearsal (root, or sudo without a password, for the
+# image's base: hack/release.py says so before it starts), the dashboard against a real
+# Prometheus, packaging into fresh virtualenvs, the Quickstart and make run as a user runs them,
+# upgrades. They build their Go tools first (crane, cosign, syft, Prometheus), outside any test's
+# timeout. CI runs make test, then this.
+.PHONY: test-release
+test-release: venv bins release-tools prometheus ## The release-grade scenarios (marker release); CI runs them after make test
+	$(BIN)/python -m pytest e2e -q -m release $(DURATIONS)
+
+.PHONY: prometheus
+prometheus: ## Build Prometheus for the dashboard's test (once, minutes, into ~/.cache/crewlet-operator/bin/tools)
+	bash hack/go-tool.sh prometheus > /dev/null
 
 .PHONY: bench
 bench: venv bins ## Measure the figures bench/README.md sets targets for (BENCH_SCALE=small for a quick run; FIGURES="resync memory" for some)

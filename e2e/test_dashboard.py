@@ -13,6 +13,9 @@ import pytest
 
 from hack import dashboard_picture
 
+pytestmark = pytest.mark.release
+"""Release-grade: ``make test-release`` runs it, ``make test`` leaves it out."""
+
 
 @pytest.mark.timeout(900)
 def test_every_panel_of_the_dashboard_shows_data(tmp_path: Path) -> None:

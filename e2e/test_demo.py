@@ -8,6 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.release
+"""Release-grade: ``make test-release`` runs it, ``make test`` leaves it out."""
+
 DEMO = Path(__file__).parent.parent / "hack" / "demo.py"
 
 

@@ -23,6 +23,9 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.release
+"""Release-grade: ``make test-release`` runs it, ``make test`` leaves it out."""
+
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("pyproject.toml", "README.md", "crewlet_operator", "reconcilers")
 PIP_TIMEOUT = 900

@@ -32,6 +32,9 @@ from typing import IO
 
 import pytest
 
+pytestmark = pytest.mark.release
+"""Release-grade: ``make test-release`` runs it, ``make test`` leaves it out."""
+
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "docs" / "quickstart.md"
 

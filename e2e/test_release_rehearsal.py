@@ -25,6 +25,9 @@ from packaging.utils import canonicalize_name
 
 from crewlet_operator.envtest.binaries import KUBERNETES_VERSION
 
+pytestmark = pytest.mark.release
+"""Release-grade: ``make test-release`` runs it, ``make test`` leaves it out."""
+
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "requirements" / "image.txt"
 

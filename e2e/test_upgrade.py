@@ -63,6 +63,9 @@ from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.metrics import RECONCILE_RESULTS
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 
+pytestmark = pytest.mark.release
+"""Release-grade: ``make test-release`` runs it, ``make test`` leaves it out."""
+
 REPLICA_SET = Resource("apps", "v1", "ReplicaSet", "replicasets")
 CLASS = "upgrade"
 COMPANIES = (("upgrade-a", "acme"), ("upgrade-a", "globex"), ("upgrade-b", "initech"))

@@ -455,7 +455,9 @@ def as_root() -> list[str]:
     if shutil.which("sudo") and subprocess.run(["sudo", "-n", "true"], check=False).returncode == 0:
         return ["sudo", "-n"]
     raise ReleaseError(
-        "the rehearsal needs root, or sudo without a password, for debootstrap and chroot"
+        "the rehearsal needs root, or sudo without a password, for debootstrap and chroot (the "
+        "image's base and its entrypoint's run): run make test-release as root, or where sudo "
+        "asks no password, as a CI runner's user does; make test needs neither"
     )
 
 
@@ -716,7 +718,9 @@ def run_image(tools: Tools, image: str, kubeconfig: Path, work: Path, timeout: f
 
 
 def rehearse(out: Path) -> dict[str, object]:
-    """The release, start to end, on this machine (see the module's docstring)."""
+    """The release, start to end, on this machine (see the module's docstring). It needs root
+    for the image's base (debootstrap, chroot), and says so before anything else."""
+    as_root()
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     tools = Tools.build(out / "home", plain_http=True)
