@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import structlog
 
@@ -33,7 +33,15 @@ from crewlet_operator.kube.resources import Resource
 from crewlet_operator.predicate import Predicate
 from crewlet_operator.ratelimit import RateLimiter
 from crewlet_operator.rbac import EVENT_RULE, READ_VERBS, WRITE_VERBS, PolicyRule
-from crewlet_operator.reconcile import ReconcileFunc, Reconciler, Request, Result, as_reconcile_func
+from crewlet_operator.reconcile import (
+    ReconcileFunc,
+    Reconciler,
+    Request,
+    Result,
+    TypedReconcileFunc,
+    as_reconcile_func,
+    declared_model,
+)
 from crewlet_operator.workqueue import NORMAL_PRIORITY, QueueShutDown, RateLimitingQueue
 
 log = structlog.get_logger("crewlet_operator.controller")
@@ -511,15 +519,19 @@ class Builder:
             rules.append(EVENT_RULE)
         return [*rules, *self._rbac]
 
-    def complete(self, reconciler: Reconciler | ReconcileFunc) -> Controller:
-        """Create the controller, register its watches and add it to the manager."""
+    def complete(self, reconciler: Reconciler | ReconcileFunc | TypedReconcileFunc) -> Controller:
+        """Create the controller, register its watches and add it to the manager.
+
+        ``reconciler`` takes the request alone, or the request and the primary object parsed
+        into the model its second parameter declares (:data:`TypedReconcileFunc`)."""
         if self._for is None:
             raise ValueError("a controller needs a primary kind: call for_ first")
         settings = {
             "max_concurrent_reconciles": self._manager.options.max_concurrent_reconciles,
             **self._options,
         }
-        controller = Controller(self._name, reconciler, self._manager.cache, **settings)
+        reconcile = self._reconcile_func(reconciler)
+        controller = Controller(self._name, reconcile, self._manager.cache, **settings)
         primary = self._for.resource
         owners = requests_for_owner(primary.group, primary.kind, primary.namespaced)
         for watch in (self._for, *self._owns, *self._watches):
@@ -537,6 +549,36 @@ class Builder:
         controller.add_rbac_rules(*self._write_rules(primary))
         self._manager.add_controller(controller)
         return controller
+
+    def _reconcile_func(
+        self, reconciler: Reconciler | ReconcileFunc | TypedReconcileFunc
+    ) -> ReconcileFunc:
+        """``reconciler`` as a function of the request: one that declares its object's model is
+        handed the cached primary object parsed into it (a deleted one: None if the model is
+        optional, else not called); an object that does not fit the model is a terminal error,
+        which says why, since no retry makes it fit."""
+        func = reconciler.reconcile if isinstance(reconciler, Reconciler) else reconciler
+        declared = declared_model(func)
+        if declared is None:
+            return as_reconcile_func(cast(ReconcileFunc, func))
+        model, optional = declared
+        typed = cast(TypedReconcileFunc, func)
+        assert self._for is not None
+        resource, cache = self._for.resource, self._manager.cache
+
+        async def reconcile(request: Request) -> Result | None:
+            found = cache.get(resource, request.name, request.namespace)
+            if found is None:
+                return await typed(request, None) if optional else None
+            try:
+                parsed = model.model_validate(found)
+            except ValueError as invalid:  # pydantic's ValidationError is one
+                raise TerminalError(
+                    f"{resource.kind} {request} does not fit {model.__name__}: {invalid}"
+                ) from invalid
+            return await typed(request, parsed)
+
+        return reconcile
 
     def _attach_checkpoint(self, checkpoint: RestartCheckpoint, controller: Controller) -> None:
         """Judge the checkpoint the previous leader left in the Lease, and leave one there."""

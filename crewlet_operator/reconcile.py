@@ -21,9 +21,12 @@ an event's ``NORMAL_PRIORITY``), unless ``Result(priority=...)`` says otherwise.
 
 from __future__ import annotations
 
+import inspect
+import types
+import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from crewlet_operator.objects import namespaced_key
 
@@ -64,9 +67,48 @@ class Reconciler(Protocol):
 ReconcileFunc = Callable[[Request], Awaitable[Result | None]]
 """A plain async function works as a reconciler too."""
 
+TypedReconcileFunc = Callable[[Request, Any], Awaitable[Result | None]]
+"""A reconcile that declares the model of its kind: ``async def reconcile(request, tenant:
+Tenant | None)`` is given the cached object parsed into ``Tenant`` (a pydantic model, or any
+class with ``model_validate``), None once it is gone; with a plain ``Tenant`` annotation it is
+not called for an object that is gone. What controller-runtime's and kube-rs' typed
+reconcilers are handed."""
+
 
 def as_reconcile_func(reconciler: Reconciler | ReconcileFunc) -> ReconcileFunc:
     """Accept either form."""
     if isinstance(reconciler, Reconciler):
         return reconciler.reconcile
     return reconciler
+
+
+def declared_model(reconcile: Callable[..., Any]) -> tuple[Any, bool] | None:
+    """The model ``reconcile`` declares for its object, and whether it takes None for one that
+    is gone: the annotation of its second parameter, a class with ``model_validate`` (or it
+    ``| None``). None when it takes the request alone."""
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    parameters = [
+        p
+        for p in inspect.signature(reconcile).parameters.values()
+        if p.kind in positional and p.default is inspect.Parameter.empty
+    ]
+    if len(parameters) != 2:
+        return None
+    try:
+        annotation = typing.get_type_hints(reconcile).get(parameters[1].name)
+    except (NameError, TypeError):
+        annotation = parameters[1].annotation
+    optional = False
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        optional = len(members) < len(typing.get_args(annotation))
+        annotation = members[0] if len(members) == 1 else None
+    if not (isinstance(annotation, type) and hasattr(annotation, "model_validate")):
+        raise TypeError(
+            f"{getattr(reconcile, '__qualname__', reconcile)} takes a second parameter, "
+            f"{parameters[1].name}, whose annotation is no model of its kind (a class with "
+            "model_validate, such as a pydantic model, or it | None, defined where the "
+            "function's module can name it: the annotation is read with typing.get_type_hints): "
+            "a reconcile takes the request alone, or the request and its object as that model"
+        )
+    return annotation, optional

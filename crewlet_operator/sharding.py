@@ -77,7 +77,13 @@ from crewlet_operator.leader import RivalLeases
 from crewlet_operator.objects import KubeObject
 from crewlet_operator.predicate import Predicate
 from crewlet_operator.rbac import PolicyRule
-from crewlet_operator.reconcile import ReconcileFunc, Reconciler, Request, Result, as_reconcile_func
+from crewlet_operator.reconcile import (
+    ReconcileFunc,
+    Reconciler,
+    Request,
+    Result,
+    TypedReconcileFunc,
+)
 from crewlet_operator.ring import (
     Assign,
     Drain,
@@ -403,12 +409,12 @@ class ShardedBuilder(Builder):
             options = replace(base, scope=self._slots.scope(base.scope, frozenset()))
         return super().owns(resource, predicates=predicates, options=options, priority=priority)
 
-    def complete(self, reconciler: Reconciler | ReconcileFunc) -> Controller:
+    def complete(self, reconciler: Reconciler | ReconcileFunc | TypedReconcileFunc) -> Controller:
         """Create the controller; a sharded one reconciles through the gate."""
         if self._base_scope is None:
             return super().complete(reconciler)
         gate = Gate(
-            as_reconcile_func(reconciler),
+            self._reconcile_func(reconciler),
             self._manager.cache,
             self._sharding.resource,
             self._labels,

@@ -18,6 +18,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 import structlog
+from pydantic import ConfigDict
 
 from crewlet_operator import (
     CONFIG_MAP,
@@ -54,7 +55,7 @@ from crewlet_operator.sharding import Membership, Sharder, by_namespace
 EXAMPLES = Path(__file__).parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
-from widgets import WIDGET, setup  # noqa: E402
+from widgets import WIDGET, Widget, setup  # noqa: E402
 
 
 async def install_widget_crd(client: Client) -> None:
@@ -134,6 +135,62 @@ async def test_example_controller_for_owns_watches(kube_client: Client, namespac
             return await kube_client.get_or_none(CONFIG_MAP, "w-rendered", namespace) is None
 
         await eventually(collected, timeout=60, message="child collected")
+
+
+class Strict(Widget):
+    """A model that asks more of a Widget than its CRD does."""
+
+    model_config = ConfigDict(extra="forbid")
+    required: str
+
+
+async def test_a_reconcile_that_declares_its_model_is_handed_typed_objects(
+    kube_client: Client, namespace: str
+) -> None:
+    """Issue 48, a newcomer's finding: objects reached a reconcile as dicts only. One that
+    declares its kind's model (``widget: Widget | None``) is handed the cached object parsed
+    into it, and None once it is gone; one that does not fit the model is a terminal error."""
+    await install_widget_crd(kube_client)
+    manager = Manager(kube_client, manager_options(name="typed-widgets"))
+    handed: list[tuple[str, Widget | None]] = []
+
+    async def reconcile(request: Request, widget: Widget | None) -> None:
+        handed.append((request.name, widget))
+
+    manager.controller("typed-widgets").for_(WIDGET).complete(reconcile)
+    terminal = 'controller_runtime_terminal_reconcile_errors_total{controller="typed-widgets"}'
+    async with running(manager):
+        made = {"metadata": {"name": "w", "namespace": namespace}, "spec": {"data": {"k": "v"}}}
+        await kube_client.create(WIDGET, made)
+        await eventually(lambda: handed, message="reconciled")
+        name, widget = handed[-1]
+        assert name == "w" and isinstance(widget, Widget) and widget.spec.data == {"k": "v"}
+        await kube_client.delete(WIDGET, "w", namespace)
+        await eventually(lambda: handed[-1] == ("w", None), message="told it is gone")
+        # The CRD keeps spec.data a map of strings; a model that asks for more refuses it.
+        before = sample(terminal)
+
+        strict = Manager(kube_client, manager_options(name="strict-widgets"))
+
+        async def refuses(request: Request, widget: Strict) -> None:
+            raise AssertionError("never handed an object that does not fit")
+
+        strict.controller("strict-widgets").for_(WIDGET).complete(refuses)
+        async with running(strict):
+            await kube_client.create(WIDGET, made)
+            strict_terminal = terminal.replace("typed-widgets", "strict-widgets")
+            await eventually(
+                lambda: sample(strict_terminal) > 0, message="a terminal error, not a retry"
+            )
+    assert sample(terminal) == before
+
+
+def sample(series: str) -> float:
+    """A series of the library's registry, 0 when absent."""
+    name, _, labels = series.partition("{")
+    pairs = dict(p.split("=", 1) for p in labels.rstrip("}").split(",") if p)
+    value = metrics.REGISTRY.get_sample_value(name, {k: v.strip('"') for k, v in pairs.items()})
+    return value or 0.0
 
 
 def managers_of(obj: dict[str, Any]) -> set[tuple[str, str, str]]:

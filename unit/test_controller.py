@@ -17,7 +17,7 @@ from crewlet_operator.kube.resources import CONFIG_MAP, SECRET
 from crewlet_operator.leader import LeaderElectionConfig
 from crewlet_operator.manager import Manager, ManagerOptions
 from crewlet_operator.predicate import GenerationChanged
-from crewlet_operator.reconcile import Request, Result
+from crewlet_operator.reconcile import Request, Result, declared_model
 from crewlet_operator.sharding import by_namespace as sharding_key
 from crewlet_operator.workqueue import (
     HIGH_PRIORITY,
@@ -496,3 +496,34 @@ async def test_a_watch_event_and_a_mapped_request_take_the_priority_given() -> N
     order = [(await asyncio.wait_for(controller.queue.get(), 1.0)).name for _ in range(5)]
     assert order[:2] in (["gold", "mapped"], ["mapped", "gold"])
     assert order[2:] == ["plain", "bronze", "listed-gold"]
+
+
+class Tenant:
+    """A stand-in for a pydantic model: a class with model_validate."""
+
+    @classmethod
+    def model_validate(cls, obj: object) -> Tenant:
+        return cls()
+
+
+def test_a_reconcile_declares_its_model_by_its_second_parameter() -> None:
+    """Issue 48: a reconcile that declares its kind's model is handed typed objects; one that
+    takes the request alone is called as before; a second parameter that is no model says so
+    at build time, not at the first reconcile."""
+
+    async def plain(request: Request) -> None: ...
+
+    async def optional(request: Request, tenant: Tenant | None) -> None: ...
+
+    async def required(request: Request, tenant: Tenant) -> None: ...
+
+    async def with_default(request: Request, attempt: int = 0) -> None: ...
+
+    async def untyped(request: Request, tenant: dict[str, Any]) -> None: ...
+
+    assert declared_model(plain) is None
+    assert declared_model(with_default) is None
+    assert declared_model(optional) == (Tenant, True)
+    assert declared_model(required) == (Tenant, False)
+    with pytest.raises(TypeError, match="whose annotation is no model of its kind"):
+        declared_model(untyped)
