@@ -78,6 +78,21 @@ def setup(manager: Manager) -> None:
     )
 
 
+def options(lease_namespace: str, identity: str) -> ManagerOptions:
+    """A replica's options: sharded, electing in ``lease_namespace``, with short Leases."""
+    return ManagerOptions(
+        name=NAME,
+        leader_election_namespace=lease_namespace,
+        identity=identity,
+        lease_duration=LEASE_SECONDS,
+        renew_deadline=3.0,
+        retry_period=1.0,
+        metrics_bind_address="0",
+        health_probe_bind_address="0",
+        sharding=Sharding(resource=WIDGET, domain=DOMAIN),
+    )
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--kubeconfig", required=True)
@@ -86,20 +101,7 @@ async def main() -> int:
     args = parser.parse_args()
     configure_logging("info", "json")
     client = await Client.from_kubeconfig(args.kubeconfig, user_agent=args.identity)
-    manager = Manager(
-        client,
-        ManagerOptions(
-            name=NAME,
-            leader_election_namespace=args.lease_namespace,
-            identity=args.identity,
-            lease_duration=LEASE_SECONDS,
-            renew_deadline=3.0,
-            retry_period=1.0,
-            metrics_bind_address="0",
-            health_probe_bind_address="0",
-            sharding=Sharding(resource=WIDGET, domain=DOMAIN),
-        ),
-    )
+    manager = Manager(client, options(args.lease_namespace, args.identity))
     setup(manager)
     try:
         await manager.run(handle_signals=True)

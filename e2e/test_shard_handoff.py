@@ -42,9 +42,7 @@ from crewlet_operator import (
     Client,
     LeadershipLostError,
     Manager,
-    ManagerOptions,
     Scope,
-    Sharding,
     find_condition,
 )
 from crewlet_operator._tasks import cancel_and_wait
@@ -499,20 +497,7 @@ async def test_a_member_whose_slots_loop_fails_stops_instead_of_waiting_for_ever
         raise RuntimeError("a follow that fails")
 
     monkeypatch.setattr(MemberSlots, "follow", failing)
-    manager = Manager(
-        admin,
-        ManagerOptions(
-            name=NAME,
-            leader_election_namespace=LEASE_NAMESPACE,
-            identity="failing-replica",
-            lease_duration=LEASE_SECONDS,
-            renew_deadline=3.0,
-            retry_period=1.0,
-            metrics_bind_address="0",
-            health_probe_bind_address="0",
-            sharding=Sharding(resource=WIDGET, domain=shardlet.DOMAIN),
-        ),
-    )
+    manager = Manager(admin, shardlet.options(LEASE_NAMESPACE, "failing-replica"))
     shardlet.setup(manager)
     with pytest.raises(LeadershipLostError, match="the member slots loop failed"):
         await asyncio.wait_for(manager.run(), 60)

@@ -34,8 +34,6 @@ from crewlet_operator import (
     HealthCheckFailed,
     LeadershipLostError,
     Manager,
-    ManagerOptions,
-    Sharding,
     find_condition,
 )
 from crewlet_operator._tasks import cancel_and_wait
@@ -63,25 +61,10 @@ async def widgets_crd(kube_client: Client) -> None:
     await install_crds(kube_client, load_crds(EXAMPLES / "example.crewlet.ai_widgets.yaml"))
 
 
-def member_options(namespace: str, identity: str) -> ManagerOptions:
-    """shardlet's options: its timings, sharded, electing in ``namespace``."""
-    return ManagerOptions(
-        name=shardlet.NAME,
-        leader_election_namespace=namespace,
-        identity=identity,
-        lease_duration=shardlet.LEASE_SECONDS,
-        renew_deadline=3.0,
-        retry_period=1.0,
-        metrics_bind_address="0",
-        health_probe_bind_address="0",
-        sharding=Sharding(resource=WIDGET, domain=shardlet.DOMAIN),
-    )
-
-
 @contextlib.asynccontextmanager
 async def member(client: Client, namespace: str, identity: str) -> AsyncIterator[Manager]:
     """A sharded replica running in this process until the block ends."""
-    manager = Manager(client, member_options(namespace, identity))
+    manager = Manager(client, shardlet.options(namespace, identity))
     shardlet.setup(manager)
     running = asyncio.create_task(manager.run(), name=identity)
     try:
@@ -174,7 +157,7 @@ async def test_a_member_that_finds_a_will_on_its_own_lease_fences_and_rejoins(
     again joins under a new name and takes the Widgets over (the will names no member with a
     Lease). Before, the member wrote nothing of its share for good and nothing said so."""
     names = await write_widgets(kube_client, namespace, {})
-    manager = Manager(kube_client, member_options(namespace, "first"))
+    manager = Manager(kube_client, shardlet.options(namespace, "first"))
     shardlet.setup(manager)
     running = asyncio.create_task(manager.run(), name="first")
     first = manager.member
@@ -308,7 +291,7 @@ async def test_sharded_replicas_run_on_exactly_the_generated_roles_one_leaving(
     with a 403 on the Lease and LeadershipLostError when one leaves." Two replicas with
     nothing but ``crewlet_operator.rbac.manifests``' roles: the one holding the Widgets stops,
     the other writes its will, takes the Widgets over and deletes its Lease, and runs on."""
-    probe = Manager(kube_client, member_options(namespace, "probe"))
+    probe = Manager(kube_client, shardlet.options(namespace, "probe"))
     shardlet.setup(probe)
     account, cluster_role = "replica", f"{namespace}-shardlet"
     role, lease_role = manifests(probe, cluster_role)
