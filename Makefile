@@ -53,10 +53,15 @@ lint: venv ## ruff, mypy (strict) and the import layers (import-linter: .importl
 # Every tier prints its slowest tests, so that the figures the README and CONTRIBUTING give are
 # measured ones.
 DURATIONS ?= --durations=10
+# pytest-xdist workers: unit tests are CPU-bound (one per core), the e2e modules mostly wait for
+# the control plane, so more workers than cores (each module on one worker, --dist loadfile:
+# its module-scoped plane and fixtures stay together). WORKERS=0 runs them in this process.
+UNIT_WORKERS ?= 2
+E2E_WORKERS ?= 3
 
 .PHONY: unit
 unit: venv tools promtool ## Tests that need no API server (the chart's tests run the real helm, the alerts' promtool)
-	$(BIN)/python -m pytest unit -q $(DURATIONS)
+	$(BIN)/python -m pytest unit -q -n $(UNIT_WORKERS) $(DURATIONS)
 
 .PHONY: promtool
 promtool: ## Build promtool for the alerts' tests (once, minutes, into ~/.cache/crewlet-operator/bin/tools)
@@ -64,7 +69,7 @@ promtool: ## Build promtool for the alerts' tests (once, minutes, into ~/.cache/
 
 .PHONY: e2e
 e2e: venv bins ## Tests against a real local control plane (e2e/ and the examples' suites), but the release-grade ones
-	$(BIN)/python -m pytest e2e examples -q -m "not release" $(DURATIONS)
+	$(BIN)/python -m pytest e2e examples -q -m "not release" -n $(E2E_WORKERS) --dist loadfile $(DURATIONS)
 
 # The library's public modules: the package (its public face), the modules whose docstrings
 # are the guides (the client, the manager, the errors, the CRD generator, the test harness) and

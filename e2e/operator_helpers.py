@@ -264,11 +264,13 @@ def own_control_plane(directory: Path) -> Iterator[ControlPlane]:
 @contextlib.asynccontextmanager
 async def admin_client(plane: ControlPlane, *namespaces: str) -> AsyncIterator[Client]:
     """A module's admin client (as someone else: the tests' own field manager), with the
-    operator's CRDs installed and ``namespaces`` created."""
+    operator's CRDs installed and ``namespaces`` created (kept when a module before it on the
+    session's plane made them)."""
     async with Client(plane.admin_config(), field_manager=TEST_FIELD_MANAGER) as admin:
         await install_crds(admin, load_crds(ROOT / "manifests/crds"))
         for ns in namespaces:
-            await admin.create(NAMESPACE, {"metadata": {"name": ns}})
+            if await admin.get_or_none(NAMESPACE, ns) is None:
+                await admin.create(NAMESPACE, {"metadata": {"name": ns}})
         yield admin
 
 

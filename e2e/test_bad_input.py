@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +34,6 @@ from operator_helpers import (
     company,
     engine_class,
     operator,
-    own_control_plane,
     say,
     secret,
     wait_condition,
@@ -81,18 +80,13 @@ def key_ref(**overrides: Any) -> dict[str, Any]:
     return {**REF, **overrides}
 
 
-# -- the module's control plane and daemon ---------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    with own_control_plane(tmp_path_factory.mktemp("bad-input")) as plane:
-        yield plane
+# -- the module's daemon, on the session's control plane ------------------------------------------
+# (It kills, audits and reconfigures nothing: no plane of its own.)
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
-async def client(plane: ControlPlane) -> AsyncIterator[Client]:
-    async with admin_client(plane, PLATFORM, TENANT) as admin:
+async def client(control_plane: ControlPlane) -> AsyncIterator[Client]:
+    async with admin_client(control_plane, PLATFORM, TENANT) as admin:
         await admin.create(SECRET, secret(PLATFORM, KEYS, anthropic="sk-test"))
         await admin.create(
             ENGINE_CLASS, engine_class(GOOD, seats={"replicas": 1, "minReplicas": 1})
@@ -102,9 +96,9 @@ async def client(plane: ControlPlane) -> AsyncIterator[Client]:
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
 async def daemon(
-    plane: ControlPlane, client: Client, tmp_path_factory: pytest.TempPathFactory
+    control_plane: ControlPlane, client: Client, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Operator]:
-    async with operator(plane.kubeconfig, tmp_path_factory.mktemp("daemon")) as running:
+    async with operator(control_plane.kubeconfig, tmp_path_factory.mktemp("daemon")) as running:
         yield running
 
 
