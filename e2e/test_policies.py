@@ -3197,16 +3197,24 @@ async def forgery_policies(kube_client: Client, manager_policy: list[Doc]) -> As
     crewlet-operator-ring-labels; and the chart's roles aggregated into Kubernetes' own admin
     role, so that a namespace's admin writes Companies as the install page says."""
     docs = await helm_template(SHARDED_VALUES)
+    # The chart's aggregated roles under names of this module's own, removed after it: a helm
+    # install of the chart on the same plane (e2e/test_chart.py) owns the chart's names.
+    aggregated = []
     for doc in docs:
-        if doc["kind"] == "ClusterRole" and doc["metadata"]["name"].endswith(
-            ("-crewlet-edit", "-crewlet-view")
-        ):
-            await kube_client.apply(r.CLUSTER_ROLE, doc)
+        name = doc["metadata"]["name"]
+        if doc["kind"] == "ClusterRole" and name.endswith(("-crewlet-edit", "-crewlet-view")):
+            role = copy.deepcopy(doc)
+            role["metadata"]["name"] = name.replace(RELEASE, "crewlet-policies", 1)
+            aggregated.append(await kube_client.apply(r.CLUSTER_ROLE, role))
+    assert len(aggregated) == 2
     for policy in (LEASES_POLICY, RING_LABELS_POLICY):
         await apply_policies(kube_client, docs, policy)
     yield
     for policy in (LEASES_POLICY, RING_LABELS_POLICY):
         await delete_policies(kube_client, policy)
+    for role in aggregated:
+        with contextlib.suppress(NotFoundError):
+            await kube_client.delete(r.CLUSTER_ROLE, role["metadata"]["name"])
 
 
 async def namespace_admin(
