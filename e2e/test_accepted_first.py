@@ -57,6 +57,8 @@ CHILD_PLURALS = {resource.plural for resource in CHILD_KINDS}
 Object = dict[str, Any]
 
 
+# A plane of its own, without workloads (reconfigured): the burst needs no pods, and its
+# StatefulSets would have a session plane's controller-manager and kwok make hundreds.
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     with ControlPlane(tmp_path_factory.mktemp("accepted-first")) as plane:

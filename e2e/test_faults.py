@@ -101,6 +101,8 @@ def b64(text: str) -> str:
 # -- the control plane and the replicas ------------------------------------------------------------
 
 
+# A plane of its own: the module kills the API server and etcd, cuts the manager's RBAC and
+# reads the audit log.
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     with own_control_plane(tmp_path_factory.mktemp("faults")) as plane:

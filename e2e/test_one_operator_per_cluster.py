@@ -75,6 +75,7 @@ FIRST_LEASE = f"{MANAGER_NAMESPACE}/{LEASE_NAME}"
 SECOND_LEASE = f"{SECOND_NAMESPACE}/{LEASE_NAME}"
 
 
+# A plane of its own: two installs' cluster-wide objects, and the audit log of their writes.
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     with own_control_plane(tmp_path_factory.mktemp("one-operator")) as plane:

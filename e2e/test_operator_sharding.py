@@ -63,6 +63,7 @@ Object = dict[str, Any]
 Key = tuple[str, str]
 
 
+# A plane of its own: the module kills a replica and reads the audit log.
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     with ControlPlane(tmp_path_factory.mktemp("sharding"), audit=True) as started:

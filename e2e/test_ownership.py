@@ -132,6 +132,8 @@ CHILDREN = [
 # -- the module's control plane and daemon -----------------------------------------------------
 
 
+# A plane of its own: the module installs the Gateway API, which the other modules' daemons
+# would take for theirs at start.
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     with own_control_plane(tmp_path_factory.mktemp("ownership")) as plane:

@@ -45,6 +45,7 @@ KEYS = "keys"
 REF = {"namespace": PLATFORM, "name": KEYS, "key": "k"}
 
 
+# A plane of its own: the module loosens the operator's CRDs and puts them back.
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     with own_control_plane(tmp_path_factory.mktemp("refusals")) as plane:
