@@ -560,7 +560,7 @@ class Builder:
         func = reconciler.reconcile if isinstance(reconciler, Reconciler) else reconciler
         declared = declared_model(func)
         if declared is None:
-            return as_reconcile_func(cast(ReconcileFunc, func))
+            return cast(ReconcileFunc, func)
         model, optional = declared
         typed = cast(TypedReconcileFunc, func)
         assert self._for is not None

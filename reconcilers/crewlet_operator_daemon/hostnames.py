@@ -79,21 +79,29 @@ INGRESS_CLASS_ANNOTATION = "kubernetes.io/ingress.class"
 """The IngressClass an Ingress names the old way, before ``spec.ingressClassName``."""
 
 
+def hosts_kept(route: Object) -> Object:
+    """The part of an HTTPRoute's or Ingress's spec that names its hosts (:func:`route_hosts`
+    reads it back), and nothing else of it."""
+    spec = route.get("spec") or {}
+    kept: Object = {}
+    if spec.get("hostnames"):
+        kept["hostnames"] = list(spec["hostnames"])
+    hosts = [{"host": rule["host"]} for rule in spec.get("rules") or [] if rule.get("host")]
+    if hosts:
+        kept["rules"] = hosts
+    return kept
+
+
 def route_identity(route: Object) -> Object:
     """What the caches keep of a route the operator did not write: who it is and who controls
     it, the hosts it serves and where it is attached (its Gateways, or its IngressClass)."""
     meta = route.get("metadata") or {}
     spec = route.get("spec") or {}
-    kept: Object = {}
-    if spec.get("hostnames"):
-        kept["hostnames"] = list(spec["hostnames"])
+    kept = hosts_kept(route)
     if spec.get("parentRefs"):
         kept["parentRefs"] = list(spec["parentRefs"])
     if spec.get("ingressClassName"):
         kept["ingressClassName"] = spec["ingressClassName"]
-    hosts = [{"host": rule["host"]} for rule in spec.get("rules") or [] if rule.get("host")]
-    if hosts:
-        kept["rules"] = hosts
     metadata = {k: meta[k] for k in ROUTE_METADATA if k in meta}
     ingress_class = (meta.get("annotations") or {}).get(INGRESS_CLASS_ANNOTATION)
     if ingress_class:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from crewlet_operator import find_condition, namespace
 from crewlet_operator_daemon import naming
 from crewlet_operator_daemon.api.conditions import ACCEPTED, HOSTNAME_TAKEN, NAME_TAKEN
-from crewlet_operator_daemon.hostnames import hostname, serving_keys
+from crewlet_operator_daemon.hostnames import hostname, hosts_kept, serving_keys
 from crewlet_operator_daemon.plan import Object
 
 COMPANY_INDEX = "company"
@@ -74,10 +74,7 @@ def directory_entry(obj: Object) -> Object:
     if obj.get("kind") == "Company":
         kept = {k: spec[k] for k in ("className", "webhookHostname") if k in spec}
     else:
-        kept = {"hostnames": list(spec.get("hostnames") or [])}
-        hosts = [rule["host"] for rule in spec.get("rules") or [] if rule.get("host")]
-        if hosts:
-            kept["rules"] = [{"host": host} for host in hosts]
+        kept = hosts_kept(obj)
     return {
         "apiVersion": obj.get("apiVersion"),
         "kind": obj.get("kind"),
