@@ -14,9 +14,11 @@ from crewlet_operator.cache.informer import (
     Stream,
 )
 from crewlet_operator.cache.store import Store
+from crewlet_operator.cache.view import ClusterView
 
 __all__ = [
     "Cache",
+    "ClusterView",
     "Compact",
     "Decoded",
     "EventHandler",

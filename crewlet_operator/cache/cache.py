@@ -100,6 +100,25 @@ class Cache:
             waiting = "; ".join(self.not_synced())
             raise TimeoutError(f"caches not synced within {timeout}s: {waiting}") from None
 
+    async def wait_for_kind(self, resource: Resource, timeout: float | None = None) -> None:
+        """Wait until the informer of ``resource`` has stored its first list
+        (:class:`TimeoutError` after ``timeout`` seconds)."""
+        await self._reader(resource).wait_for_sync(timeout)
+
+    async def wait_for_whole(
+        self, resource: Resource, index: tuple[str, str], timeout: float | None = None
+    ) -> None:
+        """Wait, if need be, until the objects of ``resource`` under an index value are held
+        whole: a ``metadata_first`` informer holds its objects by their metadata alone until it
+        has listed them whole (:meth:`Informer.wait_for_whole
+        <crewlet_operator.cache.Informer.wait_for_whole>`, asked for now). No object under the
+        value, or none held by its metadata alone, waits for nothing."""
+        informer = self._reader(resource)
+        if informer.has_whole:
+            return
+        if any(informer.store.metadata_only(key) for key in informer.store.keys_by_index(*index)):
+            await informer.wait_for_whole(timeout)
+
     def not_synced(self) -> builtins.list[str]:
         """Each kind whose informer has not stored its first list, and why: its list's last
         error, if any. A kind the API server does not serve (a 404: its CRD is not installed)
@@ -174,6 +193,17 @@ class Cache:
     def get(self, resource: Resource, name: str, namespace: str | None = None) -> KubeObject | None:
         """The cached object, or None."""
         return self._reader(resource).store.get(namespaced_key(namespace, name))
+
+    def known(
+        self, resource: Resource, name: str, namespace: str | None = None
+    ) -> KubeObject | None:
+        """The cached object as far as it is known, or None: whole, or its ``apiVersion``,
+        ``kind`` and ``metadata`` when the informer holds it by them alone (a
+        ``metadata_first`` informer before its list of whole objects). Nothing is listed or
+        waited for: what a caller asking who holds a name reads."""
+        store = self._reader(resource).store
+        key = namespaced_key(namespace, name)
+        return store.known(key) if key in store else None
 
     def keys(self, resource: Resource, index: tuple[str, str]) -> builtins.list[str]:
         """The keys (``namespace/name``, or ``name``) of the cached objects found under an index
