@@ -62,7 +62,7 @@ from crewlet_operator import LEASE, Client, TransportError, labels, name, namesp
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache.informer import INITIAL_EVENTS_END
 from crewlet_operator.objects import resource_version
-from crewlet_operator.ring import RingLabels
+from crewlet_operator.sharding.ring import RingLabels
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY
 from crewlet_operator_daemon.cli import SHARDING_DOMAIN
 from crewlet_operator_daemon.plan import MANAGER_NAME

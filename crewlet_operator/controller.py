@@ -29,6 +29,7 @@ from crewlet_operator.handler import (
     request_for_object,
     requests_for_owner,
 )
+from crewlet_operator.kube.client import Scope
 from crewlet_operator.kube.resources import Resource
 from crewlet_operator.predicate import Predicate
 from crewlet_operator.ratelimit import RateLimiter
@@ -347,6 +348,28 @@ class ControllerDefaults(Protocol):
         """Workers per controller unless its builder says otherwise."""
 
 
+class Narrowing(Protocol):
+    """What a manager's feature makes of a controller whose primary kind it narrows: the
+    informers hold a share of the objects, and the reconciler runs behind a wrapper. Sharding
+    is one (:class:`~crewlet_operator.sharding.member.RingMember`): the builder asks the manager
+    for it (:meth:`ControllerHost.narrowing`), and needs no subclass."""
+
+    def primary(self, options: InformerOptions) -> InformerOptions:
+        """The primary kind's informer options, narrowed."""
+
+    def owned(self, options: InformerOptions) -> InformerOptions:
+        """A child kind's informer options, narrowed."""
+
+    def wrap(self, reconcile: ReconcileFunc) -> ReconcileFunc:
+        """The reconciler, wrapped."""
+
+    def built(
+        self, controller: Controller, primary: Scope, owned: Sequence[tuple[Resource, Scope]]
+    ) -> None:
+        """The controller was built, its primary's informer in ``primary`` and each child
+        kind's in its scope, before they were narrowed."""
+
+
 class ControllerHost(Protocol):
     """What a :class:`Builder` needs of the manager it adds a controller to (:class:`Manager
     <crewlet_operator.manager.Manager>` is one). A protocol, not the manager itself: the
@@ -369,6 +392,9 @@ class ControllerHost(Protocol):
 
     def add_lease_annotations(self, provider: Callable[[], Mapping[str, str]]) -> None:
         """Write ``provider``'s annotations into the Lease at each renewal (a checkpoint)."""
+
+    def narrowing(self, primary: Resource) -> Narrowing | None:
+        """What the manager makes of a controller of ``primary``; None: nothing."""
 
 
 @dataclass(frozen=True)
@@ -530,25 +556,43 @@ class Builder:
             "max_concurrent_reconciles": self._manager.options.max_concurrent_reconciles,
             **self._options,
         }
-        reconcile = self._reconcile_func(reconciler)
-        controller = Controller(self._name, reconcile, self._manager.cache, **settings)
         primary = self._for.resource
+        narrowing = self._manager.narrowing(primary)
+        reconcile = self._reconcile_func(reconciler)
+        if narrowing is not None:
+            reconcile = narrowing.wrap(reconcile)
+        controller = Controller(self._name, reconcile, self._manager.cache, **settings)
         owners = requests_for_owner(primary.group, primary.kind, primary.namespaced)
         for watch in (self._for, *self._owns, *self._watches):
+            options = watch.options
+            if narrowing is not None and watch is self._for:
+                options = narrowing.primary(self._options_of(watch))
+            elif narrowing is not None and any(watch is owned for owned in self._owns):
+                options = narrowing.owned(self._options_of(watch))
             controller.watch(
                 watch.resource,
                 watch.mapper or owners,
                 watch.predicates,
-                watch.options,
+                options,
                 # The primary's initial list requests every owner already.
                 initial=watch.mapper is not None,
                 priority=watch.priority,
             )
         if self._checkpoint is not None:
-            self._attach_checkpoint(self._checkpoint, controller)
+            self._attach_checkpoint(self._checkpoint, controller, narrowed=narrowing is not None)
         controller.add_rbac_rules(*self._write_rules(primary))
+        if narrowing is not None:
+            narrowing.built(
+                controller,
+                self._options_of(self._for).scope,
+                [(owned.resource, self._options_of(owned).scope) for owned in self._owns],
+            )
         self._manager.add_controller(controller)
         return controller
+
+    def _options_of(self, watch: _Watch) -> InformerOptions:
+        """The informer options ``watch`` asked for, else the cache's defaults."""
+        return watch.options or self._manager.cache.default_options or InformerOptions()
 
     def _reconcile_func(
         self, reconciler: Reconciler | ReconcileFunc | TypedReconcileFunc
@@ -580,8 +624,17 @@ class Builder:
 
         return reconcile
 
-    def _attach_checkpoint(self, checkpoint: RestartCheckpoint, controller: Controller) -> None:
-        """Judge the checkpoint the previous leader left in the Lease, and leave one there."""
+    def _attach_checkpoint(
+        self, checkpoint: RestartCheckpoint, controller: Controller, *, narrowed: bool
+    ) -> None:
+        """Judge the checkpoint the previous leader left in the Lease, and leave one there.
+        A narrowed controller keeps none: the Lease would speak for one replica's share alone,
+        and with sharding the share moves with the ring. It reconciles its share in full at
+        start, as controller-runtime does."""
+        if narrowed:
+            log.info("a narrowed controller reconciles its share in full at start", name=self._name)
+            checkpoint.attach(controller, owned=[], found=dict)
+            return
         manager = self._manager
         checkpoint.attach(
             controller,

@@ -28,11 +28,30 @@ A standby replica (a follower, with leader election on) is *warm* by default: it
 and fills its controllers' queues while it waits, so a takeover reconciles at once. A *cold*
 standby (``ManagerOptions.warm_standby=False``) starts its caches only once it leads.
 
+One run path
+------------
+
+Whatever the options, the manager sorts what it runs into groups, as controller-runtime's
+runnable groups do, and starts them in one order on one path:
+
+1. the *servers*: health probes, metrics, the event loop's lag;
+2. the *caches*: the cache's informers, the :class:`~crewlet_operator.cache.ClusterView`, the
+   runnables of :meth:`Manager.add` and the loops that follow them (with sharding, the ring's
+   membership and the member's slots), then their first lists (a cold standby starts them
+   once it holds its first Lease instead);
+3. the controllers that run *everywhere*, on every replica (``need_leader_election=False``);
+4. the *elections*, one Lease each, in order: with sharding the member's Lease first (the
+   sharded controllers and the fence on its own will run while it holds it), then the leader's
+   (the other controllers, and the sharder with sharding). The first is awaited; the manager
+   counts as started once it holds it and its controllers run. Later ones campaign beside.
+
+A feature adds to the groups, never a path of its own.
+
 Order on a graceful stop (SIGTERM, SIGINT or :meth:`Manager.stop`), as controller-runtime:
 
 1. controllers stop taking work; in-flight reconciles finish (within
    ``graceful_shutdown_timeout``; then they are cancelled);
-2. the lease is released, so another replica takes over at once;
+2. the leases are released, the leader's first, so another replica takes over at once;
 3. the runnables stop, then the informers;
 4. the probe and metrics servers stop.
 
@@ -44,11 +63,9 @@ raises :class:`LeadershipLostError` so the process exits and restarts clean.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import re
 import signal
-import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,21 +73,21 @@ from typing import Any, Protocol
 
 import structlog
 
-from crewlet_operator import metrics
 from crewlet_operator._tasks import cancel_and_wait
-from crewlet_operator.cache import Cache, InformerOptions
-from crewlet_operator.controller import Builder, Controller
+from crewlet_operator.cache import Cache, ClusterView, InformerOptions
+from crewlet_operator.controller import Builder, Controller, Narrowing
 from crewlet_operator.errors import HealthCheckFailed
 from crewlet_operator.errors import LeadershipLostError as LeadershipLostError  # noqa: PLC0414
-from crewlet_operator.kube.client import Client, Scope
+from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.mapper import RESTMapper
+from crewlet_operator.kube.resources import Resource
 from crewlet_operator.leader import LeaderElectionConfig, LeaderElector, default_identity
 from crewlet_operator.metrics import EventLoopLag
 from crewlet_operator.objects import KubeObject
 from crewlet_operator.rbac import PolicyRule
-from crewlet_operator.ring import RingLabels, member_name, slot_of
 from crewlet_operator.serving import HealthServer, MetricsServer
-from crewlet_operator.sharding import Membership, MemberSlots, ShardedBuilder, Sharder, Sharding
+from crewlet_operator.sharding import Sharding
+from crewlet_operator.sharding.member import RingMember
 
 __all__ = [
     "LeadershipLostError",
@@ -194,6 +211,33 @@ class ManagerOptions:
         return self.leader_election_id or f"{self.name}-leader"
 
 
+Loop = tuple[str, Callable[[], Coroutine[Any, Any, None]]]
+"""A loop meant to run until the manager stops, by its name (what a failure names)."""
+
+
+@dataclass
+class Election:
+    """A Lease, and what runs on this replica while it holds it."""
+
+    name: str
+    """What the Lease is for (``leader``, ``member``), in logs and task names."""
+    elector: LeaderElector
+    controllers: list[Controller] = field(default_factory=list)
+    loops: list[Loop] = field(default_factory=list)
+
+
+@dataclass
+class RunnableGroups:
+    """What a manager runs, sorted once by when it runs (see the module's "One run path")."""
+
+    everywhere: list[Controller]
+    """Controllers that run on every replica, once the caches have synced."""
+    elections: list[Election]
+    """Leases in the order they are campaigned for, each with what runs while it is held."""
+    with_caches: list[Loop]
+    """Loops that start once the caches have synced."""
+
+
 class Manager:
     """Owns the shared cache and runs everything a controller process needs.
 
@@ -211,6 +255,10 @@ class Manager:
         """The client the manager and its controllers write with, as :attr:`field_manager`:
         ``client``'s connections, under the manager's name."""
         self.cache = Cache(self.client, self.options.cache_options)
+        self.cluster_view = ClusterView(self.client, self.cache)
+        """Every object of the kinds declared in it, whatever share of them this replica
+        reconciles: what a question of the whole cluster reads (see
+        :class:`~crewlet_operator.cache.ClusterView`)."""
         self.mapper = RESTMapper(self.client)
         """Kinds to resources by discovery, shared by the controllers."""
         self.controllers: list[Controller] = []
@@ -245,115 +293,69 @@ class Manager:
                     exclusive_labels=self.options.exclusive_lease_labels,
                 ),
             )
+        self.ring: RingMember | None = None
+        """With sharding, this replica's part in the ring (:mod:`crewlet_operator.sharding`);
+        None without."""
+        if self.options.sharding is not None and self.elector is not None:
+            self.ring = RingMember(
+                self.client,
+                self.cache,
+                self.cluster_view,
+                self.options.sharding,
+                name=self.options.name,
+                leader=self.elector.config,
+            )
+            self.add(self.ring)
         self._stop = asyncio.Event()
         self._lost = False
         self._lost_because = "leader election lost"
         self._cold_campaigning = False
+        self._caches_started = False
         self._started_runnables: list[Runnable] = []
-        self._holding: asyncio.Task[None] | None = None
-        self._froze_gc = False
+        self._running: list[Controller] = []
+        self._electors: list[LeaderElector] = []
+        self._holding: list[asyncio.Task[None]] = []
         self._background: list[asyncio.Task[None]] = []
-        self._sharded: set[str] = set()
-        self.member: str | None = None
-        """With sharding, this replica's member name (its member Lease's); None without."""
-        self._member_elector: LeaderElector | None = None
-        self._membership: Membership | None = None
-        self._slots: MemberSlots | None = None
-        self._sharder: Sharder | None = None
-        if self.options.sharding is not None and self.elector is not None:
-            self._shard_setup(self.options.sharding, self.elector.config)
+        self._froze_gc = False
         self.health.add_readyz_check("informers-synced", self.ready_to_lead)
         if self.elector is not None and self.options.exclusive_lease_labels is not None:
             self.health.add_readyz_check("one-leader-per-cluster", self.no_other_install_leads)
-        if self.member is not None:
-            self.health.add_readyz_check("shard-member", self.may_write_share)
+        if self.ring is not None:
+            self.health.add_readyz_check("shard-member", self.ring.may_write_share)
         self.health.add_healthz_check("informers-watching", lambda: not self.cache.stale())
 
-    def _shard_setup(self, sharding: Sharding, leader: LeaderElectionConfig) -> None:
-        """The member Lease (renewed, and fencing, like the leader's) and the membership view."""
-        self.member = member_name(self.options.name, self.options.identity)
-        self._member_elector = LeaderElector(
-            self.client,
-            LeaderElectionConfig(
-                name=self.member,
-                namespace=leader.namespace,
-                identity=leader.identity,
-                lease_duration=leader.lease_duration,
-                renew_deadline=leader.renew_deadline,
-                retry_period=leader.retry_period,
-                labels={self.ring_labels.member: self.ring_labels.ring},
-            ),
-        )
-        self._membership = Membership(
-            self.client,
-            leader.namespace,
-            self.ring_labels,
-            leader.retry_period,
-            leader.lease_duration,
-        )
-        # Narrowing waits a lease duration: the objects of a member that joins move one by one.
-        self._slots = MemberSlots(
-            self.ring_labels,
-            self.member,
-            self._membership,
-            key=sharding.key,
-            retry_period=leader.retry_period,
-            settle=leader.lease_duration,
-        )
-
     @property
-    def ring_labels(self) -> RingLabels:
-        """The ring's label keys: under ``Sharding.domain``, for the ring ``Sharding.ring``,
-        else the manager's name. Without sharding, unused."""
-        sharding = self.options.sharding
-        if sharding is None:
-            return RingLabels("", self.options.name)
-        return RingLabels(sharding.domain, sharding.ring or self.options.name)
+    def member(self) -> str | None:
+        """With sharding, this replica's member name (its member Lease's); None without."""
+        return None if self.ring is None else self.ring.name
 
     def shard_labels_for(self, obj: KubeObject) -> dict[str, str]:
         """With sharding, the label a sharded controller puts on every child it writes for
         ``obj`` (an object of the sharded kind), so that the owned informers of the member
         holding ``obj`` (which select its slots) see them: ``{slot.<domain>/<ring>: <slot>}``.
         It never changes for an object, so a move rewrites no child. Empty without sharding."""
-        sharding = self.options.sharding
-        if sharding is None or self.member is None:
-            return {}
-        return {self.ring_labels.slot: str(slot_of(sharding.key(obj)))}
+        return {} if self.ring is None else self.ring.labels_for(obj)
+
+    def may_write_share(self) -> bool:
+        """``/readyz``'s ``shard-member`` check (with sharding; True without): see
+        :meth:`RingMember.may_write_share
+        <crewlet_operator.sharding.member.RingMember.may_write_share>`.
+
+        :raises HealthCheckFailed: with the reason, when it fails.
+        """
+        return self.ring is None or self.ring.may_write_share()
 
     def controller(self, name: str) -> Builder:
         """Start building a controller named ``name`` (names label metrics and logs)."""
         if any(c.name == name for c in self.controllers):
             raise ValueError(f"a controller named {name!r} already exists")
-        if self.options.sharding is None or self.member is None or self._slots is None:
-            return Builder(self, name)
-        return ShardedBuilder(
-            self,
-            name,
-            sharding=self.options.sharding,
-            labels=self.ring_labels,
-            member=self.member,
-            slots=self._slots,
-            defaults=self.options.cache_options,
-            on_complete=self._sharded_controller,
-        )
+        return Builder(self, name)
 
-    def _sharded_controller(self, controller: Controller, scope: Scope) -> None:
-        """A sharded controller was built: it runs on every member; the leader shards its
-        primary kind's objects in ``scope``."""
-        sharding = self.options.sharding
-        if sharding is None or self._membership is None or self.elector is None:
-            return
-        self._sharded.add(controller.name)
-        if self._sharder is None:
-            self._sharder = Sharder(
-                self.client.with_field_manager(f"{self.field_manager}-sharder"),
-                sharding.resource,
-                scope,
-                labels=self.ring_labels,
-                membership=self._membership,
-                key=sharding.key,
-                retry_period=self.elector.config.retry_period,
-            )
+    def narrowing(self, primary: Resource) -> Narrowing | None:
+        """What this manager makes of a controller of ``primary``: with sharding, of the
+        sharded kind, its informers narrowed to this member's share and its reconciler behind
+        the gate (:class:`~crewlet_operator.sharding.member.RingMember`); else nothing."""
+        return self.ring if self.ring is not None and self.ring.narrows(primary) else None
 
     def add_controller(self, controller: Controller) -> None:
         """Run ``controller`` with the manager."""
@@ -439,45 +441,40 @@ class Manager:
             )
         return True
 
-    def member_blocked(self) -> str | None:
-        """With sharding, why this replica may write none of its share now, or None: it does
-        not hold its member Lease, has not listed the ring's Leases within a lease duration
-        (so it holds no slot it can vouch for), or its own Lease carries a will (its objects
-        are its heirs'). None without sharding."""
-        if self._member_elector is None or self._membership is None:
-            return None
-        lease = self._member_elector.config
-        if not self._member_elector.is_leader:
-            return f"this replica does not hold its member Lease {lease.namespace}/{lease.name}"
-        listed_at, view = self._membership.listed_at, self._membership.view()
-        if listed_at is None or view is None or time.monotonic() - listed_at > lease.lease_duration:
-            return (
-                f"this member has not listed the ring's Leases in {lease.namespace} within a "
-                f"lease duration ({lease.lease_duration:g} s), so it writes nothing of its share: "
-                "grant list on leases there"
+    def groups(self) -> RunnableGroups:
+        """What this manager runs, sorted by when it runs (see the module's "One run path")."""
+        ring, elector = self.ring, self.elector
+        sharded = [] if ring is None else ring.controllers
+        everywhere = [
+            c
+            for c in self.controllers
+            if c not in sharded and (elector is None or not c.need_leader_election)
+        ]
+        elections: list[Election] = []
+        with_caches: list[Loop] = []
+        if ring is not None:
+            with_caches += ring.loops
+            elections.append(
+                Election(
+                    "member", ring.elector, list(sharded), [("own will", ring.fence_on_own_will)]
+                )
             )
-        if lease.name in view.wills:
-            return (
-                f"this member's Lease {lease.namespace}/{lease.name} carries a will (heirs: "
-                f"{', '.join(sorted(view.wills[lease.name]))}): its objects are its heirs', it "
-                "writes nothing of them, and it stops to rejoin the ring under a new name"
+        if elector is not None:
+            leader = Election(
+                "leader",
+                elector,
+                [c for c in self.controllers if c not in sharded and c not in everywhere],
             )
-        return None
+            if ring is not None and ring.sharder is not None:
+                leader.loops.append(("sharder", ring.sharder.run))
+            elections.append(leader)
+        return RunnableGroups(everywhere, elections, with_caches)
 
-    def may_write_share(self) -> bool:
-        """``/readyz``'s ``shard-member`` check (with sharding): fails, saying why, while this
-        replica holds its member Lease but may write none of its share
-        (:meth:`member_blocked`). Before it holds its Lease the check passes: it is then
-        starting, which ``informers-synced`` tells.
-
-        :raises HealthCheckFailed: with the reason, when it fails.
-        """
-        if self._member_elector is None or not self._member_elector.is_leader:
-            return True
-        blocked = self.member_blocked()
-        if blocked is not None:
-            raise HealthCheckFailed(blocked)
-        return True
+    @property
+    def _warm(self) -> bool:
+        """Whether the caches start before any Lease is held: without leader election, for a
+        warm standby, and with sharding (every member reconciles its share)."""
+        return self.elector is None or self.options.warm_standby or self.ring is not None
 
     async def run(self, *, handle_signals: bool = False) -> None:
         """Run until :meth:`stop` (or SIGTERM/SIGINT with ``handle_signals``).
@@ -486,12 +483,12 @@ class Manager:
         when a cold standby (``warm_standby=False``) has a controller that needs no leader
         election.
         """
-        warm = self.elector is None or self.options.warm_standby
-        everywhere = [c.name for c in self.controllers if not c.need_leader_election]
-        if not warm and everywhere:
+        groups = self.groups()
+        if not self._warm and groups.everywhere:
             raise ValueError(
-                f"controllers {everywhere} run without leader election, on every replica, and "
-                "need the caches there: they cannot run with warm_standby=False"
+                f"controllers {[c.name for c in groups.everywhere]} run without leader "
+                "election, on every replica, and need the caches there: they cannot run with "
+                "warm_standby=False"
             )
         if handle_signals:
             loop = asyncio.get_running_loop()
@@ -500,134 +497,97 @@ class Manager:
         await self.health.start()
         await self.metrics.start()
         await self.loop_lag.start()
-        started: list[Controller] = []
         try:
-            await self._serve(warm, started)
+            await self._serve(groups)
         finally:
-            await self._shut_down(started, self._lost)
+            await self._shut_down(self._lost)
         if self._lost:
             raise LeadershipLostError(self._lost_because)
 
-    async def _serve(self, warm: bool, started: list[Controller]) -> None:
-        """Start the caches and controllers in order (the caches before the lease when warm,
-        after it when cold), then wait for a stop or the loss of the lease."""
-        if self._member_elector is not None:
-            await self._serve_sharded(self._member_elector, started)
+    async def _serve(self, groups: RunnableGroups) -> None:
+        """Start the groups in order, then wait for a stop or the loss of a Lease."""
+        if self._warm and not await self._start_caches(groups):
             return
-        if warm and not await self._start_caches():
+        await self._start_controllers(groups.everywhere, None)
+        elections = iter(groups.elections)
+        first = next(elections, None)
+        if first is not None and not await self._until_stopped(self._elect(first, groups)):
             return
-        for controller in self.controllers:
-            if not controller.need_leader_election:
-                await controller.start()
-                started.append(controller)
-        if self.elector is not None:
-            self._cold_campaigning = not warm
-            try:
-                # A standby has no first pass to make room for: its metadata-first informers
-                # list their objects whole at once (a leader's controllers ask after theirs).
-                following = self.cache.request_whole if warm else None
-                if not await self._until_stopped(self.elector.acquire(following)):
-                    return
-            finally:
-                self._cold_campaigning = False
-            # Renew from now on, also while a cold standby's caches take their first list.
-            self._holding = asyncio.create_task(self._hold(self.elector), name="lease renewal")
-        if not warm and not await self._start_caches():
-            return
-        # What a warm standby queued while the previous leader was alive was that leader's
-        # work: it waits behind what came after (what that leader may have missed).
-        took_over_from = None if self.elector is None else self.elector.previous_holder_seen_at
-        for controller in self.controllers:
-            if controller not in started:
-                await controller.start(resync_before=took_over_from)
-                started.append(controller)
-        log.info("controllers started", controllers=[c.name for c in started])
+        for election in elections:
+            self._supervise(self._elect(election, groups), f"{election.name} election")
+        log.info("controllers started", controllers=[c.name for c in self._running])
         self.started.set()
         await self._stop.wait()
 
-    async def _serve_sharded(self, member: LeaderElector, started: list[Controller]) -> None:
-        """With sharding: the caches, the member Lease, then the sharded controllers (and those
-        that need no leader), at once on every replica; the leader-only controllers and the
-        sharder once this replica leads. Losing either Lease stops everything at once."""
-        metrics.SHARD_MEMBER_STATUS.labels(ring=self.ring_labels.ring).set_function(
-            lambda: 0 if self.member_blocked() else 1
+    async def _elect(self, election: Election, groups: RunnableGroups) -> None:
+        """Campaign for ``election``'s Lease; once held, renew it (losing it stops everything
+        at once), start the caches if they wait for it (a cold standby), then what runs under
+        it, the controllers with what a warm standby queued before the takeover demoted."""
+        # A standby with no controller running has no first pass to make room for: its
+        # metadata-first informers list their objects whole at once (a running controller's
+        # first pass asks after its own).
+        following = self.cache.request_whole if self._warm and not self._running else None
+        self._cold_campaigning = not self._warm
+        try:
+            await election.elector.acquire(following)
+        finally:
+            self._cold_campaigning = False
+        self._electors.append(election.elector)
+        self._holding.append(
+            asyncio.create_task(self._hold(election.elector), name=f"{election.name} lease renewal")
         )
-        if not await self._start_caches():
+        if not self._caches_started and not await self._start_caches(groups):
             return
-        if self._membership is not None:
-            self._supervise(self._membership.run(), "ring membership")
-        if self._slots is not None:
-            self._supervise(self._slots.run(), "member slots")
-        if not await self._until_stopped(member.acquire()):
-            return
-        if self._membership is not None:
-            self._supervise(self._fence_on_own_will(self._membership, member), "own will")
-        self._holding = asyncio.create_task(self._hold(member), name="member lease renewal")
-        for controller in self.controllers:
-            if controller.name in self._sharded or not controller.need_leader_election:
-                await controller.start()
-                started.append(controller)
-        log.info("member of the ring", ring=self.ring_labels.ring, member=self.member)
-        self.started.set()
-        self._supervise(self._lead_and_shard(started), "sharder")
-        await self._stop.wait()
+        # What a warm standby queued while the previous holder was alive was that holder's
+        # work: it waits behind what came after (what that holder may have missed).
+        await self._start_controllers(
+            election.controllers, election.elector.previous_holder_seen_at
+        )
+        for name, loop in election.loops:
+            self._supervise(loop(), name)
+
+    async def _start_controllers(
+        self, controllers: list[Controller], resync_before: float | None
+    ) -> None:
+        for controller in controllers:
+            await controller.start(resync_before=resync_before)
+            self._running.append(controller)
 
     def _supervise(self, work: Coroutine[Any, Any, None], name: str) -> None:
         """Run ``work``, a loop meant to run until the manager stops, beside the controllers.
         Its failure stops the manager as a lost lease does, so that the process exits and is
         restarted: a replica whose membership, slots or sharder stopped would otherwise go on
-        on a view that no longer moves (its objects waiting for their slots for ever)."""
+        on a view that no longer moves (its objects waiting for their slots for ever). A loop
+        that raises :class:`LeadershipLostError` (a member that finds a will on its own Lease)
+        stops it for the reason it gives."""
 
         async def supervised() -> None:
             try:
                 await work
+            except LeadershipLostError as lost:
+                log.error("stopping", loop=name, reason=str(lost))
+                self._lose(str(lost))
             except Exception as failed:
                 log.exception("a background loop failed; stopping", loop=name)
-                self._lost = True
-                self._lost_because = f"the {name} loop failed: {failed!r}"
-                self._stop.set()
+                self._lose(f"the {name} loop failed: {failed!r}")
 
         self._background.append(asyncio.create_task(supervised(), name=name))
 
-    async def _fence_on_own_will(self, membership: Membership, member: LeaderElector) -> None:
-        """Stop the manager as a lost lease does once a list of the ring shows a will on the
-        member Lease this replica still holds: its objects are its heirs' from then on (the
-        gate writes nothing of them already), and a new process joins the ring under a new
-        name, where the same name would stay willed for good."""
-        listed = asyncio.Event()
-        membership.notify(listed)
-        while True:
-            await listed.wait()
-            listed.clear()
-            view = membership.view()
-            if view is not None and member.config.name in view.wills:
-                self._lost_because = self.member_blocked() or "this member's Lease carries a will"
-                log.error("this member's Lease carries a will; stopping", reason=self._lost_because)
-                self._lost = True
-                self._stop.set()
-                return
+    def _lose(self, because: str) -> None:
+        self._lost = True
+        self._lost_because = because
+        self._stop.set()
 
-    async def _lead_and_shard(self, started: list[Controller]) -> None:
-        """Campaign for the leader Lease; once leading, start the leader-only controllers and
-        run the sharder."""
-        if self.elector is None:
-            return
-        await self.elector.acquire()
-        self._background.append(asyncio.create_task(self._hold(self.elector), name="lease renewal"))
-        for controller in self.controllers:
-            if controller not in started:
-                await controller.start()
-                started.append(controller)
-        if self._sharder is not None:
-            await self._sharder.run()
-
-    async def _start_caches(self) -> bool:
-        """Start the informers and the runnables, and wait for the informers' first lists;
-        False when a stop came first."""
-        await self.cache.start()
+    async def _start_caches(self, groups: RunnableGroups) -> bool:
+        """Start the informers, the cluster view and the runnables, wait for the informers'
+        first lists, then start the loops that follow the caches; False when a stop came
+        first. The runnables start first: one may have the view read more (the sharder)."""
+        self._caches_started = True
         for runnable in self.runnables:
             await runnable.start()
             self._started_runnables.append(runnable)
+        await self.cluster_view.start()
+        await self.cache.start()
         synced = await self._until_stopped(
             self.cache.wait_for_sync(self.options.cache_sync_timeout)
         )
@@ -635,6 +595,9 @@ class Manager:
             gc.collect()
             gc.freeze()
             self._froze_gc = True
+        if synced:
+            for name, loop in groups.with_caches:
+                self._supervise(loop(), name)
         return synced
 
     async def _hold(self, elector: LeaderElector) -> None:
@@ -658,30 +621,25 @@ class Manager:
             return True
         return False
 
-    async def _shut_down(self, controllers: list[Controller], lost: bool) -> None:
+    async def _shut_down(self, lost: bool) -> None:
         grace = self.options.graceful_shutdown_timeout
-        if self._holding is not None:
-            # Renewals end before the drain, as they always have: a leader that loses the
-            # lease while draining could not be stopped from writing any more.
-            await cancel_and_wait(self._holding)
+        # Renewals end before the drain, as they always have: a leader that loses the lease
+        # while draining could not be stopped from writing any more.
+        await cancel_and_wait(*self._holding)
         await cancel_and_wait(*self._background)
         if lost:
-            await asyncio.gather(*(c.abort() for c in controllers))
+            await asyncio.gather(*(c.abort() for c in self._running))
         else:
-            await asyncio.gather(*(c.stop(grace) for c in controllers))
-            if self.elector is not None:
-                await self.elector.release()
-            if self._member_elector is not None:
-                await self._member_elector.release()
+            await asyncio.gather(*(c.stop(grace) for c in self._running))
+            for elector in reversed(self._electors):  # the leader's first
+                await elector.release()
         for runnable in reversed(self._started_runnables):
             await runnable.stop()
+        await self.cluster_view.stop()
         await self.cache.stop()
         await self.loop_lag.stop()
         await self.metrics.stop()
         await self.health.stop()
-        if self.member is not None:  # a stopped member reports nothing
-            with contextlib.suppress(KeyError):
-                metrics.SHARD_MEMBER_STATUS.remove(self.ring_labels.ring)
         if self._froze_gc:  # what the stopped manager held may be collected again
             gc.unfreeze()
             self._froze_gc = False

@@ -44,13 +44,16 @@ from crewlet_operator import (
     resource_version,
 )
 from crewlet_operator._tasks import cancel_and_wait
+from crewlet_operator.cache import ClusterView
 from crewlet_operator.envtest import USER_FIELD_MANAGER, ControlPlane
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually, no_namespace_terminating
 from crewlet_operator.fieldset import keep_managed_fields_of
-from crewlet_operator.ring import RingLabels, RingView
-from crewlet_operator.sharding import Membership, Sharder, by_namespace
+from crewlet_operator.sharding import by_namespace
+from crewlet_operator.sharding.membership import Membership, Signal
+from crewlet_operator.sharding.ring import RingLabels, RingView
+from crewlet_operator.sharding.sharder import Sharder
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -1071,11 +1074,21 @@ class LiveMembers:
 
     def __init__(self, *members: str) -> None:
         self.members = frozenset(members)
-        self.changed = asyncio.Event()
+        self.listed = Signal()
 
     def view(self) -> RingView:
         wills = {"dead": self.members}
         return RingView(live=self.members, leases=self.members | {"dead"}, wills=wills)
+
+
+class StaleView:
+    """The cluster view as the sharder last read it: the objects as they were created."""
+
+    def __init__(self) -> None:
+        self.objects: list[dict[str, Any]] = []
+
+    def list(self, resource: object) -> list[dict[str, Any]]:
+        return list(self.objects)
 
 
 async def test_the_sharders_writes_test_the_labels_they_were_decided_on(
@@ -1086,9 +1099,11 @@ async def test_the_sharders_writes_test_the_labels_they_were_decided_on(
     data, which no decision read, and fails on a change of the labels, which the decision did
     read."""
     labels = RingLabels("example.crewlet.ai", "widgets")
+    view = StaleView()
     sharder = Sharder(
         kube_client,
         CONFIG_MAP,
+        cast(ClusterView, view),
         Scope(namespace),
         labels=labels,
         membership=cast(Membership, LiveMembers("alive")),
@@ -1099,7 +1114,7 @@ async def test_the_sharders_writes_test_the_labels_they_were_decided_on(
         created = await kube_client.create(
             CONFIG_MAP, labelled_config_map(name, namespace, {labels.shard: "dead"})
         )
-        sharder._informer.store.put(created)  # the sharder's cache: as created
+        view.objects.append(created)  # the sharder's view: as created
     await kube_client.patch(CONFIG_MAP, "data-changed", {"data": {"k": "changed"}}, namespace)
     await kube_client.patch(
         CONFIG_MAP, "labels-changed", {"metadata": {"labels": {labels.shard: "other"}}}, namespace

@@ -42,7 +42,7 @@ from operator_helpers import (
 from crewlet_operator import LEASE, SERVICE, SERVICE_ACCOUNT, STATEFUL_SET, Client, Scope
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.wait import eventually
-from crewlet_operator.ring import RingLabels, slot_of
+from crewlet_operator.sharding.ring import RingLabels, slot_of
 from crewlet_operator_daemon import naming
 from crewlet_operator_daemon.api.conditions import HOSTNAME_TAKEN
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS

@@ -66,7 +66,7 @@ import pytest_asyncio
 import yaml
 
 from crewlet_operator._tasks import cancel_and_wait
-from crewlet_operator.cache import Cache
+from crewlet_operator.cache import Cache, ClusterView
 from crewlet_operator.envtest import ControlPlane, binaries
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
@@ -77,8 +77,12 @@ from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import Resource
 from crewlet_operator.reconcile import Request
-from crewlet_operator.ring import HashRing, RingLabels, RingView, member_name, slot_of
-from crewlet_operator.sharding import Gate, Membership, MemberSlots, Sharder, by_namespace
+from crewlet_operator.sharding import by_namespace
+from crewlet_operator.sharding.gate import Gate
+from crewlet_operator.sharding.membership import Membership, Signal
+from crewlet_operator.sharding.ring import HashRing, RingLabels, RingView, member_name, slot_of
+from crewlet_operator.sharding.sharder import Sharder
+from crewlet_operator.sharding.slots import MemberSlots
 from crewlet_operator_daemon import ClusterFacts, Observed, desired_children
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator_daemon.cli import LEASE_LABELS, SHARDING_DOMAIN
@@ -2749,17 +2753,14 @@ class Ring:
 
     def __init__(self, *live: str) -> None:
         self.members = frozenset(live)
-        self.changed = asyncio.Event()
+        self.listed = Signal()
 
     def view(self) -> RingView:
         return RingView(live=self.members, leases=self.members)
 
-    def notify(self, event: asyncio.Event) -> None:
-        pass
-
     def become(self, *live: str) -> None:
         self.members = frozenset(live)
-        self.changed.set()
+        self.listed.emit()
 
 
 class CachedCompany:
@@ -2794,15 +2795,19 @@ async def test_the_sharder_and_a_member_move_a_company_as_the_manager(
         if HashRing([a, b]).slot_owner(slot_of(namespace)) == b
     )
     ring = Ring(first)
+    view = ClusterView(held, Cache(held))
     sharder = Sharder(
         held.with_field_manager(SHARDER),
         COMPANY,
+        view,
         Scope(namespace),
         labels=RING,
         membership=cast(Membership, ring),
         key=by_namespace,
         retry_period=0.2,
     )
+    sharder.watch()
+    await view.start()
     running = asyncio.create_task(sharder.run(), name="sharder")
 
     async def labelled(expected: dict[str, str | None]) -> Doc:
@@ -2834,6 +2839,7 @@ async def test_the_sharder_and_a_member_move_a_company_as_the_manager(
         moved = await admitted(RING_RULES, labelled({SHARD: newcomer, DRAIN: None}))
     finally:
         await cancel_and_wait(running)
+        await view.stop()
     # The policy does hold these writes: the same patch, with the spec, is refused.
     await refused_by_manager_policy(
         "company-ring-labels",

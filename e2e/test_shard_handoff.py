@@ -48,8 +48,8 @@ from crewlet_operator import (
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.envtest import ControlPlane, install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
-from crewlet_operator.ring import RingLabels, member_name
-from crewlet_operator.sharding import MemberSlots
+from crewlet_operator.sharding.ring import RingLabels, member_name
+from crewlet_operator.sharding.slots import MemberSlots
 
 E2E = Path(__file__).resolve().parent
 EXAMPLES = E2E.parent / "examples"

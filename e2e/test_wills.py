@@ -42,7 +42,7 @@ from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import NotFoundError
 from crewlet_operator.metrics import REGISTRY
 from crewlet_operator.rbac import manifests
-from crewlet_operator.ring import RingLabels, member_name
+from crewlet_operator.sharding.ring import RingLabels, member_name
 
 E2E = Path(__file__).resolve().parent
 EXAMPLES = E2E.parent / "examples"

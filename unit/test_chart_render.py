@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from crewlet_operator.envtest import binaries
-from crewlet_operator.ring import RingLabels, member_name
+from crewlet_operator.sharding.ring import RingLabels, member_name
 from crewlet_operator_daemon.cli import LEASE_LABELS, SHARDING_DOMAIN
 from crewlet_operator_daemon.plan import MANAGER_NAME
 from hack import chart_crds, chart_schema

@@ -7,11 +7,11 @@ import pytest
 from crewlet_operator_daemon.hostnames import route_hosts
 from crewlet_operator_daemon.indexes import (
     company_of_child,
-    directory_entry,
     hostname_changed,
     hostname_of,
     namesake_identity,
     refused_for_others,
+    view_entry,
 )
 from crewlet_operator_daemon.plan import Object
 
@@ -117,7 +117,7 @@ def test_the_directory_keeps_a_companys_class_and_hostname_and_who_it_is() -> No
         "managedFields": [{"manager": "kubectl"}],
     }
     stored["spec"] |= {"seats": {"replicas": 3}}
-    entry = directory_entry(stored)
+    entry = view_entry(stored)
     assert entry == {
         "apiVersion": "crewlet.ai/v1alpha1",
         "kind": "Company",
@@ -151,7 +151,7 @@ def test_the_directory_keeps_the_hosts_a_route_routes_and_its_owner(
 ) -> None:
     owner = {"kind": "Company", "name": "acme", "uid": "u1", "controller": True}
     route["metadata"] = {"name": "acme-webhooks", "namespace": "team-a", "ownerReferences": [owner]}
-    entry = directory_entry(route)
+    entry = view_entry(route)
     assert route_hosts(entry) == hosts
     assert entry["metadata"]["ownerReferences"] == [owner]
     assert "matches" not in str(entry) and "http" not in entry["spec"].get("rules", [{}])[0]

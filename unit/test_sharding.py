@@ -30,9 +30,12 @@ from crewlet_operator import (
     Sharding,
     TransportError,
 )
-from crewlet_operator.cache import Cache, Informer, InformerOptions
+from crewlet_operator.cache import Cache, ClusterView, Informer, InformerOptions
 from crewlet_operator.kube.client import ObjectList, Scope
-from crewlet_operator.ring import (
+from crewlet_operator.sharding import by_namespace
+from crewlet_operator.sharding.gate import Gate
+from crewlet_operator.sharding.membership import EXPIRY_MARGIN, WILL_LISTS, Membership, Signal
+from crewlet_operator.sharding.ring import (
     SLOTS,
     Assign,
     Drain,
@@ -43,17 +46,8 @@ from crewlet_operator.ring import (
     next_step,
     slot_of,
 )
-from crewlet_operator.sharding import (
-    EXPIRY_MARGIN,
-    SHARDER_WRITES,
-    SLOT_WAIT,
-    WILL_LISTS,
-    Gate,
-    Membership,
-    MemberSlots,
-    Sharder,
-    by_namespace,
-)
+from crewlet_operator.sharding.sharder import SHARDER_WRITES, Sharder
+from crewlet_operator.sharding.slots import SLOT_WAIT, MemberSlots
 
 KEYS = [f"tenant-{i}" for i in range(3000)]
 KEYS_R = RingLabels("example.com", "r")
@@ -625,14 +619,11 @@ class Live:
         self.wills = wills or {}
         self.dead: frozenset[str] = frozenset()
         """Members found dead with no will yet."""
-        self.changed = asyncio.Event()
+        self.listed = Signal()
 
     def view(self) -> RingView:
         leases = self.members | self.wills.keys() | self.dead
         return RingView(live=self.members, leases=leases, wills=self.wills)
-
-    def notify(self, event: asyncio.Event) -> None:
-        pass
 
 
 class ChildInformer:
@@ -817,7 +808,7 @@ async def test_membership_judges_at_its_last_successful_list(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [100.0]
-    monkeypatch.setattr("crewlet_operator.sharding.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("crewlet_operator.sharding.membership.time.monotonic", lambda: now[0])
     client = Recorder([lease("a", "t1"), lease("b", "t1"), lease("c", "t1", holder="")])
     membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1, lease_duration=15)
     assert membership.view() is None, "nothing is known before the first list"
@@ -841,7 +832,7 @@ async def test_membership_lists_again_right_after_a_lease_would_expire(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [100.0]
-    monkeypatch.setattr("crewlet_operator.sharding.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("crewlet_operator.sharding.membership.time.monotonic", lambda: now[0])
     client = Recorder([lease("a", "t1")])
     membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=2, lease_duration=15)
     assert membership.next_list_in(100.0) == 2, "nothing listed: the period"
@@ -880,12 +871,24 @@ async def test_membership_reads_the_wills_and_versions_of_the_leases() -> None:
     assert membership.versions == {"a": "a-t1", "dead": "dead-t0"}
 
 
+class ViewStandIn:
+    """A cluster view stand-in: the objects the sharder reads."""
+
+    def __init__(self) -> None:
+        self.objects: list[dict[str, object]] = []
+
+    def list(self, resource: object) -> list[dict[str, object]]:
+        return list(self.objects)
+
+
 def sharder_over(client: Recorder, membership: Membership, objects: int, **labels: str) -> Sharder:
     """A sharder whose cache holds ``objects`` Widgets with ``labels``, each in a namespace of
     its own (``ns-<i>``)."""
+    view = ViewStandIn()
     sharder = Sharder(
         cast(Client, client),
         CONFIG_MAP,
+        cast(ClusterView, view),
         Scope(),
         labels=KEYS_R,
         membership=membership,
@@ -895,7 +898,7 @@ def sharder_over(client: Recorder, membership: Membership, objects: int, **label
     for i in range(objects):
         obj = widget(f"w{i}", **labels)
         obj["metadata"] = {**obj["metadata"], "namespace": f"ns-{i}"}  # type: ignore[dict-item]
-        sharder._informer.store.put(obj)
+        view.objects.append(obj)
     return sharder
 
 
@@ -1008,6 +1011,7 @@ def test_the_sharders_writes_test_the_labels_they_were_decided_on() -> None:
     sharder = Sharder(
         cast(Client, Recorder()),
         CONFIG_MAP,
+        cast(ClusterView, ViewStandIn()),
         Scope(),
         labels=KEYS_R,
         membership=cast(Membership, Live("a")),

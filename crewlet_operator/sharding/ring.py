@@ -1,30 +1,14 @@
-"""The decisions of sharding, without I/O: the hash ring and the sharder's next step for an object.
+"""The decisions of sharding, without I/O: the ring's labels, the hash ring, what the members
+of a ring are (:class:`RingView`, :class:`MemberState`) and the sharder's next step for an object.
 
-Vocabulary (see :mod:`crewlet_operator.sharding` for the protocol that runs on them):
-
-- A *ring* is a set of replicas of one controller that share its objects; each *member* holds a
-  Lease of its own labelled ``sharding.<domain>/ring: <ring>`` and is named by that Lease.
-- An object's member is the value of its *shard label* ``shard.<domain>/<ring>``; a *drain
-  label* ``drain.<domain>/<ring>`` asks that member to let the object go (:class:`RingLabels`).
-- A member found dead gets a *will* on its Lease, the annotation ``sharding.<domain>/heirs``:
-  the members live then. Its objects' *heir* is the ring of those members' owner of their
-  slot (:meth:`RingView.holder`), who writes them at once, before any label changes: a
-  takeover is one write, whatever the dead member held. An heir with no Lease at all (a will
-  written by hand, or naming a member that never was) is absent: the ring of the others
-  inherits, and with none left the ring's target, so that no will strands an object.
-- Keys fall into :data:`SLOTS` *slots* (:func:`slot_of`), and the ring places slots, not keys:
-  an object's children carry its slot in the *slot label* ``slot.<domain>/<ring>``, which never
-  changes, so a member caches the children of the slots it holds and a move rewrites none.
-
-Invariant the decisions keep: an object moves from one live member to another only through an
-empty shard label, which only its member writes (the acknowledgement of a drain); from a dead
-member only to the heir its will names, who is already its writer. A will never changes, and
-every member reads the same heir from it. So no two live members both find an object theirs.
+The protocol these decisions serve, its vocabulary (ring, member, shard and drain labels, will,
+heir, slot) and the invariant they keep are written once, in :mod:`crewlet_operator.sharding`.
 """
 
 from __future__ import annotations
 
 import bisect
+import enum
 import functools
 import hashlib
 from collections.abc import Iterable, Mapping
@@ -141,6 +125,20 @@ def ring_of(members: frozenset[str]) -> HashRing:
     return HashRing(members)
 
 
+class MemberState(enum.Enum):
+    """What a member is, as a replica last listed the ring's Leases."""
+
+    LIVE = "live"
+    """Its Lease is held and was seen to change within its duration: it writes its share."""
+    DEAD = "dead"
+    """Its Lease was listed, expired or released, and carries no will yet: nobody writes its
+    objects until the sharder writes the will."""
+    WILLED = "willed"
+    """Its Lease carries a will: its heirs write its objects, and it writes nothing."""
+    ABSENT = "absent"
+    """No Lease of that name was listed: an object labelled for it is assigned afresh."""
+
+
 @dataclass(frozen=True)
 class RingView:
     """The ring as one replica last listed its Leases."""
@@ -151,6 +149,15 @@ class RingView:
     """Every member Lease listed, live or not (``live`` is a subset)."""
     wills: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """The wills of dead members: each one's heirs, the members live when it was found dead."""
+
+    def state(self, member: str) -> MemberState:
+        """What ``member`` is in this view (a will counts before liveness: a member whose
+        Lease carries one writes nothing, even while it still renews)."""
+        if member in self.wills:
+            return MemberState.WILLED
+        if member in self.live:
+            return MemberState.LIVE
+        return MemberState.DEAD if member in self.leases else MemberState.ABSENT
 
     def target(self, slot: int) -> str | None:
         """The live member the ring gives ``slot``; None on an empty ring."""
@@ -165,7 +172,7 @@ class RingView:
         names that have a Lease (live, or dead with a will of their own to follow), or, when
         it names none that has, the live members (the ring's target takes them). A Lease
         named in a will is deleted only after that will's own
-        (:class:`~crewlet_operator.sharding.Sharder`), so the heirs of a will written by the
+        (:class:`~crewlet_operator.sharding.sharder.Sharder`), so the heirs of a will written by the
         sharder never change."""
         if dead not in self.wills:
             return frozenset()
@@ -263,3 +270,13 @@ def member_name(controller: str, identity: str) -> str:
     characters, so that it is also a label value."""
     digest = hashlib.sha256(identity.encode()).hexdigest()[:10]
     return f"{controller[:52]}-{digest}"
+
+
+def label_path(key: str) -> str:
+    """The JSON pointer (RFC 6901) of the label ``key``."""
+    return "/metadata/labels/" + key.replace("~", "~0").replace("/", "~1")
+
+
+def label_test(key: str, value: str) -> dict[str, str]:
+    """A JSON patch operation that fails the patch unless label ``key`` is ``value``."""
+    return {"op": "test", "path": label_path(key), "value": value}

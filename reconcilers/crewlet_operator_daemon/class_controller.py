@@ -9,10 +9,8 @@ import time
 from typing import Any
 
 from crewlet_operator import (
-    Cache,
     Client,
     ForbiddenError,
-    InformerOptions,
     Manager,
     NamedObjects,
     NotFoundError,
@@ -32,9 +30,9 @@ CLASS_INDEX = "class"
 """The companies' index by the class they name."""
 SECRET_ANSWER_TIMEOUT = 10.0
 """Seconds a reconcile waits for a newly watched Secret's first answer before it retries."""
-DIRECTORY_SYNC_TIMEOUT = 60.0
-"""Seconds a sharded replica's reconcile waits for the first list of its directory (every
-company and webhook route, listed beside the caches at start)."""
+VIEW_SYNC_TIMEOUT = 60.0
+"""Seconds a reconcile waits for the first list of the cluster view (every company and webhook
+route: with sharding, listed beside the caches at start)."""
 
 
 def class_name(company: Object) -> str:
@@ -94,36 +92,23 @@ async def write_status(client: Client, resource: Resource, meta: Object, status:
 class EngineClassController:
     """Counts each class's companies and checks that its references resolve."""
 
-    def __init__(
-        self,
-        manager: Manager,
-        secrets: NamedObjects,
-        company_options: InformerOptions,
-        *,
-        directory: Cache | None = None,
-    ) -> None:
-        """``company_options`` are the Company controller's (one informer serves both).
-        ``directory``, with sharding, holds every company, where the caches hold this
-        replica's share: the classes count from it."""
+    def __init__(self, manager: Manager, secrets: NamedObjects) -> None:
+        """The classes count the companies of the manager's cluster view (every company,
+        whatever share the caches hold), which the Company controller declares."""
         self.client = manager.client
         self.cache = manager.cache
+        self.view = manager.cluster_view
         self.secrets = secrets
-        self._directory = directory
         self._counted: dict[str, float] = {}
         """EngineClass name to when its status was last written (monotonic seconds)."""
         # A class counts the companies that name it: a company's status write, one or more
         # for each, changes no count.
         class_changed = new_predicate_funcs(update=_class_changed)
         builder = manager.controller("engineclass").for_(ENGINE_CLASS)
-        if directory is None:
-            builder.watches(
-                COMPANY, _classes_named, predicates=[class_changed], options=company_options
-            )
         self.controller = builder.with_rbac(status=True).complete(self.reconcile)
-        if directory is not None:
-            directory.informer(COMPANY).add_handler(
-                self.controller.enqueue_handler(_classes_named, [class_changed])
-            )
+        self.view.add_handler(
+            COMPANY, self.controller.enqueue_handler(_classes_named, [class_changed])
+        )
 
     async def reconcile(self, request: Request) -> Result | None:
         """Count the class's companies and check that its references resolve."""
@@ -133,15 +118,12 @@ class EngineClassController:
             return None
         self.secrets.forget(self._every_reference())
         secrets, unreadable = await read_references(self.secrets, engine_class)
-        companies = self.cache
-        if self._directory is not None:
-            await self._directory.wait_for_sync(DIRECTORY_SYNC_TIMEOUT)
-            companies = self._directory
+        await self.view.wait_for_sync(VIEW_SYNC_TIMEOUT)
         decision = class_status(
             engine_class,
             secrets,
             unreadable,
-            companies=len(companies.keys(COMPANY, (CLASS_INDEX, request.name))),
+            companies=len(self.view.keys(COMPANY, (CLASS_INDEX, request.name))),
             last_written=self._counted.get(request.name),
             monotonic_now=time.monotonic(),
         )

@@ -3,8 +3,9 @@ call :func:`crewlet_operator_daemon.company.reconcile`, and have
 :class:`~crewlet_operator_daemon.writer.CompanyWriter` write its plan.
 
 What is cached, and why it stays small: Companies and EngineClasses (all of them: they are the
-operator's own kinds; with ``--sharding``, this replica's share of the Companies, and every
-company's class and hostname in a trimmed directory beside), Namespaces (for
+operator's own kinds; with ``--sharding``, this replica's share of the Companies), every
+company's class and hostname and every webhook route's hosts in the manager's cluster view
+(trimmed, whatever share this replica reconciles), Namespaces (for
 ``allowedNamespaces``), and children only when they carry
 ``app.kubernetes.io/managed-by: crewlet-operator``, trimmed to the fields the operator applied.
 Companies and children are kept compressed (a few hundred bytes each) and indexed by class and
@@ -61,8 +62,8 @@ from crewlet_operator_daemon.census import COMPANIES, CompanyCensus
 from crewlet_operator_daemon.checkpoint import ANNOTATION, LINES, code_version
 from crewlet_operator_daemon.class_controller import (
     CLASS_INDEX,
-    DIRECTORY_SYNC_TIMEOUT,
     SECRET_ANSWER_TIMEOUT,
+    VIEW_SYNC_TIMEOUT,
     EngineClassController,
     class_name,
     class_of,
@@ -75,11 +76,11 @@ from crewlet_operator_daemon.indexes import (
     HOSTNAME_INDEX,
     ROUTE_HOST_INDEX,
     company_of_child,
-    directory_entry,
     hostname_changed,
     hostname_of,
     namesake_identity,
     refused_for_others,
+    view_entry,
 )
 from crewlet_operator_daemon.plan import (
     CHILD_RESOURCES,
@@ -220,10 +221,10 @@ class CrewletControllers:
                 ),
             )
         manager.add(self.namesakes)
-        self.directory = self._directory(manager) if manager.member is not None else None
-        """With sharding, every company and webhook route of the cluster, by what ranks a
-        hostname's claimants and counts a class's companies: the caches hold this replica's
-        share alone. None without: the caches hold every company."""
+        self.view = manager.cluster_view
+        """Every company and webhook route of the cluster, by what ranks a hostname's
+        claimants and counts a class's companies, whatever share of them the caches hold."""
+        self._declare_view(company_options)
         self._keep_owned = keep_owned_fields_of(manager.field_manager)
 
         builder = manager.controller("company").for_(
@@ -238,10 +239,6 @@ class CrewletControllers:
         builder.watches(PERSISTENT_VOLUME_CLAIM, self._company_of_labels, options=labelled)
         # A hostname freed (its holder deleted, or given another) goes to the next in line.
         hostname_peers = new_predicate_funcs(create=lambda _: False, update=hostname_changed)
-        if self.directory is None:
-            builder.watches(
-                COMPANY, self._hostname_peers, predicates=[hostname_peers], options=company_options
-            )
         # What it writes beyond its children, and the Secrets its classes name (watched one
         # by one): declared for the RBAC the chart is checked against (unit/test_chart_rbac.py).
         builder.with_rbac(
@@ -263,10 +260,10 @@ class CrewletControllers:
         self.census = CompanyCensus(manager.started.is_set)
         self.cache.informer(COMPANY).add_handler(self.census)
         COMPANIES.track(self.census)
-        if self.directory is not None:
-            self.directory.informer(COMPANY).add_handler(
-                self.company_controller.enqueue_handler(self._hostname_peers, [hostname_peers])
-            )
+        self.view.add_handler(
+            COMPANY,
+            self.company_controller.enqueue_handler(self._hostname_peers, [hostname_peers]),
+        )
         for resource in self.children:
             self.namesakes.informer(resource).add_handler(
                 self.company_controller.enqueue_handler(self._companies_named_by)
@@ -274,43 +271,28 @@ class CrewletControllers:
         self.namesakes.informer(self.route).add_handler(
             self.company_controller.enqueue_handler(self._companies_served_by)
         )
-        self.class_controller = EngineClassController(
-            manager, self.secrets, company_options, directory=self.directory
-        )
+        self.class_controller = EngineClassController(manager, self.secrets)
 
     def _requeue(self, request: Request, priority: int) -> None:
         self.company_controller.queue.add(request, priority)
 
-    @property
-    def companies(self) -> Cache:
-        """Where every company of the cluster is found: the directory with sharding, else
-        the caches."""
-        return self.directory or self.cache
-
-    def _directory(self, manager: Manager) -> Cache:
-        """Every company and webhook route, trimmed (:func:`directory_entry`), for a sharded
-        replica: a hostname is the cluster's, whichever replica its claimants are on."""
-        directory = Cache(manager.client)
-        directory.informer(
+    def _declare_view(self, company_options: InformerOptions) -> None:
+        """Every company and managed webhook route, trimmed (:func:`view_entry`): a hostname is
+        the cluster's, whichever replica its claimants are on. Where the caches hold every
+        company (no sharding), the view reads their informer of them."""
+        self.view.declare(
             COMPANY,
-            InformerOptions(
-                transform=directory_entry,
-                indexers={CLASS_INDEX: class_of, HOSTNAME_INDEX: hostname_of},
-                lists=Stream(page_size=COMPACT_PAGE),
-                storage=Compact(),
-            ),
+            replace(company_options, transform=view_entry, lists=Stream(page_size=COMPACT_PAGE)),
         )
-        directory.informer(
+        self.view.declare(
             self.route,
             InformerOptions(
                 scope=Scope(label_selector=naming.MANAGED_BY_SELECTOR),
-                transform=directory_entry,
+                transform=view_entry,
                 lists=Stream(page_size=COMPACT_PAGE),
                 storage=Compact(),
             ),
         )
-        manager.add(directory)
-        return directory
 
     # -- mapping events to requests -----------------------------------------------------------
     def _companies_of_class(self, engine_class: Object) -> list[Request]:
@@ -329,11 +311,11 @@ class CrewletControllers:
     def _companies_named_by(self, obj: Object) -> list[Request]:
         """The companies one of whose children would take the name of ``obj``, an object not
         labelled as the operator's."""
-        ns, store = namespace(obj), self.cache.informers[COMPANY].store
+        ns = namespace(obj)
         return [
             Request(ns, company)
             for company in naming.companies_named_by(str(obj.get("kind")), name(obj))
-            if namespaced_key(ns, company) in store
+            if self.cache.known(COMPANY, company, ns) is not None
         ]
 
     def _hostname_peers(self, company: Object) -> list[Request]:
@@ -343,7 +325,7 @@ class CrewletControllers:
             return []
         return [
             Request(*peer.split("/", 1))
-            for peer in self.companies.keys(COMPANY, (HOSTNAME_INDEX, wanted))
+            for peer in self.view.keys(COMPANY, (HOSTNAME_INDEX, wanted))
             if peer != key
         ]
 
@@ -352,7 +334,7 @@ class CrewletControllers:
         return [
             Request(*key.split("/", 1))
             for host in hostnames.route_hosts(route)
-            for key in self.companies.keys(COMPANY, (HOSTNAME_INDEX, host))
+            for key in self.view.keys(COMPANY, (HOSTNAME_INDEX, host))
         ]
 
     def _companies_of_secret(self, secret: Object) -> list[Request]:
@@ -403,17 +385,14 @@ class CrewletControllers:
         await self.namesakes.wait_for_sync(NAMESAKES_SYNC_TIMEOUT)
         found: dict[tuple[str, str], Object] = {}
         for resource in self.children:
-            labelled = self.cache.informers[resource].store
-            unlabelled = self.namesakes.informers[resource].store
             for child_name in naming.child_names(company_name, resource.kind):
-                key, stored = (resource.kind, child_name), namespaced_key(ns, child_name)
+                key = (resource.kind, child_name)
                 if key in children:
                     continue
-                if stored in labelled:
-                    holder = labelled.known(stored)
-                elif (held := unlabelled.get(stored)) is not None:
-                    holder = held
-                else:
+                holder = self.cache.known(resource, child_name, ns) or self.namesakes.get(
+                    resource, child_name, ns
+                )
+                if holder is None:
                     continue
                 if not is_controlled_by(holder, company):
                     found[key] = holder
@@ -465,11 +444,10 @@ class CrewletControllers:
         wanted = hostname(company)
         if not wanted or not self._may_claim(company):
             return None
-        if self.directory is not None:
-            await self.directory.wait_for_sync(DIRECTORY_SYNC_TIMEOUT)
+        await self.view.wait_for_sync(VIEW_SYNC_TIMEOUT)
         claimants = [
             claimant
-            for claimant in self.companies.list(COMPANY, index=(HOSTNAME_INDEX, wanted))
+            for claimant in self.view.list(COMPANY, index=(HOSTNAME_INDEX, wanted))
             if self._may_claim(claimant)
         ]
         if len(claimants) < 2:
@@ -477,9 +455,7 @@ class CrewletControllers:
         routes: dict[str, Object | None] = {}
         for claimant in claimants:
             key = namespaced_key(namespace(claimant), name(claimant))
-            if self.directory is None:
-                await self._whole_children(self.route, key)
-            routes[key] = self.companies.get(
+            routes[key] = self.view.get(
                 self.route, naming.webhook_route(name(claimant)), namespace(claimant)
             )
         return hostnames.holder(company, claimants, routes)
@@ -489,12 +465,7 @@ class CrewletControllers:
         a start lists them by their metadata first (the whole ones follow its first pass, or
         come now that a reconcile asks). A company with no children yet (a new one) waits for
         nothing."""
-        informer = self.cache.informers[resource]
-        if informer.has_whole:
-            return
-        keys = informer.store.keys_by_index(COMPANY_INDEX, company)
-        if any(informer.store.metadata_only(k) for k in keys):
-            await informer.wait_for_whole()
+        await self.cache.wait_for_whole(resource, (COMPANY_INDEX, company))
 
     async def reconcile_company(self, request: Request) -> Result | None:
         """Converge one Company."""
@@ -558,7 +529,7 @@ class CrewletControllers:
         if refused_for_others(company):
             return True
         wanted = hostname(company)
-        if wanted and len(self.companies.keys(COMPANY, (HOSTNAME_INDEX, wanted))) > 1:
+        if wanted and len(self.view.keys(COMPANY, (HOSTNAME_INDEX, wanted))) > 1:
             return True
         if any(
             self.namesakes.keys(self.route, (ROUTE_HOST_INDEX, key))

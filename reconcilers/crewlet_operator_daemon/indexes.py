@@ -52,7 +52,7 @@ def namesake_identity(obj: Object) -> Object:
     }
 
 
-DIRECTORY_METADATA = (
+VIEW_METADATA = (
     "name",
     "namespace",
     "uid",
@@ -61,14 +61,14 @@ DIRECTORY_METADATA = (
     "deletionTimestamp",
     "ownerReferences",
 )
-"""What the directory of a sharded replica keeps of a company or a webhook route of any
-replica: enough to rank a hostname's claimants (:func:`crewlet_operator_daemon.hostnames.holder`)
-and to count a class's companies."""
+"""What the cluster view keeps of a company or a webhook route of any replica: enough to rank a
+hostname's claimants (:func:`crewlet_operator_daemon.hostnames.holder`), to count a class's
+companies (the view keeps the labels too, for the sharder)."""
 
 
-def directory_entry(obj: Object) -> Object:
-    """What the directory keeps of a Company (its class and hostname) or of a webhook route
-    (the hosts it routes), beside their :data:`DIRECTORY_METADATA`."""
+def view_entry(obj: Object) -> Object:
+    """What the cluster view keeps of a Company (its class and hostname) or of a webhook route
+    (the hosts it routes), beside their :data:`VIEW_METADATA`."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     if obj.get("kind") == "Company":
@@ -78,7 +78,7 @@ def directory_entry(obj: Object) -> Object:
     return {
         "apiVersion": obj.get("apiVersion"),
         "kind": obj.get("kind"),
-        "metadata": {k: meta[k] for k in DIRECTORY_METADATA if k in meta},
+        "metadata": {k: meta[k] for k in VIEW_METADATA if k in meta},
         "spec": kept,
     }
 

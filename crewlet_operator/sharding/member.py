@@ -1,0 +1,232 @@
+"""This replica's part in a ring: what a manager with sharding adds, and nothing it runs itself.
+
+A :class:`RingMember` is built by the manager from ``ManagerOptions.sharding``. It gives the
+manager what to run, and the manager runs it on its one run path, as it runs everything else:
+
+- a Lease of its own (:attr:`RingMember.elector`), under which the sharded controllers run;
+- loops that start with the caches: the membership's lists of the ring's Leases and the
+  member's slots (:attr:`RingMember.loops`); one that runs while it holds its Lease, the fence on
+  its own will (:meth:`RingMember.fence_on_own_will`); one that runs while it leads, the sharder
+  (:attr:`RingMember.sharder`);
+- what it makes of a controller whose primary kind is the sharded one (it is a
+  :class:`~crewlet_operator.controller.Narrowing`): the primary's informer narrowed to the
+  member's shard label, the children's to its slots, the reconciler wrapped in the
+  :class:`~crewlet_operator.sharding.gate.Gate`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import replace
+from typing import Any
+
+import structlog
+
+from crewlet_operator import metrics
+from crewlet_operator.cache import Cache, ClusterView, InformerOptions
+from crewlet_operator.controller import Controller
+from crewlet_operator.errors import HealthCheckFailed, LeadershipLostError
+from crewlet_operator.kube.client import Client, Scope
+from crewlet_operator.kube.resources import Resource
+from crewlet_operator.leader import LeaderElectionConfig, LeaderElector
+from crewlet_operator.objects import KubeObject
+from crewlet_operator.rbac import PolicyRule
+from crewlet_operator.reconcile import ReconcileFunc
+from crewlet_operator.sharding.gate import Gate
+from crewlet_operator.sharding.membership import Membership
+from crewlet_operator.sharding.options import Sharding
+from crewlet_operator.sharding.ring import MemberState, RingLabels, member_name, slot_of
+from crewlet_operator.sharding.sharder import Sharder
+from crewlet_operator.sharding.slots import MemberSlots
+
+__all__ = ["RingMember"]
+
+log = structlog.get_logger("crewlet_operator.sharding")
+
+Loop = tuple[str, Callable[[], Coroutine[Any, Any, None]]]
+"""A loop meant to run until the manager stops, by its name (what a failure names)."""
+
+
+class RingMember:
+    """A replica's membership of the ring ``sharding`` describes, for a manager ``name``,
+    whose leader Lease is ``leader`` (the members share its namespace and timings)."""
+
+    def __init__(
+        self,
+        client: Client,
+        cache: Cache,
+        view: ClusterView,
+        sharding: Sharding,
+        *,
+        name: str,
+        leader: LeaderElectionConfig,
+    ) -> None:
+        self._client = client
+        self._cache = cache
+        self._view = view
+        self.sharding = sharding
+        self.labels = RingLabels(sharding.domain, sharding.ring or name)
+        """The ring's label keys."""
+        self.name = member_name(name, leader.identity)
+        """This replica's member name: its member Lease's."""
+        self.elector = LeaderElector(
+            client,
+            LeaderElectionConfig(
+                name=self.name,
+                namespace=leader.namespace,
+                identity=leader.identity,
+                lease_duration=leader.lease_duration,
+                renew_deadline=leader.renew_deadline,
+                retry_period=leader.retry_period,
+                labels={self.labels.member: self.labels.ring},
+            ),
+        )
+        """The member Lease (renewed, and fencing, as the leader's)."""
+        self.membership = Membership(
+            client, leader.namespace, self.labels, leader.retry_period, leader.lease_duration
+        )
+        # Narrowing waits a lease duration: the objects of a member that joins move one by one.
+        self.slots = MemberSlots(
+            self.labels,
+            self.name,
+            self.membership,
+            key=sharding.key,
+            retry_period=leader.retry_period,
+            settle=leader.lease_duration,
+        )
+        self._sharder_client = client.with_field_manager(f"{client.field_manager}-sharder")
+        self._retry_period = leader.retry_period
+        self.controllers: list[Controller] = []
+        """The sharded controllers: they run on every member, while it holds its Lease."""
+        self.sharder: Sharder | None = None
+        """Assigns and moves the objects while this replica leads; built with the first
+        sharded controller."""
+        self.loops: list[Loop] = [
+            ("ring membership", self.membership.run),
+            ("member slots", self.slots.run),
+        ]
+        """What runs with the caches, on every replica."""
+        view.narrowed(sharding.resource)
+
+    # -- what the manager asks ------------------------------------------------------------------
+    def narrows(self, primary: Resource) -> bool:
+        """Whether a controller of ``primary`` is sharded."""
+        return primary == self.sharding.resource
+
+    def primary(self, options: InformerOptions) -> InformerOptions:
+        """The sharded kind's informer selects this member's label (and those of the dead
+        members it inherits from, as the wills come)."""
+        return replace(options, scope=self.slots.primary_scope(options.scope, frozenset()))
+
+    def owned(self, options: InformerOptions) -> InformerOptions:
+        """A child kind's informer selects the slots this member holds (children written with
+        :meth:`labels_for`): none until the member knows them."""
+        return replace(options, scope=self.slots.scope(options.scope, frozenset()))
+
+    def wrap(self, reconcile: ReconcileFunc) -> ReconcileFunc:
+        """``reconcile`` behind the gate."""
+        gate = Gate(
+            reconcile,
+            self._cache,
+            self.sharding.resource,
+            self.labels,
+            member=self.name,
+            slots=self.slots,
+        )
+        return gate.reconcile
+
+    def built(
+        self, controller: Controller, primary: Scope, owned: Sequence[tuple[Resource, Scope]]
+    ) -> None:
+        """A sharded controller was built, its primary's informer in ``primary`` and each
+        child kind's in its scope (before they were narrowed): the slots follow its informers,
+        it runs on every member, and the leader shards its objects."""
+        resource = self.sharding.resource
+        self.slots.add_primary(self._cache.informer(resource), primary)
+        for child, scope in owned:
+            self.slots.add_children(self._cache.informer(child), scope)
+        controller.add_rbac_rules(PolicyRule.on(resource, "patch"))
+        self.controllers.append(controller)
+        if self.sharder is None:
+            self.sharder = Sharder(
+                self._sharder_client,
+                resource,
+                self._view,
+                primary,
+                labels=self.labels,
+                membership=self.membership,
+                key=self.sharding.key,
+                retry_period=self._retry_period,
+            )
+
+    def labels_for(self, obj: KubeObject) -> dict[str, str]:
+        """The slot label of ``obj``'s children: ``{slot.<domain>/<ring>: <slot>}``."""
+        return {self.labels.slot: str(slot_of(self.sharding.key(obj)))}
+
+    # -- what runs ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Report ``crewlet_operator_shard_member_status`` (a Runnable, with the caches), and
+        have the sharder read the cluster view (which starts after)."""
+        metrics.SHARD_MEMBER_STATUS.labels(ring=self.labels.ring).set_function(
+            lambda: 0 if self.blocked() else 1
+        )
+        if self.sharder is not None:
+            self.sharder.watch()
+
+    async def stop(self) -> None:
+        """A stopped member reports nothing."""
+        with contextlib.suppress(KeyError):
+            metrics.SHARD_MEMBER_STATUS.remove(self.labels.ring)
+
+    async def fence_on_own_will(self) -> None:
+        """Raise :class:`LeadershipLostError` once a list of the ring shows a will on the
+        member Lease this replica still holds: its objects are its heirs' from then on (the
+        gate writes nothing of them already), and a new process joins the ring under a new
+        name, where the same name would stay willed for good. It starts once this replica holds
+        its member Lease and its sharded controllers run: it says so first."""
+        log.info("member of the ring", ring=self.labels.ring, member=self.name)
+        listed = self.membership.listed.subscribe()
+        while True:
+            await listed.wait()
+            listed.clear()
+            view = self.membership.view()
+            if view is not None and view.state(self.name) is MemberState.WILLED:
+                raise LeadershipLostError(self.blocked() or "this member's Lease carries a will")
+
+    def blocked(self) -> str | None:
+        """Why this replica may write none of its share now, or None: it does not hold its
+        member Lease, has not listed the ring's Leases within a lease duration (so it holds no
+        slot it can vouch for), or its own Lease carries a will (its objects are its heirs')."""
+        lease = self.elector.config
+        if not self.elector.is_leader:
+            return f"this replica does not hold its member Lease {lease.namespace}/{lease.name}"
+        listed_at, view = self.membership.listed_at, self.membership.view()
+        if listed_at is None or view is None or time.monotonic() - listed_at > lease.lease_duration:
+            return (
+                f"this member has not listed the ring's Leases in {lease.namespace} within a "
+                f"lease duration ({lease.lease_duration:g} s), so it writes nothing of its share: "
+                "grant list on leases there"
+            )
+        if view.state(lease.name) is MemberState.WILLED:
+            return (
+                f"this member's Lease {lease.namespace}/{lease.name} carries a will (heirs: "
+                f"{', '.join(sorted(view.wills[lease.name]))}): its objects are its heirs', it "
+                "writes nothing of them, and it stops to rejoin the ring under a new name"
+            )
+        return None
+
+    def may_write_share(self) -> bool:
+        """``/readyz``'s ``shard-member`` check: fails, saying why, while this replica holds its
+        member Lease but may write none of its share (:meth:`blocked`). Before it holds its
+        Lease the check passes: it is then starting, which ``informers-synced`` tells.
+
+        :raises HealthCheckFailed: with the reason, when it fails.
+        """
+        if not self.elector.is_leader:
+            return True
+        blocked = self.blocked()
+        if blocked is not None:
+            raise HealthCheckFailed(blocked)
+        return True

@@ -1,0 +1,138 @@
+"""The ring's members as one replica sees them: their Leases, listed every period and judged
+live or dead at the last successful list (:class:`Membership`), and the signal each list sends
+to the loops that follow it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import structlog
+
+from crewlet_operator.errors import CrewletError
+from crewlet_operator.kube.client import Client, Scope
+from crewlet_operator.kube.resources import LEASE
+from crewlet_operator.leader import RivalLeases
+from crewlet_operator.sharding.ring import RingLabels, RingView, will_heirs
+
+__all__ = ["EXPIRY_MARGIN", "WILL_LISTS", "Membership", "Signal"]
+
+log = structlog.get_logger("crewlet_operator.sharding")
+
+
+class Signal:
+    """A fact several loops wait for, named for what it says: each subscriber gets an event of
+    its own, set at every :meth:`emit` and cleared by the loop that waits on it, so that one
+    loop's clearing never hides the fact from another."""
+
+    def __init__(self) -> None:
+        self._events: list[asyncio.Event] = []
+
+    def subscribe(self) -> asyncio.Event:
+        """A new event, set at every emit from now on."""
+        event = asyncio.Event()
+        self._events.append(event)
+        return event
+
+    def emit(self) -> None:
+        """Set every subscriber's event."""
+        for event in self._events:
+            event.set()
+
+
+class Membership:
+    """The ring's members as this replica sees them: it lists their Leases every
+    ``retry_period`` (:meth:`run`), and judges each by the rule of
+    :class:`~crewlet_operator.leader.RivalLeases` (live while held and seen to change within
+    its duration, by this process's monotonic clock), *at the last successful list*: a replica
+    that cannot list never takes a live member for dead. The dead members' wills come with
+    the same list."""
+
+    def __init__(
+        self,
+        client: Client,
+        namespace: str,
+        labels: RingLabels,
+        retry_period: float,
+        lease_duration: float,
+    ) -> None:
+        self._client = client
+        self._labels = labels
+        self._scope = Scope(namespace, label_selector=f"{labels.member}={labels.ring}")
+        self._retry_period = retry_period
+        # No Lease is named "": none is left out. The members share the timings of this one.
+        self._seen = RivalLeases(namespace, "", lease_duration)
+        self._view: RingView | None = None
+        self.listed_at: float | None = None
+        """When (monotonic seconds) the ring's Leases were last listed; None before the first
+        successful list."""
+        self._awaiting_will = 0
+        """The lists in a row that found a dead member without a will."""
+        self.versions: dict[str, str] = {}
+        """Each listed Lease's ``resourceVersion``, at which it was judged."""
+        self.listed = Signal()
+        """Emitted after every successful list: the live members and the wills may have
+        changed. The member's slots, its fence on its own will and the sharder each subscribe."""
+
+    @property
+    def namespace(self) -> str:
+        """Where the ring's Leases are."""
+        return self._scope.namespace or ""
+
+    def view(self) -> RingView | None:
+        """The ring at the last successful list; None until the first."""
+        return self._view
+
+    async def observe(self) -> bool:
+        """List the ring's Leases once; False when the list failed."""
+        try:
+            listed = await self._client.list(LEASE, self._scope)
+        except CrewletError as exc:
+            log.debug("listing the ring's leases failed", error=str(exc))
+            return False
+        now = time.monotonic()
+        self.listed_at = now
+        self._seen.observe(listed.items, now)
+        metas = [lease.get("metadata") or {} for lease in listed.items]
+        wills = {
+            str(meta.get("name")): will_heirs(str(annotations[self._labels.heirs]))
+            for meta in metas
+            if self._labels.heirs in (annotations := meta.get("annotations") or {})
+        }
+        self.versions = {str(meta.get("name")): str(meta.get("resourceVersion")) for meta in metas}
+        self._view = RingView(
+            live=frozenset(lease.name for lease in self._seen.live(now)),
+            leases=frozenset(self.versions),
+            wills=wills,
+        )
+        self._awaiting_will = self._awaiting_will + 1 if self._view.unwilled() else 0
+        self.listed.emit()
+        return True
+
+    async def run(self) -> None:
+        """Observe every ``retry_period`` until cancelled, and right after a live member's
+        Lease would expire unless renewed, if that comes first."""
+        while True:
+            await self.observe()
+            await asyncio.sleep(self.next_list_in(time.monotonic()))
+
+    def next_list_in(self, now: float) -> float:
+        """Seconds until the next list: ``retry_period``, or just past the moment the first
+        live member's Lease expires unless it changes, if sooner, so that a dead member is
+        found dead (and its will written) without waiting for another period; and while a
+        member found dead has no will yet (the sharder writes it at once), a quarter period,
+        for :data:`WILL_LISTS` lists, so that the heirs learn of it soon after."""
+        left = self._seen.expires_in(now)
+        wait = self._retry_period if left is None else min(self._retry_period, left + EXPIRY_MARGIN)
+        if 0 < self._awaiting_will <= WILL_LISTS:
+            wait = min(wait, self._retry_period / 4)
+        return wait
+
+
+WILL_LISTS = 8
+"""How many lists a quarter period apart (two periods in all) wait for a dead member's will
+before the period applies again (no sharder may be running to write it)."""
+
+EXPIRY_MARGIN = 0.05
+"""Seconds past a Lease's expiry at which it is listed again: past it, so the list judges it
+expired, by the same clock."""

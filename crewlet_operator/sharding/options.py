@@ -1,0 +1,36 @@
+"""How a manager is told to shard: :class:`Sharding`, and the default key an object is hashed by."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from crewlet_operator.kube.resources import Resource
+from crewlet_operator.objects import KubeObject
+
+
+def by_namespace(obj: KubeObject) -> str:
+    """The default key: the object's namespace (its name for a cluster-scoped kind), so that
+    the objects of one namespace (one tenant's) stay on one member."""
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or meta.get("name") or "")
+
+
+@dataclass(kw_only=True)
+class Sharding:
+    """Shard the controllers whose primary kind is ``resource`` over every live replica.
+
+    The controllers built with ``manager.controller(...).for_(resource)`` run on every replica,
+    each on the objects labelled for it; the other controllers keep leader election (they run
+    on the leader, which is also the sharder). See :mod:`crewlet_operator.sharding`.
+    """
+
+    resource: Resource
+    """The primary kind whose objects are spread over the members."""
+    domain: str
+    """A DNS domain of the controller's own, for its labels (``shard.<domain>/<ring>``, ...:
+    :class:`~crewlet_operator.sharding.ring.RingLabels`), such as ``example.com``."""
+    ring: str | None = None
+    """The ring's name, in the labels; None (the default): the manager's name."""
+    key: Callable[[KubeObject], str] = by_namespace
+    """What an object is hashed by: its namespace (:func:`by_namespace`) unless told."""

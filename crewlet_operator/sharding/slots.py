@@ -1,0 +1,236 @@
+"""What a member caches, kept in step with what it holds: :class:`MemberSlots` narrows its
+informers of the sharded kind to its shard label (and its estates') and its informers of
+children to the slots it holds."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Generic, TypeVar
+
+import structlog
+
+from crewlet_operator._tasks import cancel_and_wait
+from crewlet_operator.cache import Informer
+from crewlet_operator.kube.client import Scope
+from crewlet_operator.objects import KubeObject
+from crewlet_operator.sharding.membership import Membership
+from crewlet_operator.sharding.ring import MemberState, RingLabels, slot_of
+
+__all__ = ["SLOT_WAIT", "MemberSlots"]
+
+log = structlog.get_logger("crewlet_operator.sharding")
+
+K = TypeVar("K")
+
+
+SLOT_WAIT = 1.0
+"""Seconds after which a request whose slot the children's informers did not hold yet is tried
+again: their list in the wider scope takes about that long for a few thousand objects."""
+
+
+def _and(selector: str | None, term: str) -> str:
+    return f"{selector},{term}" if selector else term
+
+
+class MemberSlots:
+    """What this member caches, kept in step with what it holds.
+
+    Its informers of the primary kind select its shard label and those of the dead members
+    whose objects may fall to it (:meth:`RingView.estates <.ring.RingView.estates>`), at once
+    when a will appears. Its informers of children want the slots the ring gives it (from
+    :class:`~.membership.Membership`) and the slots of every object its primary informers hold
+    (an object still draining towards it, or away from it, or inherited, included). A wider
+    want widens them at once (:meth:`Informer.rescope <crewlet_operator.cache.Informer.rescope>`);
+    a narrower one narrows them only once it has held for ``settle`` seconds, so that objects
+    moving one by one cost one list, not one each.
+
+    Invariants: :attr:`covered` only holds slots every registered informer of children has
+    listed in its current scope, and the gate reconciles an object only when its slot is
+    covered; ``_held[(member, slot)]`` is the number of objects of ``slot`` labelled for
+    ``member`` in the primary informers, kept by their events (a handler), so that a want is
+    computed without reading the store. Of a dead member's objects, which every heir's cache
+    holds until they are relabelled, only those whose heir this member is count as its own.
+    """
+
+    def __init__(
+        self,
+        labels: RingLabels,
+        member: str,
+        membership: Membership,
+        *,
+        key: Callable[[KubeObject], str],
+        retry_period: float,
+        settle: float,
+    ) -> None:
+        self._labels = labels
+        self._member = member
+        self._membership = membership
+        self._key = key
+        self._retry_period = retry_period
+        self._settle = settle
+        self._children: list[tuple[Informer, Scope]] = []
+        self._primaries: list[tuple[Informer, Scope]] = []
+        self._estates: frozenset[str] = frozenset()
+        self._held: dict[tuple[str, int], int] = {}
+        self._requested: frozenset[int] = frozenset()
+        self._wanted_since: tuple[frozenset[int], float] = (frozenset(), 0.0)
+        self.covered: frozenset[int] = frozenset()
+        """The slots whose children every informer of children holds."""
+        # Reconsider the slots wanted at each list of the ring (and when a request finds its
+        # slot missing, or the wills change what is held); follow the wills at each list.
+        self._reconsider = membership.listed.subscribe()
+        self._ring_listed = membership.listed.subscribe()
+
+    def scope(self, base: Scope, slots: frozenset[int]) -> Scope:
+        """``base`` narrowed to ``slots`` (to none when empty: no slot is named ``none``)."""
+        values = ",".join(str(slot) for slot in sorted(slots)) or "none"
+        term = f"{self._labels.slot} in ({values})"
+        return replace(base, label_selector=_and(base.label_selector, term))
+
+    def primary_scope(self, base: Scope, estates: frozenset[str]) -> Scope:
+        """``base`` narrowed to the objects labelled for this member or for ``estates``."""
+        members = ",".join(sorted({self._member, *estates}))
+        term = f"{self._labels.shard} in ({members})"
+        return replace(base, label_selector=_and(base.label_selector, term))
+
+    def add_children(self, informer: Informer, base: Scope) -> None:
+        """Keep ``informer`` (of a kind the sharded controller owns, created in
+        ``self.scope(base, frozenset())``) on this member's slots."""
+        if all(informer is not known for known, _ in self._children):
+            self._children.append((informer, base))
+
+    def add_primary(self, informer: Informer, base: Scope) -> None:
+        """The informer of the member's own objects (created in ``self.primary_scope(base,
+        frozenset())``), whose slots it counts and whose scope follows the wills."""
+        if all(informer is not known for known, _ in self._primaries):
+            self._primaries.append((informer, base))
+            informer.add_handler(_Count(self._held, self._labelled_slot))
+
+    def covers(self, obj: KubeObject) -> bool:
+        """Whether the children of ``obj`` are cached, as far as its slot goes; if not, the
+        slots are reconsidered at once."""
+        if slot_of(self._key(obj)) in self.covered:
+            return True
+        self._reconsider.set()
+        return False
+
+    def _labelled_slot(self, obj: KubeObject) -> tuple[str, int]:
+        """The member ``obj`` is labelled for ("" for none), and its slot."""
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return str(labels.get(self._labels.shard) or ""), slot_of(self._key(obj))
+
+    def holds(self, obj: KubeObject, labelled: str) -> bool:
+        """Whether ``obj``, labelled for the dead member ``labelled``, is this member's by the
+        wills as last listed."""
+        view = self._membership.view()
+        return view is not None and view.holder(labelled, slot_of(self._key(obj))) == self._member
+
+    def awaits_will(self, labelled: str) -> bool:
+        """Whether ``labelled`` was found dead and has no will yet, as last listed: its
+        objects may fall to this member in a moment."""
+        view = self._membership.view()
+        return view is not None and view.state(labelled) is MemberState.DEAD
+
+    def willed(self) -> bool:
+        """Whether this member's own Lease carries a will: it was found dead (or a will was
+        written by hand), so its heirs write its objects, and it writes nothing."""
+        view = self._membership.view()
+        return view is not None and view.state(self._member) is MemberState.WILLED
+
+    def wanted(self) -> frozenset[int]:
+        """The slots the ring gives this member and those of the objects it holds: labelled
+        for it, or left to it by a will."""
+        view = self._membership.view()
+        ring = frozenset() if view is None else view.slots(self._member)
+        return ring | {
+            slot
+            for (member, slot), count in self._held.items()
+            if count > 0
+            and (
+                member == self._member
+                or (view is not None and view.holder(member, slot) == self._member)
+            )
+        }
+
+    async def run(self) -> None:
+        """Follow the wills (:meth:`follow_wills`, at each list of the ring's Leases) and
+        :meth:`wanted` (:meth:`follow`, every ``retry_period``, at once when a request found
+        its slot missing or the Leases were listed) in two loops, so that a long list of
+        children never holds up a dead member's objects, until cancelled."""
+        wills = asyncio.create_task(self._follow_wills_at_each_list(), name="member wills")
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._retry_period):
+                        await self._reconsider.wait()
+                self._reconsider.clear()
+                await self.follow(time.monotonic())
+        finally:
+            await cancel_and_wait(wills)
+
+    async def _follow_wills_at_each_list(self) -> None:
+        while True:
+            await self._ring_listed.wait()
+            self._ring_listed.clear()
+            await self.follow_wills()
+
+    async def follow_wills(self) -> None:
+        """Keep the primary informers on this member's label and the dead members' whose
+        objects may fall to it: those whose wills lead to it, and those found dead with no
+        will yet (caching writes nothing, and the gate waits for the will), so that their
+        objects are cached by the time the will comes."""
+        view = self._membership.view()
+        estates = frozenset() if view is None else view.estates(self._member) | view.unwilled()
+        if estates == self._estates:
+            return
+        self._estates = estates
+        for informer, base in self._primaries:
+            informer.rescope(self.primary_scope(base, estates))
+        for informer, _ in self._primaries:
+            await informer.wait_for_scope()
+        log.info("inheriting", estates=sorted(estates), member=self._member)
+        self._reconsider.set()  # what it holds may have changed, and with it the slots it wants
+
+    async def follow(self, now: float) -> None:
+        """Widen the informers of children to what is wanted now, or narrow them to it once
+        it has not changed for ``settle`` seconds; mark the slots covered once listed."""
+        wanted = self.wanted()
+        if wanted != self._wanted_since[0]:
+            self._wanted_since = (wanted, now)
+        if wanted == self._requested:
+            return
+        if wanted <= self._requested and now - self._wanted_since[1] < self._settle:
+            return  # narrower: wait until it settles
+        slots = wanted if wanted <= self._requested else wanted | self._requested
+        self._requested = slots
+        self.covered = self.covered & slots
+        for informer, base in self._children:
+            informer.rescope(self.scope(base, slots))
+        for informer, _ in self._children:
+            await informer.wait_for_scope()
+        log.info("children cached for slots", slots=len(slots), member=self._member)
+        self.covered = slots
+
+
+class _Count(Generic[K]):
+    """An informer handler that counts its objects by ``key``, into a dict it shares."""
+
+    def __init__(self, counts: dict[K, int], key: Callable[[KubeObject], K]) -> None:
+        self._counts = counts
+        self._key = key
+
+    def on_add(self, obj: KubeObject, initial: bool = False) -> None:
+        key = self._key(obj)
+        self._counts[key] = self._counts.get(key, 0) + 1
+
+    def on_update(self, old: KubeObject, new: KubeObject) -> None:
+        self.on_delete(old)
+        self.on_add(new)
+
+    def on_delete(self, obj: KubeObject) -> None:
+        key = self._key(obj)
+        self._counts[key] = self._counts.get(key, 0) - 1
