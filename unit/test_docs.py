@@ -89,6 +89,8 @@ COSIGN_COMMANDS = [
 
 FENCE = re.compile(r"^```.*?^```[ \t]*$", re.DOTALL | re.MULTILINE)
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+# A reference link's definition, `[label]: target` on a line of its own (CHANGELOG.md's).
+DEFINITION = re.compile(r"^ {0,3}\[([^\]]+)\]:\s+(\S+)", re.MULTILINE)
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$", re.MULTILINE)
 
 
@@ -168,8 +170,10 @@ def test_sections_the_install_page_names_exist(section: str, page: str) -> None:
 def relative_links() -> list[tuple[Path, str]]:
     links = []
     for document in documents():
-        for match in LINK.finditer(prose(document.read_text())):
-            target = match.group(1)
+        text = prose(document.read_text())
+        targets = [m.group(1) for m in LINK.finditer(text)]
+        targets += [m.group(2) for m in DEFINITION.finditer(text)]
+        for target in targets:
             if not re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
                 links.append((document, target))
     return links
@@ -192,6 +196,89 @@ def test_every_relative_link_resolves(document: Path, target: str) -> None:
         assert anchor in anchors(path.read_text()), (
             f"{document.relative_to(ROOT)} links to {target}: {path.name} has no such heading"
         )
+
+
+# --- the changelog ---------------------------------------------------------------------------
+
+CHANGELOG = ROOT / "CHANGELOG.md"
+# An entry under [Unreleased] is one line, at most this long, with a link to the section of the
+# docs that explains it (CONTRIBUTING.md): what takes more words goes into that section.
+ENTRY_MAX = 160
+# A reference link, `[text][label]` or `[text][]`, resolved by a DEFINITION at the file's foot.
+REFERENCE = re.compile(r"(?<!!)\[([^\]]+)\]\[([^\]]*)\]")
+SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:")
+
+
+def unreleased(markdown: str) -> list[str]:
+    """The lines of the [Unreleased] section, up to the next version or the link definitions."""
+    lines = markdown.splitlines()
+    section: list[str] = []
+    for line in lines[lines.index("## [Unreleased]") + 1 :]:
+        if line.startswith("## ") or DEFINITION.match(line):
+            break
+        section.append(line)
+    return section
+
+
+def section_links(line: str, definitions: dict[str, str]) -> list[str]:
+    """The targets of a line's links that name a section of a document in the repository."""
+    targets = [m.group(1) for m in LINK.finditer(line)]
+    labels = [(m.group(2) or m.group(1)).lower() for m in REFERENCE.finditer(line)]
+    targets += [definitions.get(label, "") for label in labels]
+    return [t for t in targets if "#" in t and not SCHEME.match(t)]
+
+
+def changelog_problems(markdown: str) -> list[str]:
+    """Each entry under [Unreleased] that is not one line with a link to a section, and why."""
+    definitions = {m.group(1).lower(): m.group(2) for m in DEFINITION.finditer(markdown)}
+    problems: list[str] = []
+    entry = ""  # the entry the line before belongs to, if any
+    for line in unreleased(markdown):
+        if line.startswith("- "):
+            entry = line
+            if len(line) > ENTRY_MAX:
+                problems.append(f"over {ENTRY_MAX} characters: {line}")
+            if not section_links(line, definitions):
+                problems.append(f"no link to a section of the docs: {line}")
+        elif entry and line.strip() and not line.startswith("#"):
+            problems.append(f"more than one line: {entry}")
+            entry = ""  # said once an entry
+        else:
+            entry = ""
+    return problems
+
+
+def test_every_unreleased_entry_is_one_line_with_a_link() -> None:
+    """Issue 49: entries ran to a median of 311 characters, and few said where to read on."""
+    text = CHANGELOG.read_text()
+    assert len([line for line in unreleased(text) if line.startswith("- ")]) > 10
+    assert changelog_problems(text) == []
+
+
+def test_the_changelog_rule_fails_what_breaks_it() -> None:
+    sample = """## [Unreleased]
+
+### Added
+
+- Library: a line with a [link](docs/library.md#4-the-cache).
+- Library: a line with a reference link ([Cache][]).
+- Library: two lines ([Cache][]),
+  the second one.
+- Library: no link.
+- Library: a link to a page, not to a section ([library](docs/library.md)).
+- Library: a reference that nothing defines ([Nowhere][]).
+- Library: {long} ([Cache][]).
+
+[Cache]: docs/library.md#4-the-cache
+""".replace("{long}", "x" * ENTRY_MAX)
+    problems = [problem.split(":")[0] for problem in changelog_problems(sample)]
+    assert problems == [
+        "more than one line",
+        "no link to a section of the docs",
+        "no link to a section of the docs",
+        "no link to a section of the docs",
+        f"over {ENTRY_MAX} characters",
+    ]
 
 
 # --- the install page's values ---------------------------------------------------------------
