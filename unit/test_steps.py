@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from crewlet_operator import SECRET, SERVICE, STATEFUL_SET
-from crewlet_operator_daemon.plan import Apply, Delete, Object, Observed, Plan
+from crewlet_operator import KubeObject as Object
+from crewlet_operator_daemon.plan import Apply, Delete, Observed, Plan
 from crewlet_operator_daemon.status import Condition
 from crewlet_operator_daemon.steps import (
     Order,

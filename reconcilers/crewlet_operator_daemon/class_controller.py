@@ -6,7 +6,6 @@ class's Secrets and the status writes."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from crewlet_operator import (
     Cache,
@@ -22,11 +21,10 @@ from crewlet_operator import (
     UnauthorizedError,
     new_predicate_funcs,
 )
+from crewlet_operator import KubeObject as Object
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator_daemon.engineclass import class_status
 from crewlet_operator_daemon.references import referenced_secrets
-
-Object = dict[str, Any]
 
 CLASS_INDEX = "class"
 """The companies' index by the class they name."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from crewlet_operator import KubeObject as Object
 from crewlet_operator import Resource, apply_would_change, is_controlled_by
 from crewlet_operator import name as object_name
 from crewlet_operator_daemon import children, inputs, status, versions
@@ -34,7 +35,6 @@ from crewlet_operator_daemon.plan import (
     Apply,
     ClusterFacts,
     Delete,
-    Object,
     Observed,
     Plan,
 )

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import semver
 from pydantic import ValidationError
 
+from crewlet_operator import KubeObject as Object
 from crewlet_operator import (
     Resource,
     get_controller_of,
@@ -50,7 +51,7 @@ from crewlet_operator_daemon.api.v1alpha1 import (
     SecretKeyRef,
 )
 from crewlet_operator_daemon.naming import DATA, SEATS
-from crewlet_operator_daemon.plan import Apply, ClusterFacts, Object, Observed
+from crewlet_operator_daemon.plan import Apply, ClusterFacts, Observed
 
 TokenFactory = Callable[[], str]
 """Makes the operator's API token for a company that has none yet."""

@@ -9,7 +9,6 @@ decision it makes is unit-tested on plain dicts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from crewlet_operator import (
     HTTP_ROUTE,
@@ -22,8 +21,7 @@ from crewlet_operator import (
     STATEFUL_SET,
     Resource,
 )
-
-Object = dict[str, Any]
+from crewlet_operator import KubeObject as Object
 
 MANAGER_NAME = "crewlet-operator"
 """The operator's manager's name (``ManagerOptions.name``): the field manager it applies

@@ -31,8 +31,9 @@ import enum
 from dataclasses import dataclass
 
 from crewlet_operator import STATEFUL_SET, is_controlled_by, labels
+from crewlet_operator import KubeObject as Object
 from crewlet_operator_daemon import naming
-from crewlet_operator_daemon.plan import Apply, Object, Observed, Plan
+from crewlet_operator_daemon.plan import Apply, Observed, Plan
 from crewlet_operator_daemon.status import Condition, verdict
 
 

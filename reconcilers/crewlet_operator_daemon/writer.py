@@ -26,10 +26,11 @@ from crewlet_operator import (
     namespace,
     uid,
 )
+from crewlet_operator import KubeObject as Object
 from crewlet_operator_daemon.admission import Admissions
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY
 from crewlet_operator_daemon.class_controller import write_status
-from crewlet_operator_daemon.plan import Apply, Object, Observed, Plan
+from crewlet_operator_daemon.plan import Apply, Observed, Plan
 from crewlet_operator_daemon.slots import ApplySlots
 from crewlet_operator_daemon.status import current_verdict, verdict
 from crewlet_operator_daemon.steps import Order, Steps, render_files, steps, waves
