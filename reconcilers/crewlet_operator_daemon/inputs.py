@@ -489,14 +489,18 @@ def refuse_rejected(ctx: Inputs) -> None:
     Raises:
         Refused: ``InvalidClass``, with the API server's answer.
     """
-    rejection = ctx.observed.rejection
-    if rejection is None:
-        return
+    if ctx.observed.rejection is not None:
+        raise rejected(ctx.class_name, ctx.observed.rejection)
+
+
+def rejected(class_name: str, rejection: str) -> Refused:
+    """The refusal of a company of EngineClass ``class_name`` one of whose children the API
+    server refused with ``rejection`` (its answer): ``InvalidClass``, which says what to fix."""
     policy = "ValidatingAdmissionPolicy" in rejection
-    raise Refused(
+    return Refused(
         INVALID_CLASS,
         f"the API server refused a child of the company: {rejection}; ask the platform's "
-        f"administrators to fix EngineClass {ctx.class_name}"
+        f"administrators to fix EngineClass {class_name}"
         + (" or the values of the operator's admission policy" if policy else ""),
     )
 
