@@ -6,10 +6,10 @@ class's Secrets and the status writes."""
 from __future__ import annotations
 
 import time
+from typing import Protocol
 
 from crewlet_operator import (
     Cache,
-    Client,
     ForbiddenError,
     InformerOptions,
     Manager,
@@ -69,7 +69,15 @@ async def read_references(
     return found, unreadable
 
 
-async def write_status(client: Client, resource: Resource, meta: Object, status: Object) -> bool:
+class StatusWrites(Protocol):
+    """What :func:`write_status` writes with: a :class:`~crewlet_operator.Client`."""
+
+    async def apply_status(self, resource: Resource, obj: Object) -> Object: ...
+
+
+async def write_status(
+    client: StatusWrites, resource: Resource, meta: Object, status: Object
+) -> bool:
     """Apply an object's status (the client falls back to a merge patch where apply cannot
     type the stored object); False when the object is gone. A status for an object deleted
     since it was read is moot, not a failure: its delete event ends its reconciles, as

@@ -1,24 +1,25 @@
 """How a Company's plan is written: what :func:`crewlet_operator_daemon.steps.steps` says to
 write now of it, in the order it says, through the API server's admission first when the
 class's children have not been admitted yet, with an Event for each new verdict. The decisions
-are the pure modules' (``company``, ``steps``, ``admission``); this is their I/O."""
+are the pure modules' (``company``, ``steps``, ``admission``); this is their I/O, through the
+few writes it makes (:class:`CompanyWrites`, :class:`Announcer`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, Protocol
 
 from crewlet_operator import (
     NORMAL_PRIORITY,
     PERSISTENT_VOLUME_CLAIM,
-    Client,
-    EventRecorder,
     InvalidError,
     NotFoundError,
     OwnStatusWrites,
     OwnWrites,
     Request,
+    Resource,
     Result,
     generation,
     name,
@@ -28,7 +29,7 @@ from crewlet_operator import (
 from crewlet_operator import KubeObject as Object
 from crewlet_operator_daemon.admission import Admissions
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY
-from crewlet_operator_daemon.class_controller import write_status
+from crewlet_operator_daemon.class_controller import StatusWrites, write_status
 from crewlet_operator_daemon.plan import Apply, Observed, Plan
 from crewlet_operator_daemon.slots import ApplySlots
 from crewlet_operator_daemon.status import current_verdict, verdict
@@ -45,14 +46,58 @@ Requeue = Callable[[Request, int], None]
 """Send a request back to the Company controller's queue, at a priority."""
 
 
+class Decide(Protocol):
+    """The pure reconcile of one company over everything but what was observed
+    (:func:`crewlet_operator_daemon.company.reconcile`, its other inputs bound)."""
+
+    def __call__(self, observed: Observed, *, render_files: bool) -> Plan: ...
+
+
+class CompanyWrites(StatusWrites, Protocol):
+    """The writes a :class:`CompanyWriter` makes (a :class:`~crewlet_operator.Client`'s): its
+    children's applies and their dry runs, their deletes, the data claim's annotations and the
+    company's status."""
+
+    async def apply_owned(
+        self,
+        resource: Resource,
+        desired: Object,
+        observed: Object | None,
+        *,
+        dry_run: bool = False,
+    ) -> Object: ...
+
+    async def delete(
+        self, resource: Resource, name: str, namespace: str | None = None, *, uid: str | None = None
+    ) -> Object | None: ...
+
+    async def patch(
+        self, resource: Resource, name: str, patch: Any, namespace: str | None = None
+    ) -> Object: ...
+
+
+class Announcer(Protocol):
+    """Where a :class:`CompanyWriter` tells a new verdict (an
+    :class:`~crewlet_operator.EventRecorder`)."""
+
+    def record(
+        self,
+        regarding: Mapping[str, Any],
+        type: Literal["Normal", "Warning"],
+        reason: str,
+        action: str,
+        note: str,
+    ) -> None: ...
+
+
 class CompanyWriter:
     """Writes the Company controller's plans (:meth:`execute`), and keeps what a company's
     children wait behind between its reconciles."""
 
     def __init__(
         self,
-        client: Client,
-        recorder: EventRecorder,
+        client: CompanyWrites,
+        recorder: Announcer,
         apply_slots: ApplySlots,
         *,
         children_priority: int,
@@ -88,7 +133,7 @@ class CompanyWriter:
         company: Object,
         engine_class: Object | None,
         observed: Observed,
-        decide: Callable[..., Plan],
+        decide: Decide,
     ) -> Result | None:
         """Decide the company's plan, once, and write what
         :func:`crewlet_operator_daemon.steps.steps` says to write of it now, and nothing else;
