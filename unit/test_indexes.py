@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from crewlet_operator import KubeObject as Object
 from crewlet_operator_daemon.hostnames import route_hosts
 from crewlet_operator_daemon.indexes import (
     company_of_child,
@@ -13,7 +14,6 @@ from crewlet_operator_daemon.indexes import (
     refused_for_others,
     view_entry,
 )
-from crewlet_operator_daemon.plan import Object
 
 
 def company(hostname: str | None = None, reason: str | None = None) -> Object:

@@ -959,6 +959,49 @@ def test_a_child_the_api_server_rejected_refuses_the_company_and_touches_nothing
     assert ("the values of the operator's admission policy" in found["message"]) == policy_named
 
 
+REJECTION = 'StatefulSet "acme-data" is invalid: spec.template.spec.tolerations[0]'
+
+
+def upgraded_world() -> tuple[Object, Object, World]:
+    """A running company (its status, children and data claim) whose class now asks for a
+    newer engine."""
+    company = make_company()
+    world = converge(company, make_class(), False)
+    newer = make_class(image="ghcr.io/crewlet/crewlet-operator/engine:v0.3.0")
+    return world.with_status(company), newer, world
+
+
+@pytest.mark.parametrize("render_files", [True, False])
+@pytest.mark.parametrize("running", [False, True], ids=["new", "running"])
+def test_a_plans_refusal_by_the_api_server_is_the_reconcile_of_that_rejection(
+    running: bool, render_files: bool
+) -> None:
+    """What the writer writes when the API server refuses one of a plan's children is what the
+    reconcile decides with that answer observed: the plan carries it, and nothing is decided
+    again."""
+    if running:
+        company, engine_class, world = upgraded_world()
+    else:
+        company, engine_class, world = make_company(), make_class(), World()
+    decide = functools.partial(
+        reconcile, company, engine_class, {}, facts=facts(False), now=NOW, token_factory=fixed_token
+    )
+    plan = decide(world.observed(), render_files=render_files)
+    assert plan.applies and plan.rejected is not None
+    refused = plan.rejected(REJECTION)
+    assert refused == decide(dataclasses.replace(world.observed(), rejection=REJECTION))
+    assert accepted(refused)["reason"] == "InvalidClass"
+    assert refused.rejected is None  # it applies nothing
+
+
+def test_a_plan_that_applies_nothing_has_nothing_for_the_api_server_to_refuse() -> None:
+    world = converge(make_company(), make_class(), False)
+    converged = plan_for(world, make_company(), make_class())
+    refused = reconcile(make_company(), None, {}, Observed(), facts(False), now=NOW)
+    assert converged.empty and converged.rejected is None
+    assert refused.rejected is None
+
+
 def test_a_refusal_before_the_api_servers_comes_first() -> None:
     case = CASES["s3-static-gateway"]
     observed = Observed(rejection="refused")  # and no Secrets: SecretNotFound would come later
@@ -1497,6 +1540,32 @@ def test_a_verdict_decided_without_writing_out_the_files_is_the_whole_reconciles
         assert {k: v for k, v in left.object.items() if k not in ("data", "metadata")} == {
             k: v for k, v in right.object.items() if k not in ("data", "metadata")
         }
+
+
+def test_a_config_secret_whose_files_are_left_out_is_applied_all_the_same() -> None:
+    """A plan decided without writing out the files applies the children the whole one
+    applies: a config Secret that holds no files is written even where the data-less Secret
+    left in the plan would change nothing (someone emptied it)."""
+    company, engine_class = make_company(), make_class()
+    world = converge(company, engine_class, False)
+    config = naming.config_secret(object_name(company))
+    emptied = world.children[("Secret", config)]
+    del emptied["data"]
+    del emptied["metadata"]["annotations"][naming.FILES_HASH_ANNOTATION]
+    decide = functools.partial(
+        reconcile,
+        world.with_status(company),
+        engine_class,
+        {},
+        world.observed(),
+        facts(False),
+        now=LATER,
+        token_factory=never_token,
+    )
+    whole, verdict_only = decide(), decide(render_files=False)
+    assert not verdict_only.complete
+    assert [object_name(a.object) for a in whole.applies] == [config]
+    assert [object_name(a.object) for a in verdict_only.applies] == [config]
 
 
 def test_a_company_whose_files_exist_is_reconciled_whole_even_for_a_verdict() -> None:

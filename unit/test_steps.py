@@ -6,11 +6,13 @@ from __future__ import annotations
 import pytest
 
 from crewlet_operator import SECRET, SERVICE, STATEFUL_SET
-from crewlet_operator_daemon.plan import Apply, Delete, Object, Observed, Plan
-from crewlet_operator_daemon.status import Condition
+from crewlet_operator import KubeObject as Object
+from crewlet_operator_daemon.plan import Apply, Delete, Observed, Plan
+from crewlet_operator_daemon.status import Condition, verdict
 from crewlet_operator_daemon.steps import (
     Order,
     Steps,
+    after_rejection,
     labelled_namesake,
     render_files,
     steps,
@@ -20,6 +22,7 @@ from crewlet_operator_daemon.steps import (
 ACCEPTED: Condition = {"status": "True", "reason": "Accepted", "message": "runs as asked"}
 REFUSED: Condition = {"status": "False", "reason": "ClassNotFound", "message": "no class"}
 CHILD = Apply(SECRET, {"kind": "Secret", "metadata": {"name": "acme-env"}})
+VERDICTS = [None, ACCEPTED, REFUSED]
 
 
 def status_of(decided: Condition) -> Object:
@@ -142,12 +145,84 @@ def test_a_refusal_ends_the_wait_of_children_announced_before() -> None:
     assert (step.order, step.announced) == (Order.ALL, None)
 
 
+# -- a child the API server refuses -----------------------------------------------------------
+
+INVALID: Condition = {"status": "False", "reason": "InvalidClass", "message": "refused: no"}
+
+
+def refusable(refusal: Condition) -> Plan:
+    """A plan with children, whose refusal by the API server is ``refusal``."""
+    planned = plan(verdict=ACCEPTED)
+    planned.rejected = lambda answer: Plan(
+        status=status_of({**refusal, "message": f"refused: {answer}"})
+    )
+    return planned
+
+
+def test_a_refused_child_turns_the_plan_into_its_refusal_written_whole_as_news() -> None:
+    refused, step = after_rejection(refusable(INVALID), "no", stored=ACCEPTED)
+    assert verdict(refused.status) == INVALID
+    assert refused.applies == [] and refused.deletes == []
+    assert step == Steps(Order.ALL, news=True, announced=None, needs_files=False)
+
+
+def test_a_refusal_already_stored_is_no_news() -> None:
+    _, step = after_rejection(refusable(INVALID), "no", stored=INVALID)
+    assert step == Steps(Order.ALL, news=False, announced=None, needs_files=False)
+
+
+@pytest.mark.parametrize("stored", VERDICTS)
+def test_a_refusal_by_the_api_server_is_written_as_any_plan_without_children_would_be(
+    stored: Condition | None,
+) -> None:
+    """The table's last row, for the refusal, with nothing announced: it supersedes the
+    verdict the children waited behind."""
+    refused, step = after_rejection(refusable(INVALID), "no", stored=stored)
+    table = steps(refused, stored=stored, current=None, announced=None, admitted=False)
+    assert step == table
+
+
 # -- the helpers --------------------------------------------------------------------------------
 
 
 def test_files_are_written_out_only_once_the_verdict_was_announced() -> None:
-    assert render_files(ACCEPTED)
-    assert not render_files(None)
+    assert render_files(stored=ACCEPTED, current=ACCEPTED, announced=ACCEPTED, admitted=True)
+    assert not render_files(stored=None, current=None, announced=None, admitted=True)
+
+
+def test_files_are_written_out_for_a_dry_run_or_for_children_written_at_once() -> None:
+    # The class's generation not admitted yet: the children may be dry-run.
+    assert render_files(stored=None, current=None, announced=None, admitted=False)
+    assert render_files(stored=REFUSED, current=REFUSED, announced=None, admitted=False)
+    # A verdict of an older generation: the children may be written with the status.
+    assert render_files(stored=ACCEPTED, current=None, announced=None, admitted=True)
+    # Children behind the current verdict are backlog, or come after news: decided for less.
+    assert not render_files(stored=ACCEPTED, current=ACCEPTED, announced=None, admitted=True)
+
+
+@pytest.mark.parametrize("admitted", [True, False])
+@pytest.mark.parametrize("announced", [None, ACCEPTED])
+@pytest.mark.parametrize("stored", VERDICTS)
+@pytest.mark.parametrize("decided", VERDICTS)
+@pytest.mark.parametrize("children", [True, False])
+def test_no_step_needs_files_its_plan_was_decided_without(
+    children: bool,
+    decided: Condition | None,
+    stored: Condition | None,
+    announced: Condition | None,
+    admitted: bool,
+) -> None:
+    """The writer decides each plan once, with the files :func:`render_files` settles before:
+    every row of the table that needs them is one where they were written out."""
+    if decided is None and stored is None:
+        return  # an unchanged status holds a verdict already
+    for current in [None] if stored is None else [None, stored]:
+        known = {"stored": stored, "current": current, "announced": announced}
+        if render_files(**known, admitted=admitted):
+            continue
+        # Files are left out of a plan with children only: its config Secret is one of them.
+        planned = plan(verdict=decided, children=children, complete=not children)
+        assert not steps(planned, **known, admitted=admitted).needs_files, (planned, known)
 
 
 def test_statefulsets_come_in_a_wave_after_every_other_child() -> None:

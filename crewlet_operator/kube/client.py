@@ -109,6 +109,7 @@ from crewlet_operator.kube._kubernetes_asyncio import (
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import Resource
 from crewlet_operator.kube.retry import RetryPolicy, retry_after_seconds
+from crewlet_operator.objects import KubeObject as Object
 from crewlet_operator.owners import get_controller_of
 
 __all__ = [
@@ -150,7 +151,6 @@ DEFAULT_RETRIES = RetryPolicy()
 """client-go's: up to 10 retries of a throttled request or of a read whose connection broke,
 each after the ``Retry-After`` the API server asked for (capped at 10 s)."""
 
-Object = dict[str, Any]
 QueryValue = str | int | bool | None
 Headers = list[tuple[str, str]]
 """Header name and value pairs, in order (a name may repeat)."""

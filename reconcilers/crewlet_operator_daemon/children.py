@@ -30,11 +30,12 @@ from crewlet_operator import (
     parse_quantity,
     semantic_subset,
 )
+from crewlet_operator import KubeObject as Object
 from crewlet_operator_daemon import engine, inputs, naming
 from crewlet_operator_daemon.api.conditions import ENGINE_CONFIG_INVALID
 from crewlet_operator_daemon.inputs import Inputs, Refused, SecretCopy
 from crewlet_operator_daemon.naming import DATA, SEATS, Component
-from crewlet_operator_daemon.plan import Apply, Object
+from crewlet_operator_daemon.plan import Apply
 
 # The engine pods' volumes besides the data claim, each named by a volume and its mount.
 _CONFIG_VOLUME = "config"

@@ -6,10 +6,9 @@ class's Secrets and the status writes."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Protocol
 
 from crewlet_operator import (
-    Client,
     ForbiddenError,
     Manager,
     NamedObjects,
@@ -20,11 +19,10 @@ from crewlet_operator import (
     UnauthorizedError,
     new_predicate_funcs,
 )
+from crewlet_operator import KubeObject as Object
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator_daemon.engineclass import class_status
 from crewlet_operator_daemon.references import referenced_secrets
-
-Object = dict[str, Any]
 
 CLASS_INDEX = "class"
 """The companies' index by the class they name."""
@@ -69,7 +67,15 @@ async def read_references(
     return found, unreadable
 
 
-async def write_status(client: Client, resource: Resource, meta: Object, status: Object) -> bool:
+class StatusWrites(Protocol):
+    """What :func:`write_status` writes with: a :class:`~crewlet_operator.Client`."""
+
+    async def apply_status(self, resource: Resource, obj: Object) -> Object: ...
+
+
+async def write_status(
+    client: StatusWrites, resource: Resource, meta: Object, status: Object
+) -> bool:
     """Apply an object's status (the client falls back to a merge patch where apply cannot
     type the stored object); False when the object is gone. A status for an object deleted
     since it was read is moot, not a failure: its delete event ends its reconciles, as

@@ -21,11 +21,13 @@ nothing changed.
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 
-from crewlet_operator import Resource, apply_would_change, is_controlled_by
+from crewlet_operator import SECRET, Resource, apply_would_change, is_controlled_by
+from crewlet_operator import KubeObject as Object
 from crewlet_operator import name as object_name
-from crewlet_operator_daemon import children, inputs, status, versions
+from crewlet_operator_daemon import children, inputs, naming, status, versions
 from crewlet_operator_daemon.children import Desired
 from crewlet_operator_daemon.inputs import Inputs, Refused, TokenFactory, new_token
 from crewlet_operator_daemon.plan import (
@@ -34,7 +36,6 @@ from crewlet_operator_daemon.plan import (
     Apply,
     ClusterFacts,
     Delete,
-    Object,
     Observed,
     Plan,
 )
@@ -79,8 +80,11 @@ def reconcile(
         inputs.refuse_taken_names(ctx, desired.children)
     except Refused as refusal:
         return _refused_plan(company, observed, refusal, now)
+    # A config Secret whose files were left out is written all the same: they are data it
+    # does not hold. So the plan applies the same children with its files or without them.
+    unwritten = naming.config_secret(ctx.name) if desired.files_left_out else None
     plan = Plan(
-        applies=_changed(desired.children, observed, facts.field_manager),
+        applies=_changed(desired.children, observed, facts.field_manager, unwritten),
         deletes=_unwanted(ctx, desired),
         complete=not desired.files_left_out,
     )
@@ -88,6 +92,8 @@ def reconcile(
     conditions = status.accepted_conditions(ctx, desired, plan, now)
     plan.status = status.status_change(company, conditions, desired.image, high)
     plan.claim_annotations = versions.claim_annotations(observed, high)
+    if plan.applies:
+        plan.rejected = functools.partial(_rejected_plan, company, observed, ctx.class_name, now)
     return plan
 
 
@@ -127,13 +133,27 @@ def _refused_plan(
     )
 
 
-def _changed(desired: list[Apply], observed: Observed, field_manager: str) -> list[Apply]:
+def _rejected_plan(
+    company: Object, observed: Observed, class_name: str, now: datetime | None, rejection: str
+) -> Plan:
+    """The plan of ``company`` once the API server refused one of its children with
+    ``rejection``: :func:`reconcile`'s when ``observed`` holds that answer, which meets no
+    other refusal before it (it decided a plan that applies children)."""
+    return _refused_plan(company, observed, inputs.rejected(class_name, rejection), now)
+
+
+def _changed(
+    desired: list[Apply], observed: Observed, field_manager: str, unwritten: str | None = None
+) -> list[Apply]:
     """Only the children whose apply as ``field_manager`` would change what exists, each with
-    the object it lands on (None: it creates the child)."""
+    the object it lands on (None: it creates the child), and the config Secret whose files
+    were left out (named ``unwritten``): they would change it."""
     changed = []
     for child in desired:
-        existing = observed.children.get((child.resource.kind, object_name(child.object)))
-        if apply_would_change(child.object, existing, field_manager):
+        child_name = object_name(child.object)
+        existing = observed.children.get((child.resource.kind, child_name))
+        left_out = child.resource == SECRET and child_name == unwritten
+        if left_out or apply_would_change(child.object, existing, field_manager):
             changed.append(Apply(child.resource, child.object, existing))
     return changed
 

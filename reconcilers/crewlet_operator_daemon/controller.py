@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import replace
-from typing import Any
 
 import structlog
 
@@ -56,6 +55,7 @@ from crewlet_operator import (
     namespaced_key,
     new_predicate_funcs,
 )
+from crewlet_operator import KubeObject as Object
 from crewlet_operator_daemon import hostnames, naming
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator_daemon.census import COMPANIES, CompanyCensus
@@ -121,7 +121,6 @@ The verdicts of 100 creates a second keep ``100 x`` a status write's seconds of 
 keep up with writes of up to 160 ms (bench/NOTES.md, "Workers reserved for verdicts")."""
 REPORTING_CONTROLLER = "crewlet-operator"
 """The Events' ``reportingController``."""
-Object = dict[str, Any]
 
 WRITTEN_RESOURCES = frozenset(
     r.plural for r in (COMPANY, ENGINE_CLASS, *CHILD_RESOURCES, PERSISTENT_VOLUME_CLAIM)

@@ -10,6 +10,7 @@ from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import NamedTuple
 
+from crewlet_operator import KubeObject as Object
 from crewlet_operator import condition, set_condition
 from crewlet_operator import generation as object_generation
 from crewlet_operator_daemon.api.conditions import (
@@ -17,7 +18,6 @@ from crewlet_operator_daemon.api.conditions import (
     SECRET_NOT_FOUND,
     SECRET_UNREADABLE,
 )
-from crewlet_operator_daemon.plan import Object
 from crewlet_operator_daemon.references import secret_refs
 
 COUNT_INTERVAL = 1.0

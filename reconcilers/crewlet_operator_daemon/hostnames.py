@@ -23,10 +23,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from crewlet_operator import KubeObject as Object
 from crewlet_operator import is_being_deleted, is_controlled_by, namespaced_key
 from crewlet_operator import name as object_name
 from crewlet_operator import namespace as object_namespace
-from crewlet_operator_daemon.plan import Object
 
 
 def hostname(company: Object) -> str:

@@ -4,11 +4,11 @@ hang on objects other than the company's own. Pure: the controller wires them.""
 
 from __future__ import annotations
 
+from crewlet_operator import KubeObject as Object
 from crewlet_operator import find_condition, namespace
 from crewlet_operator_daemon import naming
 from crewlet_operator_daemon.api.conditions import ACCEPTED, HOSTNAME_TAKEN, NAME_TAKEN
 from crewlet_operator_daemon.hostnames import hostname, hosts_kept, serving_keys
-from crewlet_operator_daemon.plan import Object
 
 COMPANY_INDEX = "company"
 """Children by their company (``namespace/name``), from the company label."""

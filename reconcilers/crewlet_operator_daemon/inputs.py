@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import semver
 from pydantic import ValidationError
 
+from crewlet_operator import KubeObject as Object
 from crewlet_operator import (
     Resource,
     get_controller_of,
@@ -50,7 +51,7 @@ from crewlet_operator_daemon.api.v1alpha1 import (
     SecretKeyRef,
 )
 from crewlet_operator_daemon.naming import DATA, SEATS
-from crewlet_operator_daemon.plan import Apply, ClusterFacts, Object, Observed
+from crewlet_operator_daemon.plan import Apply, ClusterFacts, Observed
 
 TokenFactory = Callable[[], str]
 """Makes the operator's API token for a company that has none yet."""
@@ -488,14 +489,18 @@ def refuse_rejected(ctx: Inputs) -> None:
     Raises:
         Refused: ``InvalidClass``, with the API server's answer.
     """
-    rejection = ctx.observed.rejection
-    if rejection is None:
-        return
+    if ctx.observed.rejection is not None:
+        raise rejected(ctx.class_name, ctx.observed.rejection)
+
+
+def rejected(class_name: str, rejection: str) -> Refused:
+    """The refusal of a company of EngineClass ``class_name`` one of whose children the API
+    server refused with ``rejection`` (its answer): ``InvalidClass``, which says what to fix."""
     policy = "ValidatingAdmissionPolicy" in rejection
-    raise Refused(
+    return Refused(
         INVALID_CLASS,
         f"the API server refused a child of the company: {rejection}; ask the platform's "
-        f"administrators to fix EngineClass {ctx.class_name}"
+        f"administrators to fix EngineClass {class_name}"
         + (" or the values of the operator's admission policy" if policy else ""),
     )
 

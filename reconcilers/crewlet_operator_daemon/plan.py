@@ -8,8 +8,8 @@ decision it makes is unit-tested on plain dicts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from crewlet_operator import (
     HTTP_ROUTE,
@@ -22,8 +22,7 @@ from crewlet_operator import (
     STATEFUL_SET,
     Resource,
 )
-
-Object = dict[str, Any]
+from crewlet_operator import KubeObject as Object
 
 MANAGER_NAME = "crewlet-operator"
 """The operator's manager's name (``ManagerOptions.name``): the field manager it applies
@@ -87,7 +86,8 @@ class Observed:
     route of another workload (``Kind namespace/name``) that serves it where the company's
     would attach, when one does and the company does not route it yet. ``rejection`` is what the
     API server answered when it refused a child rendered for the company (a dry run or a
-    write), when one did.
+    write), when one did (the operator takes that refusal from the plan it refused:
+    :attr:`Plan.rejected`).
     """
 
     children: dict[tuple[str, str], Object] = field(default_factory=dict)
@@ -135,6 +135,12 @@ class Plan:
     """Whether the applies may be written: False when a new company's config files were left
     out (:func:`crewlet_operator_daemon.company.reconcile` with ``render_files=False``); its status
     is the complete plan's all the same."""
+    rejected: Callable[[str], Plan] | None = field(default=None, compare=False, repr=False)
+    """What the plan becomes when the API server refuses one of its children, from its answer:
+    the company refused (``InvalidClass``), nothing applied; what
+    :func:`~crewlet_operator_daemon.company.reconcile` decides when
+    :attr:`Observed.rejection` holds that answer, without deciding again. None when the plan
+    applies nothing (nothing to refuse)."""
 
     @property
     def empty(self) -> bool:

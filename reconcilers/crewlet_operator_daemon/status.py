@@ -14,6 +14,7 @@ from typing import Any
 import semver
 
 from crewlet_operator import STATEFUL_SET, condition, find_condition, set_condition
+from crewlet_operator import KubeObject as Object
 from crewlet_operator import generation as object_generation
 from crewlet_operator import name as object_name
 from crewlet_operator_daemon import naming, versions
@@ -21,7 +22,7 @@ from crewlet_operator_daemon.api.conditions import ACCEPTED, READY, SUSPENDED
 from crewlet_operator_daemon.children import Desired
 from crewlet_operator_daemon.inputs import Inputs, Refused
 from crewlet_operator_daemon.naming import DATA
-from crewlet_operator_daemon.plan import Object, Plan
+from crewlet_operator_daemon.plan import Plan
 
 # Reasons more than one condition gives.
 _NOT_ACCEPTED = "NotAccepted"

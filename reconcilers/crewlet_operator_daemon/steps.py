@@ -23,6 +23,11 @@ for the company's generation):
 | yes      | no   | none      | no      | ALL                                         |
 | yes      | no   | a verdict | any     | ALL (the children's turn)                   |
 | no       | any  | any       | any     | ALL (the status, if it changed)             |
+
+A reconcile decides its plan once. What it writes out of a new company's files is settled first
+(:func:`render_files`), from what the table reads besides the plan, so that no step of the plan
+needs more than it holds. A child the API server refuses on the way turns the plan into its
+refusal, which the plan carries (:func:`after_rejection`): nothing is decided again.
 """
 
 from __future__ import annotations
@@ -31,8 +36,9 @@ import enum
 from dataclasses import dataclass
 
 from crewlet_operator import STATEFUL_SET, is_controlled_by, labels
+from crewlet_operator import KubeObject as Object
 from crewlet_operator_daemon import naming
-from crewlet_operator_daemon.plan import Apply, Object, Observed, Plan
+from crewlet_operator_daemon.plan import Apply, Observed, Plan
 from crewlet_operator_daemon.status import Condition, verdict
 
 
@@ -95,11 +101,42 @@ def steps(
     return Steps(Order.ALL, news, None, not plan.complete)
 
 
-def render_files(announced: Condition | None) -> bool:
-    """Whether a reconcile writes a new company's config files out: only when its verdict was
-    told and its children come next (a verdict is decided for less: the files are checked,
-    not written)."""
-    return announced is not None
+def render_files(
+    *,
+    stored: Condition | None,
+    current: Condition | None,
+    announced: Condition | None,
+    admitted: bool,
+) -> bool:
+    """Whether a reconcile writes a new company's config files out
+    (:func:`crewlet_operator_daemon.company.reconcile`'s ``render_files``), settled before its
+    plan is decided, from what :func:`steps` is given besides the plan: unless no step of its
+    plan could need them (:attr:`Steps.needs_files`), so that the plan is decided once.
+
+    A verdict is decided for less (the files checked, not written out): a new company's, or
+    one that has children left to write behind its current verdict. The files are written out
+    when the children come next (their verdict was announced), when they may be dry-run (the
+    API server has not admitted the class's generation yet), and when they may be written at
+    once (a stored verdict of an older generation: a changed spec that leaves it as it was).
+    Until a class generation's first dry run passes, a new company's files are written out
+    even where its children turn out to be backlog: they are needed whenever its verdict
+    changes, which only the plan can tell.
+    """
+    return announced is not None or not admitted or (current is None and stored is not None)
+
+
+def after_rejection(plan: Plan, rejection: str, *, stored: Condition | None) -> tuple[Plan, Steps]:
+    """The plan and the steps that follow when the API server refuses one of ``plan``'s
+    children (``rejection``, its answer) on its way: the plan's refusal
+    (:attr:`~crewlet_operator_daemon.plan.Plan.rejected`), which applies nothing and is written
+    whole at once, superseding the verdict the children waited behind; news unless it is the
+    ``stored`` verdict (the module's table, for a plan with no children, nothing announced).
+    """
+    assert plan.rejected is not None, "a child refused of a plan that applies none"
+    refused = plan.rejected(rejection)
+    decided = verdict(refused.status)
+    news = decided is not None and decided != stored
+    return refused, Steps(Order.ALL, news, None, not refused.complete)
 
 
 def waves(applies: list[Apply]) -> list[list[Apply]]:

@@ -21,10 +21,11 @@ from typing import Literal
 import semver
 
 from crewlet_operator import STATEFUL_SET
+from crewlet_operator import KubeObject as Object
 from crewlet_operator import name as object_name
 from crewlet_operator_daemon import engine, naming
 from crewlet_operator_daemon.naming import DATA
-from crewlet_operator_daemon.plan import Object, Observed
+from crewlet_operator_daemon.plan import Observed
 
 CLAIM_ANNOTATION = "crewlet.ai/highest-engine-version"
 """Annotation on the data claim: the highest engine version the volume has been opened by."""

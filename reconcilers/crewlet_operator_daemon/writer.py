@@ -1,41 +1,93 @@
 """How a Company's plan is written: what :func:`crewlet_operator_daemon.steps.steps` says to
 write now of it, in the order it says, through the API server's admission first when the
 class's children have not been admitted yet, with an Event for each new verdict. The decisions
-are the pure modules' (``company``, ``steps``, ``admission``); this is their I/O."""
+are the pure modules' (``company``, ``steps``, ``admission``); this is their I/O, through the
+few writes it makes (:class:`CompanyWrites`, :class:`Announcer`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, Protocol
 
 from crewlet_operator import (
     NORMAL_PRIORITY,
     PERSISTENT_VOLUME_CLAIM,
-    Client,
-    EventRecorder,
     InvalidError,
     NotFoundError,
     OwnStatusWrites,
     OwnWrites,
     Request,
+    Resource,
     Result,
     generation,
     name,
     namespace,
     uid,
 )
+from crewlet_operator import KubeObject as Object
 from crewlet_operator_daemon.admission import Admissions
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY
-from crewlet_operator_daemon.class_controller import write_status
-from crewlet_operator_daemon.plan import Apply, Object, Observed, Plan
+from crewlet_operator_daemon.class_controller import StatusWrites, write_status
+from crewlet_operator_daemon.plan import Apply, Observed, Plan
 from crewlet_operator_daemon.slots import ApplySlots
 from crewlet_operator_daemon.status import current_verdict, verdict
-from crewlet_operator_daemon.steps import Order, Steps, render_files, steps, waves
+from crewlet_operator_daemon.steps import (
+    Order,
+    Steps,
+    after_rejection,
+    render_files,
+    steps,
+    waves,
+)
 
 Requeue = Callable[[Request, int], None]
 """Send a request back to the Company controller's queue, at a priority."""
+
+
+class Decide(Protocol):
+    """The pure reconcile of one company over everything but what was observed
+    (:func:`crewlet_operator_daemon.company.reconcile`, its other inputs bound)."""
+
+    def __call__(self, observed: Observed, *, render_files: bool) -> Plan: ...
+
+
+class CompanyWrites(StatusWrites, Protocol):
+    """The writes a :class:`CompanyWriter` makes (a :class:`~crewlet_operator.Client`'s): its
+    children's applies and their dry runs, their deletes, the data claim's annotations and the
+    company's status."""
+
+    async def apply_owned(
+        self,
+        resource: Resource,
+        desired: Object,
+        observed: Object | None,
+        *,
+        dry_run: bool = False,
+    ) -> Object: ...
+
+    async def delete(
+        self, resource: Resource, name: str, namespace: str | None = None, *, uid: str | None = None
+    ) -> Object | None: ...
+
+    async def patch(
+        self, resource: Resource, name: str, patch: Any, namespace: str | None = None
+    ) -> Object: ...
+
+
+class Announcer(Protocol):
+    """Where a :class:`CompanyWriter` tells a new verdict (an
+    :class:`~crewlet_operator.EventRecorder`)."""
+
+    def record(
+        self,
+        regarding: Mapping[str, Any],
+        type: Literal["Normal", "Warning"],
+        reason: str,
+        action: str,
+        note: str,
+    ) -> None: ...
 
 
 class CompanyWriter:
@@ -44,8 +96,8 @@ class CompanyWriter:
 
     def __init__(
         self,
-        client: Client,
-        recorder: EventRecorder,
+        client: CompanyWrites,
+        recorder: Announcer,
         apply_slots: ApplySlots,
         *,
         children_priority: int,
@@ -81,11 +133,13 @@ class CompanyWriter:
         company: Object,
         engine_class: Object | None,
         observed: Observed,
-        decide: Callable[..., Plan],
+        decide: Decide,
     ) -> Result | None:
-        """Decide the company's plan and write what :func:`crewlet_operator_daemon.steps.steps` says
-        to write of it now, and nothing else; ``decide(observed, render_files=...)`` is the pure
-        reconcile over everything but what was observed.
+        """Decide the company's plan, once, and write what
+        :func:`crewlet_operator_daemon.steps.steps` says to write of it now, and nothing else;
+        ``decide(observed, render_files=...)`` is the pure reconcile over everything but what was
+        observed, whose files are written out as
+        :func:`crewlet_operator_daemon.steps.render_files` settles first.
 
         Each change of verdict is an Event on the Company, so ``kubectl describe company`` says
         why. While many verdicts are on their way, the children's applies narrow
@@ -93,11 +147,12 @@ class CompanyWriter:
         server.
 
         A child the API server refuses (a class field only it can judge, such as a toleration
-        or a storage class name) is an input of the reconcile like any other refusal
-        (:attr:`~crewlet_operator_daemon.plan.Observed.rejection`), and leaves nothing half-written:
-        until one company of a class's generation has been admitted (by a dry run or by being
-        written), its children are first applied as a dry run, before any verdict. The
-        company is tried again after a growing backoff: some refusals pass by themselves (a
+        or a storage class name) refuses the company like any other refusal, as the plan says
+        (:attr:`~crewlet_operator_daemon.plan.Plan.rejected`,
+        :func:`~crewlet_operator_daemon.steps.after_rejection`), and leaves nothing
+        half-written: until one company of a class's generation has been admitted (by a dry run
+        or by being written), its children are first applied as a dry run, before any verdict.
+        The company is tried again after a growing backoff: some refusals pass by themselves (a
         Service's "failed to allocate IP" while etcd is away is a 422 too), and no event would
         announce it.
         """
@@ -105,20 +160,15 @@ class CompanyWriter:
         request = Request(namespace(company), name(company))
         stored, current = verdict(company.get("status")), current_verdict(company)
         announced = self._announced.get(key)
-        plan = decide(observed, render_files=render_files(announced))
-        step = steps(
-            plan,
-            stored=stored,
-            current=current,
-            announced=announced,
-            admitted=self._admitted(engine_class),
-        )
+        admitted = self._admitted(engine_class)
+        files = render_files(stored=stored, current=current, announced=announced, admitted=admitted)
+        plan = decide(observed, render_files=files)
+        step = steps(plan, stored=stored, current=current, announced=announced, admitted=admitted)
+        assert not step.needs_files, "a plan decided without the files its steps write"
         if step.order is Order.LATER:
             self._remember(key, step)
             self._queue(request, self._children_priority)
             return None
-        if step.needs_files:
-            plan = decide(observed)
         with self._apply_slots.verdict() if step.news else contextlib.nullcontext():
             retry: Result | None = None
             try:
@@ -128,9 +178,7 @@ class CompanyWriter:
                     self._queue(request)
             except InvalidError as refused:
                 retry = Result(requeue=True)
-                # The refusal supersedes the verdict the children waited behind.
-                plan = decide(dataclasses.replace(observed, rejection=refused.message))
-                step = steps(plan, stored=stored, current=current, announced=None, admitted=False)
+                plan, step = after_rejection(plan, refused.message, stored=stored)
             await self._write_step(company, observed, plan, step)
             return retry
 
