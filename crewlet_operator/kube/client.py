@@ -64,8 +64,8 @@ A refused request raises the :class:`~crewlet_operator.errors.ApiError` subclass
 (:class:`~crewlet_operator.errors.NotFoundError`, :class:`~crewlet_operator.errors.ConflictError`,
 :class:`~crewlet_operator.errors.InvalidError`, ...), an answer that never came
 :class:`~crewlet_operator.errors.TransportError`; :mod:`crewlet_operator.errors` has the whole
-tree and what to catch for what. The client retries nothing: the controller's backoff and the
-informers' do.
+tree and what to catch for what. Which failures the client sends again before they reach you,
+and which it leaves to your backoff, is said once, in :mod:`crewlet_operator.kube.retry`.
 
 How it is built
 ---------------
