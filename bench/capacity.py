@@ -59,6 +59,7 @@ from crewlet_operator import (
     Resource,
     Scope,
     TransportError,
+    WatchParams,
     find_condition,
     labels,
     name,
@@ -316,9 +317,8 @@ class Observer:
         try:
             while True:
                 with contextlib.suppress(TransportError):
-                    async for event in self._client.watch(
-                        resource, Scope(label_selector=selector), resource_version=version
-                    ):
+                    watching = WatchParams(Scope(label_selector=selector), resource_version=version)
+                    async for event in self._client.watch(resource, watching):
                         version = resource_version(event.object) or version
                         if event.type in ("ADDED", "MODIFIED"):
                             self._observe(resource, event.object)

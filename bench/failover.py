@@ -20,7 +20,7 @@ from bench.progress import Progress
 from bench.report import Figure
 from bench.session import Session
 from crewlet_operator import LEASE as LEASE_RESOURCE
-from crewlet_operator import ManagerOptions, Scope
+from crewlet_operator import ManagerOptions, Scope, WatchParams
 from crewlet_operator.objects import resource_version
 from crewlet_operator_daemon.plan import MANAGER_NAME
 
@@ -67,11 +67,10 @@ async def _new_holder(cluster: Cluster, lease: dict[str, Any]) -> Takeover:
     last_renewal = lease["spec"]["renewTime"]
     version = lease["metadata"]["resourceVersion"]
     while True:
-        async for event in cluster.api.watch(
-            LEASE_RESOURCE,
-            Scope(PLATFORM, field_selector=f"metadata.name={LEASE}"),
-            resource_version=version,
-        ):
+        watching = WatchParams(
+            Scope(PLATFORM, field_selector=f"metadata.name={LEASE}"), resource_version=version
+        )
+        async for event in cluster.api.watch(LEASE_RESOURCE, watching):
             version = resource_version(event.object) or version
             spec = event.object.get("spec") or {}
             holder = spec.get("holderIdentity") or ""

@@ -39,10 +39,17 @@ import urllib.request
 
 from bench.report import MIB, Figure
 from bench.session import Pass, Reading, Session
-from crewlet_operator import NAMESPACE, PERSISTENT_VOLUME_CLAIM, STATEFUL_SET, Resource
+from crewlet_operator import (
+    NAMESPACE,
+    PERSISTENT_VOLUME_CLAIM,
+    STATEFUL_SET,
+    ListParams,
+    Resource,
+    WatchParams,
+)
 from crewlet_operator.cache.informer import INITIAL_EVENTS_END
 from crewlet_operator.envtest import ControlPlane
-from crewlet_operator.kube.client import METADATA_LIST_ACCEPT
+from crewlet_operator.kube.params import METADATA_LIST_ACCEPT
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator_daemon.cli import gateway_api_served
 from crewlet_operator_daemon.controller import LISTED_CHILDREN_PAGE
@@ -195,12 +202,13 @@ async def _world(session: Session) -> dict[str, object]:
         if line.startswith("apiserver_resource_objects{"):  # 1.37's name (was _storage_)
             objects += float(line.rsplit(" ", 1)[1])
     started, count, revision = time.monotonic(), 0, ""
-    async for page in api.list_pages(STATEFUL_SET, page_size=100):
+    async for page in api.list_pages(STATEFUL_SET, ListParams(page_size=100)):
         count += len(page.items)
         revision = page.resource_version
     paged = time.monotonic() - started
     started = time.monotonic()
-    async for event in api.watch(STATEFUL_SET, send_initial_events=True, timeout_seconds=300):
+    streaming = WatchParams(send_initial_events=True, timeout_seconds=300)
+    async for event in api.watch(STATEFUL_SET, streaming):
         annotations = (event.object.get("metadata") or {}).get("annotations") or {}
         if event.type == "BOOKMARK" and annotations.get(INITIAL_EVENTS_END) == "true":
             break

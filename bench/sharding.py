@@ -58,7 +58,15 @@ from bench.latency import percentile
 from bench.progress import Key
 from bench.report import MIB, Figure
 from bench.session import SETTLE, WRITTEN, Pass, Session, writes_between
-from crewlet_operator import LEASE, Client, TransportError, labels, name, namespace
+from crewlet_operator import (
+    LEASE,
+    Client,
+    TransportError,
+    WatchParams,
+    labels,
+    name,
+    namespace,
+)
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache.informer import INITIAL_EVENTS_END
 from crewlet_operator.objects import resource_version
@@ -129,12 +137,12 @@ class Shards:
         try:
             while True:
                 with contextlib.suppress(TransportError):
-                    async for event in self._client.watch(
-                        COMPANY,
+                    watching = WatchParams(
                         resource_version=version,
                         send_initial_events=version is None,
                         metadata_only=True,
-                    ):
+                    )
+                    async for event in self._client.watch(COMPANY, watching):
                         meta = event.object.get("metadata") or {}
                         if event.type == "BOOKMARK":
                             version = resource_version(event.object) or version

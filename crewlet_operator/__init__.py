@@ -99,16 +99,11 @@ from crewlet_operator.handler import (
     request_for_object,
     requests_for_owner,
 )
-from crewlet_operator.kube.client import (
-    Client,
-    ObjectList,
-    RawObjectList,
-    Scope,
-    WatchEvent,
-    is_ours,
-)
+from crewlet_operator.kube.client import Client, ObjectList, RawObjectList, WatchEvent
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.mapper import RESTMapper
+from crewlet_operator.kube.ownership import is_ours
+from crewlet_operator.kube.params import ListParams, Scope, WatchParams
 from crewlet_operator.kube.resources import (
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,
@@ -304,6 +299,7 @@ __all__ = [
     "LeaderElectionConfig",
     "LeaderElector",
     "LeadershipLostError",
+    "ListParams",
     "ListStrategy",
     "Manager",
     "ManagerOptions",
@@ -351,6 +347,7 @@ __all__ = [
     "TransportError",
     "UnauthorizedError",
     "WatchEvent",
+    "WatchParams",
     "Write",
     "add_finalizer",
     "and_",

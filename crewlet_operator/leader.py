@@ -48,7 +48,7 @@ from crewlet_operator.errors import (
     NotFoundError,
     UnauthorizedError,
 )
-from crewlet_operator.kube.client import Client, Scope
+from crewlet_operator.kube.client import Client, Scope, WatchParams
 from crewlet_operator.kube.resources import LEASE
 from crewlet_operator.label_selector import validate_label_selector
 from crewlet_operator.objects import micro_time
@@ -625,13 +625,13 @@ class LeaderElector:
         while True:
             try:
                 listed = await self.client.list(LEASE, scope)
-                async for _event in self.client.watch(
-                    LEASE,
+                watching = WatchParams(
                     scope,
                     resource_version=listed.resource_version,
                     timeout_seconds=60,
                     inactivity_timeout=90,
-                ):
+                )
+                async for _event in self.client.watch(LEASE, watching):
                     self._changed.set()
             except (ForbiddenError, UnauthorizedError) as exc:
                 # Acquiring still works (it reads the Leases each retry period and when a lease

@@ -40,7 +40,7 @@ from operator_helpers import (
     wait_converged,
 )
 
-from crewlet_operator import EVENT, LEASE, NAMESPACE, Client, Scope
+from crewlet_operator import EVENT, LEASE, NAMESPACE, Client, Scope, WatchParams
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.wait import eventually
@@ -259,7 +259,7 @@ async def test_a_quiet_tenants_verdict_waits_for_one_turn_of_a_busy_tenants_burs
         """Until the quiet Company is Accepted (resumed where it was if the server ends it, as
         it does when the CRD's storage is remade)."""
         while True:
-            async for event in admin.watch(COMPANY, resource_version=resource_version):
+            async for event in admin.watch(COMPANY, WatchParams(resource_version=resource_version)):
                 meta = event.object.get("metadata", {})
                 resource_version = meta.get("resourceVersion", resource_version)
                 key = (meta.get("namespace", ""), meta.get("name", ""))

@@ -33,7 +33,7 @@ from crewlet_operator.envtest.process import alive
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import ForbiddenError, InvalidError, NotFoundError
 from crewlet_operator.kube import resources as r
-from crewlet_operator.kube.client import Client, Scope
+from crewlet_operator.kube.client import Client, Scope, WatchParams
 from crewlet_operator.kube.resources import Resource
 
 ALL_BINARIES = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
@@ -106,9 +106,10 @@ async def test_crd_established_and_objects_created_listed_watched_deleted(
     events: list[tuple[str, str]] = []
 
     async def watch() -> None:
-        async for event in kube_client.watch(
-            WIDGET, Scope(namespace), resource_version=listed.resource_version, timeout_seconds=30
-        ):
+        watching = WatchParams(
+            Scope(namespace), resource_version=listed.resource_version, timeout_seconds=30
+        )
+        async for event in kube_client.watch(WIDGET, watching):
             if event.type != "BOOKMARK":
                 events.append((event.type, event.object["metadata"]["name"]))
             if event.type == "DELETED":

@@ -29,6 +29,7 @@ from crewlet_operator import (
     Informer,
     InformerOptions,
     LeadershipLostError,
+    ListParams,
     Manager,
     ManagerOptions,
     MetadataOnlyError,
@@ -37,6 +38,7 @@ from crewlet_operator import (
     Pages,
     RawObjectList,
     Request,
+    Resource,
     Scope,
     Stream,
     WatchEvent,
@@ -500,12 +502,12 @@ class HeldWholeLists:
         self.metadata_items: list[bytes] = []
 
     async def list_raw_pages(
-        self, *args: Any, metadata_only: bool = False, **kwargs: Any
+        self, resource: Resource, params: ListParams
     ) -> AsyncIterator[RawObjectList]:
-        if not metadata_only:
+        if not params.metadata_only:
             await self.release.wait()
-        async for page in self.client.list_raw_pages(*args, metadata_only=metadata_only, **kwargs):
-            if metadata_only:
+        async for page in self.client.list_raw_pages(resource, params):
+            if params.metadata_only:
                 self.metadata_items += page.items
             yield page
 

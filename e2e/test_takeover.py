@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from crewlet_operator import LEASE, Client, Scope, find_condition
+from crewlet_operator import LEASE, Client, Scope, WatchParams, find_condition
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.envtest import ControlPlane, install_crds, load_crds
 from crewlet_operator.envtest.controlplane import free_port
@@ -124,12 +124,12 @@ async def record_lease(client: Client, namespace: str, seen: list[Object]) -> No
         LEASE, Scope(namespace, field_selector=f"metadata.name={LEASE_NAME}")
     )
     seen.extend(listed.items)
-    async for event in client.watch(
-        LEASE,
+    watching = WatchParams(
         Scope(namespace, field_selector=f"metadata.name={LEASE_NAME}"),
         resource_version=listed.resource_version,
         timeout_seconds=300,
-    ):
+    )
+    async for event in client.watch(LEASE, watching):
         if event.type in ("ADDED", "MODIFIED"):
             seen.append(event.object)
 

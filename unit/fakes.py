@@ -8,7 +8,7 @@ from typing import cast
 
 import orjson
 
-from crewlet_operator.kube.client import Client, RawObjectList
+from crewlet_operator.kube.client import Client, ListParams, RawObjectList
 from crewlet_operator.objects import KubeObject
 
 
@@ -86,11 +86,9 @@ class MetadataThenWhole:
         self.release = asyncio.Event()
         self.lists: list[bool] = []
 
-    async def list_raw_pages(
-        self, *_: object, metadata_only: bool = False, **__: object
-    ) -> AsyncIterator[RawObjectList]:
-        self.lists.append(metadata_only)
-        if metadata_only:
+    async def list_raw_pages(self, _: object, params: ListParams) -> AsyncIterator[RawObjectList]:
+        self.lists.append(params.metadata_only)
+        if params.metadata_only:
             yield RawObjectList([partial_item(o) for o in self.first], "9")
         else:
             await self.release.wait()

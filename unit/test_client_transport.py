@@ -11,10 +11,10 @@ import aiohttp
 import orjson
 import pytest
 
-from crewlet_operator import Client, ObjectList, RawObjectList, Scope
-from crewlet_operator.kube.client import _lines
+from crewlet_operator import Client, ListParams, ObjectList, RawObjectList, Scope, WatchParams
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import SECRET
+from crewlet_operator.kube.transport import _lines
 
 
 async def lines_of(chunks: list[bytes]) -> list[bytes]:
@@ -52,7 +52,7 @@ async def test_blank_lines_and_an_empty_body_give_nothing() -> None:
 async def test_a_client_without_compression_asks_for_identity(compression: bool) -> None:
     client = Client(RestConfig(host="https://127.0.0.1:1", token="t"), compression=compression)
     try:
-        headers = await client._headers("application/json")
+        headers = await client.transport.headers("application/json")
     finally:
         await client.close()
     # Without the header aiohttp offers gzip and deflate, as client-go offers gzip.
@@ -86,9 +86,10 @@ async def test_raw_pages_give_each_item_as_sent_and_follow_the_continue_token() 
 
     client = Client(RestConfig(host="https://127.0.0.1:1", token="t"))
     try:
-        with mock.patch.object(client, "_send", send):
-            raw = [page async for page in client.list_raw_pages(SECRET, Scope("ns"), page_size=1)]
-            whole = [page async for page in client.list_pages(SECRET, Scope("ns"), page_size=1)]
+        with mock.patch.object(client.transport, "send", send):
+            paged = ListParams(Scope("ns"), page_size=1)
+            raw = [page async for page in client.list_raw_pages(SECRET, paged)]
+            whole = [page async for page in client.list_pages(SECRET, paged)]
     finally:
         await client.close()
     assert [(p.items, p.resource_version) for p in raw] == [([FIRST], "5"), ([SECOND], "5")]
@@ -106,7 +107,7 @@ async def test_a_page_that_is_not_a_list_is_an_error_that_names_the_path() -> No
     client = Client(RestConfig(host="https://127.0.0.1:1", token="t"))
     try:
         with (
-            mock.patch.object(client, "_send", send),
+            mock.patch.object(client.transport, "send", send),
             pytest.raises(ValueError, match="/api/v1/namespaces/ns/secrets: not a list"),
         ):
             [page async for page in client.list_raw_pages(SECRET, Scope("ns"))]
@@ -119,6 +120,34 @@ def test_a_namespace_alone_is_a_scope() -> None:
     assert Scope.of(None) == Scope()
     selected = Scope("ns", label_selector="app=web")
     assert Scope.of(selected) is selected
+
+
+def test_a_scope_alone_is_a_list_or_a_watch_with_the_defaults() -> None:
+    assert ListParams.of("ns") == ListParams(Scope("ns"))
+    assert WatchParams.of(None) == WatchParams()
+    watching = WatchParams(Scope("ns", label_selector="app=web"), resource_version="7")
+    assert WatchParams.of(watching) is watching
+
+
+def test_a_list_asks_for_its_resource_version_on_its_first_page_alone() -> None:
+    listing = ListParams(Scope("ns", field_selector="metadata.name=a"), resource_version="0")
+    assert listing.query() == {
+        "labelSelector": None,
+        "fieldSelector": "metadata.name=a",
+        "limit": 500,
+        "continue": None,
+        "resourceVersion": "0",
+    }
+    assert listing.query("next")["resourceVersion"] is None
+    assert listing.query("next")["continue"] == "next"
+
+
+def test_a_streaming_watch_asks_for_the_bookmark_that_ends_its_list() -> None:
+    query = WatchParams(allow_bookmarks=False, send_initial_events=True).query()
+    assert query["allowWatchBookmarks"] is True
+    assert query["sendInitialEvents"] is True
+    assert query["resourceVersionMatch"] == "NotOlderThan"
+    assert WatchParams(allow_bookmarks=False).query()["allowWatchBookmarks"] is None
 
 
 def test_a_list_iterates_over_its_items_and_has_their_number_as_its_length() -> None:

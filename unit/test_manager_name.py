@@ -82,8 +82,8 @@ async def test_the_manager_writes_as_its_name_whatever_the_client_s_own(client: 
 async def test_a_view_under_another_field_manager_shares_the_connections(client: Client) -> None:
     view = client.with_field_manager("widgets")
     assert view is not client
-    assert view._session is client._session
-    assert view._discovery is client._discovery
+    assert view.transport is client.transport
+    assert view.discovery is client.discovery
     assert view.host == client.host
 
 

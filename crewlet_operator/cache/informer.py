@@ -37,7 +37,8 @@ from crewlet_operator.errors import (
     TransportError,
 )
 from crewlet_operator.fieldset import keep_managed_fields_of
-from crewlet_operator.kube.client import Client, Scope, WatchEvent, decode_event, decode_item
+from crewlet_operator.kube.client import Client, WatchEvent, decode_event, decode_item
+from crewlet_operator.kube.params import ListParams, Scope, WatchParams
 from crewlet_operator.kube.resources import Resource
 from crewlet_operator.objects import KubeObject, object_key, resource_version
 
@@ -378,14 +379,10 @@ class Informer:
         version = ""
         scope = self.options.scope
         partial = metadata or self._metadata_only
+        listing = ListParams(scope, page_size=self.options.lists.page_size, metadata_only=partial)
         # Page by page: only one page of whole objects is ever held, however many are cached.
         # Each item comes as its JSON, cut at its metadata for a lazy list, else decoded whole.
-        async for page in self.client.list_raw_pages(
-            self.resource,
-            self.options.scope,
-            page_size=self.options.lists.page_size,
-            metadata_only=partial,
-        ):
+        async for page in self.client.list_raw_pages(self.resource, listing):
             version = page.resource_version
             for item in page.items:
                 if partial:
@@ -410,13 +407,13 @@ class Informer:
         seen: set[str] = set()
         listing = True
         path = self.resource.path(opts.scope.namespace)
-        async for line in self.client.watch_lines(
-            self.resource,
+        streaming = WatchParams(
             opts.scope,
             timeout_seconds=random.randint(*opts.watch_timeout),
             inactivity_timeout=opts.inactivity_timeout,
             send_initial_events=True,
-        ):
+        )
+        async for line in self.client.watch_lines(self.resource, streaming):
             self.last_event_at = time.monotonic()
             if listing and self._lazy_lists and (lazy := listed_metadata(line)):
                 metadata, raw = lazy
@@ -486,15 +483,14 @@ class Informer:
 
     async def _watch(self) -> None:
         opts = self.options
-        timeout = random.randint(*opts.watch_timeout)
-        async for event in self.client.watch(
-            self.resource,
+        watching = WatchParams(
             opts.scope,
             resource_version=self._resource_version,
-            timeout_seconds=timeout,
+            timeout_seconds=random.randint(*opts.watch_timeout),
             inactivity_timeout=opts.inactivity_timeout,
             metadata_only=self._metadata_only,
-        ):
+        )
+        async for event in self.client.watch(self.resource, watching):
             self.last_event_at = time.monotonic()
             self._apply(event)
 

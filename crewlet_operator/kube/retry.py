@@ -1,7 +1,13 @@
 """The client's retry policy: client-go's (``rest/request.go``, ``rest/with_retry.go``), stated
 with tenacity.
 
-One request is tried again when, and only when:
+What the client retries, in one sentence (the client's docstrings and the library guide link
+here): a request the API server asked to have sent again (a 429, or a 5xx with ``Retry-After``,
+after that wait) and a read whose connection broke (after a second), up to
+:attr:`RetryPolicy.max_retries` times; anything else, and whatever still fails after the last
+retry, reaches the caller, whose own backoff (a reconcile's, an informer's) takes over.
+
+In detail, one request is tried again when, and only when:
 
 - the API server answered 429, or any 5xx, with a ``Retry-After`` header of whole seconds: it
   asked to be asked again, and is, after those seconds (capped at

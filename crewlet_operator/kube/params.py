@@ -1,0 +1,150 @@
+"""What a list or a watch asks for, as values: :class:`Scope` (which objects),
+:class:`ListParams` and :class:`WatchParams` (a list's and a watch's whole request), each of
+which builds its query.
+
+The client's list and watch calls take one of them, or the :class:`Scope` alone (or a
+namespace's name) for the defaults::
+
+    await client.list(POD, "team-a")
+    await client.list(POD, Scope("team-a", label_selector="app=web"))
+    async for page in client.list_pages(POD, ListParams(page_size=100)):
+        ...
+    async for event in client.watch(POD, WatchParams(scope, resource_version=version)):
+        ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "METADATA_ACCEPT",
+    "METADATA_LIST_ACCEPT",
+    "ListParams",
+    "QueryValue",
+    "Scope",
+    "WatchParams",
+]
+
+QueryValue = str | int | bool | None
+"""A query parameter's value: None and False leave the parameter out, True is ``true``."""
+JSON = "application/json"
+METADATA_LIST_ACCEPT = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+"""The Accept of a list of objects' metadata alone (meta.k8s.io/v1, served since 1.15)."""
+METADATA_ACCEPT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+"""A watch's Accept for each event's object as its metadata alone (``PartialObjectMetadata``)."""
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which objects of a kind a list or a watch sees: those in ``namespace`` (every namespace,
+    or a cluster-scoped kind, when None) that match both selectors, each in the API server's
+    syntax (``"app=web,tier!=db"``, ``"metadata.name=acme"``; None matches every object)."""
+
+    namespace: str | None = None
+    label_selector: str | None = None
+    field_selector: str | None = None
+
+    @classmethod
+    def of(cls, scope: Scope | str | None) -> Scope:
+        """``scope`` as a Scope: a namespace's name alone scopes to that namespace, and None
+        to every object."""
+        if isinstance(scope, Scope):
+            return scope
+        return cls(namespace=scope)
+
+
+@dataclass(frozen=True)
+class ListParams:
+    """A list: of the objects in ``scope``, ``page_size`` a page (0: all in one answer), at
+    ``resource_version`` (None: the latest, read from etcd; ``"0"``: whatever the API server's
+    watch cache holds).
+
+    With ``metadata_only``, the API server sends each object's ``metadata`` alone, as a
+    ``PartialObjectMetadataList`` (what controller-runtime's metadata-only caches list): each
+    item is ``{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{...}}``,
+    a fraction of the object for the API server to encode.
+    """
+
+    scope: Scope = Scope()
+    page_size: int = 500
+    resource_version: str | None = None
+    metadata_only: bool = False
+
+    @classmethod
+    def of(cls, params: ListParams | Scope | str | None) -> ListParams:
+        """``params`` as ListParams: a :class:`Scope` (or a namespace's name, or None) lists it
+        with the defaults."""
+        if isinstance(params, ListParams):
+            return params
+        return cls(Scope.of(params))
+
+    @property
+    def accept(self) -> str:
+        """The Accept header of each page."""
+        return METADATA_LIST_ACCEPT if self.metadata_only else JSON
+
+    def query(self, continue_token: str | None = None) -> dict[str, QueryValue]:
+        """The query of the first page, or of the page ``continue_token`` continues to (which
+        the token pins to the first page's resourceVersion)."""
+        return {
+            "labelSelector": self.scope.label_selector,
+            "fieldSelector": self.scope.field_selector,
+            "limit": self.page_size,
+            "continue": continue_token,
+            "resourceVersion": self.resource_version if continue_token is None else None,
+        }
+
+
+@dataclass(frozen=True)
+class WatchParams:
+    """A watch: of the changes after ``resource_version`` to the objects in ``scope`` (from
+    the latest when None).
+
+    Two clocks end a watch, because each catches what the other cannot: the server closes it
+    after ``timeout_seconds``, and the client gives up when no byte has arrived for
+    ``inactivity_timeout`` seconds (a half-dead connection, a frozen server). With
+    ``allow_bookmarks``, a healthy idle watch receives a BOOKMARK about every minute, so the 90 s
+    default does not fire on one.
+
+    With ``send_initial_events`` (a streaming list, Kubernetes' WatchList), the watch starts
+    with an ``ADDED`` event for every object that exists now, then a ``BOOKMARK`` annotated
+    ``k8s.io/initial-events-end: "true"``, then goes on with the changes (it asks for
+    bookmarks whatever ``allow_bookmarks`` says: one ends the list). With ``metadata_only``,
+    each event's object is its metadata alone (``PartialObjectMetadata``).
+    """
+
+    scope: Scope = Scope()
+    resource_version: str | None = None
+    timeout_seconds: int | None = 300
+    inactivity_timeout: float | None = 90.0
+    allow_bookmarks: bool = True
+    send_initial_events: bool = False
+    metadata_only: bool = False
+
+    @classmethod
+    def of(cls, params: WatchParams | Scope | str | None) -> WatchParams:
+        """``params`` as WatchParams: a :class:`Scope` (or a namespace's name, or None) is
+        watched with the defaults."""
+        if isinstance(params, WatchParams):
+            return params
+        return cls(Scope.of(params))
+
+    @property
+    def accept(self) -> str:
+        """The Accept header of the watch."""
+        return METADATA_ACCEPT if self.metadata_only else JSON
+
+    def query(self) -> dict[str, QueryValue]:
+        """The watch's query."""
+        streams = self.send_initial_events
+        return {
+            "watch": True,
+            "allowWatchBookmarks": self.allow_bookmarks or streams or None,
+            "sendInitialEvents": streams or None,
+            "resourceVersionMatch": "NotOlderThan" if streams else None,
+            "resourceVersion": self.resource_version,
+            "labelSelector": self.scope.label_selector,
+            "fieldSelector": self.scope.field_selector,
+            "timeoutSeconds": self.timeout_seconds,
+        }
