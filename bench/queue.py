@@ -31,7 +31,7 @@ from crewlet_operator.workqueue import (
     HIGH_PRIORITY,
     LOW_PRIORITY,
     NORMAL_PRIORITY,
-    RateLimitingQueue,
+    FairQueue,
 )
 
 REQUESTS = 10_000
@@ -88,9 +88,7 @@ async def one_round(requests: list[tuple[Request, int]]) -> Round:
     gc.disable()
     try:
         started = time.perf_counter()
-        work_queue: RateLimitingQueue[Request] = RateLimitingQueue(
-            "bench", clock=clock, fairness_key=by_namespace
-        )
+        work_queue: FairQueue[Request] = FairQueue("bench", clock=clock, fairness_key=by_namespace)
         held: deque[Request] = deque()
         for request, priority in requests:
             clock.now += STEP

@@ -212,7 +212,7 @@ from crewlet_operator.workqueue import (
     HIGH_PRIORITY,
     LOW_PRIORITY,
     NORMAL_PRIORITY,
-    RateLimitingQueue,
+    FairQueue,
 )
 from crewlet_operator.writes import OwnStatusWrites, OwnWrites, Write
 
@@ -285,6 +285,7 @@ __all__ = [
     "EnqueueHandler",
     "EventHandler",
     "EventRecorder",
+    "FairQueue",
     "FairnessKey",
     "Finalizer",
     "ForbiddenError",
@@ -327,7 +328,6 @@ __all__ = [
     "QueueShutDown",
     "RESTMapper",
     "RateLimiter",
-    "RateLimitingQueue",
     "RawObjectList",
     "ReconcileFunc",
     "Reconciler",
