@@ -3,7 +3,8 @@ as a separate process, and print the figures (each one's target: bench/README.md
 
 Figures, in the order they are printed: convergence, resync, memory, latency, fairness,
 failover, startup (all of them unless some are named), and peers, capacity and sharding (only
-when named).
+when named). The queue figure, also only when named, needs no control plane: it runs first, in
+this process, and alone it starts none.
 ``BENCH_SCALE=small`` runs smaller sizes. Results go to ``bench/results/<timestamp>.json``;
 logs (operator, control plane, cProfile output with ``--profile``) to
 ``bench/results/<timestamp>/``.
@@ -13,16 +14,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from bench import capacity, convergence, failover, fairness, latency, restarts, sharding
+from bench import capacity, convergence, failover, fairness, latency, queue, restarts, sharding
 from bench.peers import figure as peers
 from bench.report import RESULTS, Figure, Results, failed
 from bench.scale import from_environment
 from bench.session import Session
 
 FigureFunc = Callable[[Session], Awaitable[Figure]]
+LocalFunc = Callable[[], Awaitable[Figure]]
 
 FIGURES: dict[str, tuple[FigureFunc, str]] = {
     "convergence": (convergence.convergence, convergence.TARGET),
@@ -36,6 +39,11 @@ FIGURES: dict[str, tuple[FigureFunc, str]] = {
     "capacity": (capacity.capacity, capacity.TARGET),
     "sharding": (sharding.sharding, sharding.TARGET),
 }
+LOCAL: dict[str, tuple[LocalFunc, str]] = {
+    "queue": (queue.queue, queue.TARGET),
+}
+"""Figures measured in the bench's own process, with no control plane: they run before it
+starts, on a quiet machine, and only when named."""
 RUN_ORDER = (
     "peers",
     "capacity",
@@ -58,22 +66,23 @@ DEFAULT = tuple(name for name in FIGURES if name not in ("peers", "capacity", "s
 kopf virtualenv, from the network the first time) and adds minutes to the run, nor capacity,
 which needs the Go one too, nor sharding, whose rings apply every child of the 10,000 again
 (twice) and take longer than the rest of the run."""
+NAMES = (*FIGURES, *LOCAL)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
-        "figures", nargs="*", metavar="FIGURE", help=", ".join(FIGURES) + "; all: every one"
+        "figures", nargs="*", metavar="FIGURE", help=", ".join(NAMES) + "; all: every one"
     )
     parser.add_argument(
         "--profile", action="store_true", help="run every operator process under cProfile"
     )
     args = parser.parse_args(argv)
     if "all" in args.figures:
-        args.figures = list(FIGURES)
-    unknown = sorted(set(args.figures) - set(FIGURES))
+        args.figures = list(NAMES)
+    unknown = sorted(set(args.figures) - set(NAMES))
     if unknown:
-        parser.error(f"unknown figure {', '.join(unknown)}; choose from {', '.join(FIGURES)}")
+        parser.error(f"unknown figure {', '.join(unknown)}; choose from {', '.join(NAMES)}")
     return args
 
 
@@ -83,27 +92,39 @@ async def run(names: Sequence[str], profile: bool) -> int:
     run_dir.mkdir(parents=True)
     results = Results(scale.name, run_dir)
     session = Session(scale, run_dir, profile)
+    local = [n for n in LOCAL if n in names]
     chosen = [n for n in RUN_ORDER if n in names]
-    print(f"bench: {', '.join(chosen)} at scale {scale.name}; logs in {run_dir}", flush=True)
+    print(
+        f"bench: {', '.join(local + chosen)} at scale {scale.name}; logs in {run_dir}", flush=True
+    )
     try:
-        await session.start()
+        for name in local:
+            measure, target = LOCAL[name]
+            results.add(await _timed(name, target, measure))
+        if chosen:
+            await session.start()
         for name in chosen:
             func, target = FIGURES[name]
-            started = time.monotonic()
-            try:
-                figure = await func(session)
-            except Exception as error:  # one figure failing must not hide the others
-                figure = failed(name, target, error)
-            figure.data["duration_s"] = round(time.monotonic() - started, 1)
-            results.add(figure)
+            results.add(await _timed(name, target, functools.partial(func, session)))
     finally:
-        await session.close()
+        if chosen:
+            await session.close()
         results.write()
-    order = list(FIGURES)
+    order = list(NAMES)
     results.figures.sort(key=lambda f: order.index(f.name))
     results.write()
     print(results.summary(), flush=True)
     return 0 if all(f.met is not None for f in results.figures) else 1
+
+
+async def _timed(name: str, target: str, measure: LocalFunc) -> Figure:
+    started = time.monotonic()
+    try:
+        figure = await measure()
+    except Exception as error:  # one figure failing must not hide the others
+        figure = failed(name, target, error)
+    figure.data["duration_s"] = round(time.monotonic() - started, 1)
+    return figure
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -207,7 +207,7 @@ from crewlet_operator.workqueue import (
     HIGH_PRIORITY,
     LOW_PRIORITY,
     NORMAL_PRIORITY,
-    RateLimitingQueue,
+    FairQueue,
 )
 from crewlet_operator.writes import OwnStatusWrites, OwnWrites, Write
 
@@ -280,6 +280,7 @@ __all__ = [
     "EnqueueHandler",
     "EventHandler",
     "EventRecorder",
+    "FairQueue",
     "FairnessKey",
     "Finalizer",
     "ForbiddenError",
@@ -323,7 +324,6 @@ __all__ = [
     "QueueShutDown",
     "RESTMapper",
     "RateLimiter",
-    "RateLimitingQueue",
     "RawObjectList",
     "ReconcileFunc",
     "Reconciler",

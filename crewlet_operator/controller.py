@@ -43,7 +43,7 @@ from crewlet_operator.reconcile import (
     as_reconcile_func,
     declared_model,
 )
-from crewlet_operator.workqueue import NORMAL_PRIORITY, QueueShutDown, RateLimitingQueue
+from crewlet_operator.workqueue import NORMAL_PRIORITY, FairQueue, QueueShutDown
 
 log = structlog.get_logger("crewlet_operator.controller")
 
@@ -107,7 +107,7 @@ class Controller:
         # Paused until the workers start: on a standby replica the informers fill the queue
         # long before anything is served, and waiting then must not age the keys (an initial
         # list's would otherwise outrank what is created after the takeover).
-        self.queue: RateLimitingQueue[Request] = RateLimitingQueue(
+        self.queue: FairQueue[Request] = FairQueue(
             name,
             rate_limiter,
             metrics.WorkqueueMetrics(name, name),

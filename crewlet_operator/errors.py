@@ -53,7 +53,7 @@ What to catch for what:
   reason the endpoint shows (any other failure's reason is withheld: the endpoints are
   unauthenticated).
 - :class:`QueueShutDown`: a worker's signal to return, from
-  :meth:`~crewlet_operator.workqueue.RateLimitingQueue.get`.
+  :meth:`~crewlet_operator.workqueue.FairQueue.get`.
 - :class:`AlreadyOwnedError` and :class:`NotOwnedError`: a child's name is taken by an object
   that another controller, or nobody, owns: a conflict for a human to settle.
 - The errors the tree marks with a standard exception (:class:`ValueError`,
@@ -222,7 +222,7 @@ class HealthCheckFailed(CrewletError):
 
 
 class QueueShutDown(CrewletError):  # named like asyncio.QueueShutDown (3.13)
-    """Raised by :meth:`~crewlet_operator.workqueue.RateLimitingQueue.get` once the queue is shut
+    """Raised by :meth:`~crewlet_operator.workqueue.FairQueue.get` once the queue is shut
     down and empty."""
 
 

@@ -9,7 +9,7 @@ from crewlet_operator.objects import KubeObject, name, namespace
 from crewlet_operator.owners import owner_key_of
 from crewlet_operator.predicate import Predicate
 from crewlet_operator.reconcile import Request
-from crewlet_operator.workqueue import LOW_PRIORITY, NORMAL_PRIORITY, RateLimitingQueue
+from crewlet_operator.workqueue import LOW_PRIORITY, NORMAL_PRIORITY, FairQueue
 
 MapFunc = Callable[[KubeObject], Iterable[Request]]
 """Maps a watched object to the requests it should trigger (``watches``)."""
@@ -61,7 +61,7 @@ class EnqueueHandler:
 
     def __init__(
         self,
-        queue: RateLimitingQueue[Request],
+        queue: FairQueue[Request],
         mapper: MapFunc,
         predicates: Sequence[Predicate] = (),
         *,

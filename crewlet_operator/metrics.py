@@ -375,7 +375,7 @@ def init_controller_metrics(controller: str, max_concurrent_reconciles: int) -> 
 class WorkqueueMetrics:
     """The workqueue metrics of one queue, with its ``name`` and ``controller`` labels bound.
 
-    A :class:`~crewlet_operator.workqueue.RateLimitingQueue` given an instance reports to it;
+    A :class:`~crewlet_operator.workqueue.FairQueue` given an instance reports to it;
     the queue keeps the timestamps, this class only records numbers. Creating an instance
     creates the series (at zero), so a queue shows up in ``/metrics`` before its first add.
 

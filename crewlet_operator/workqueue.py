@@ -5,18 +5,20 @@ An asyncio port of client-go's ``util/workqueue`` (``queue.go``, ``delaying_queu
 often it is added, a key is never handed to two workers at the same time, and a key added
 while it is being worked on is worked on again once the worker is done.
 
-Every key has a **priority** (an ``int``; :data:`NORMAL_PRIORITY` unless the add says
-otherwise), as in controller-runtime's priority queue: events of an informer's initial list come
-in at :data:`LOW_PRIORITY`, so a new tenant does not wait behind a start-up's backlog. Keys are
-handed out highest priority first, then earliest ready first. Unlike controller-runtime's
-queue, a waiting key **ages**: every ``aging_interval`` seconds it waits while the queue is being
-served count as one more priority point, so no key starves under any arrival pattern. The bound,
-held by property tests: a key of priority ``p`` that became ready at ``t`` is handed out before
-any key of priority at most ``P`` that becomes ready after ``t + (P - p) * aging_interval`` (with
-the defaults, an initial-list key waits at most 25 s of service behind later normal work, then
-only for the keys already waiting, at most one per distinct key).
+Which waiting key comes out next is the queue's order, :mod:`crewlet_operator.fairorder`: it is
+**fair** in two ways. Every key has a **priority** (an ``int``; :data:`NORMAL_PRIORITY` unless
+the add says otherwise), as in controller-runtime's priority queue: events of an informer's
+initial list come in at :data:`LOW_PRIORITY`, so a new tenant does not wait behind a start-up's
+backlog. Keys are handed out highest priority first, then earliest ready first. Unlike
+controller-runtime's queue, a waiting key **ages**: every ``aging_interval`` seconds it waits
+while the queue is being served count as one more priority point, so no key starves under any
+arrival pattern. The bound, held by property tests: a key of priority ``p`` that became ready
+at ``t`` is handed out before any key of priority at most ``P`` that becomes ready after
+``t + (P - p) * aging_interval`` (with the defaults, an initial-list key waits at most 25 s of
+service behind later normal work, then only for the keys already waiting, at most one per
+distinct key).
 
-Within that order the queue is **fair** between tenants when given a ``fairness_key`` (a
+Within that order the queue is fair between tenants when given a ``fairness_key`` (a
 function of the item; a controller's default is the request's namespace): the waiting items of
 each fairness key form a line of their own, in the order above, and the lines take turns.
 A key's line is ordered among the others by its first item, as if that item became ready no
@@ -34,7 +36,7 @@ worker behind a backlog of low-priority work that holds every other one. A key's
 decides, not its aged one: a backlog that has waited long is served first by the other workers,
 never by the reserved ones. A typical worker::
 
-    queue: RateLimitingQueue[str] = RateLimitingQueue("crewlets")
+    queue: FairQueue[str] = FairQueue("crewlets")
 
     async def worker() -> None:
         while True:
@@ -66,9 +68,11 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Hashable
 from contextlib import suppress
-from typing import TYPE_CHECKING, Generic, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
 
 from crewlet_operator.errors import QueueShutDown
+from crewlet_operator.fairorder import FairOrder
 from crewlet_operator.ratelimit import Clock, default_controller_rate_limiter
 
 if TYPE_CHECKING:
@@ -80,8 +84,8 @@ __all__ = [
     "HIGH_PRIORITY",
     "LOW_PRIORITY",
     "NORMAL_PRIORITY",
+    "FairQueue",
     "QueueShutDown",
-    "RateLimitingQueue",
 ]
 
 K = TypeVar("K", bound=Hashable)
@@ -99,40 +103,43 @@ MAX_PRIORITY_LABELS = 8
 """Distinct ``priority`` label values a queue reports ``workqueue_depth`` under; further ones
 share the label ``other`` (a priority per request would otherwise make a series per value)."""
 
-# Below this many heap entries stale ones are not worth a rebuild.
+# Below this many delayed entries stale ones are not worth a rebuild.
 _COMPACT_MIN_HEAP = 64
-# The two lanes: every queued item, and the urgent ones (priority >= urgent_priority).
-_EVERY = 0
-_URGENT = 1
-
-# An item's entry in its line: (ready - priority * aging, ready, sequence number, item).
-_Entry = tuple[float, float, int, K]
 
 
-class _Line(Generic[K]):
-    """The queued items of one fairness key, and when the key was last served."""
+@dataclass(slots=True)
+class _Dirty:
+    """What a dirty item (queued, or re-added while processed) is wanted at."""
 
-    __slots__ = ("heaps", "key", "rank", "size", "tops", "turn")
-
-    def __init__(self, key: Hashable) -> None:
-        self.key = key
-        # Entries of its items: every queued one in heaps[_EVERY], the urgent ones also in
-        # heaps[_URGENT] (the same tuple).
-        self.heaps: tuple[list[_Entry[K]], list[_Entry[K]]] = ([], [])
-        # Its live entry in each of the queue's lanes; None when it has no item in the lane.
-        self.tops: list[_Turn[K] | None] = [None, None]
-        self.size = 0  # its queued items
-        self.turn = -math.inf  # the service time of its last hand-out
-        self.rank = -1  # the hand-out count at its last hand-out
+    priority: int
+    ready: float
+    """When it became ready, on the service clock: where it stands in the order."""
+    added: float
+    """When (on the queue's clock) this record was made: for a takeover's demotion and
+    ``workqueue_queue_duration_seconds``."""
 
 
-# A line's entry in a lane: (its head's key raised to the line's turn, the line's rank, the
-# head's ready time, the head's sequence number, a number of its own, the line).
-_Turn = tuple[float, int, float, int, int, _Line[K]]
+@dataclass(slots=True)
+class _Delayed:
+    """A delayed add: when it is due, its sequence number, and the priority it is added at."""
+
+    at: float
+    seq: int
+    priority: int
 
 
-class RateLimitingQueue(Generic[K]):
-    """A deduplicating priority work queue with delayed and rate-limited adds.
+class _Due(NamedTuple, Generic[K]):
+    """A delayed add's entry in the timer's heap, compared as a tuple: ``seq`` breaks ties and
+    never compares items. Live iff its ``seq`` is the item's :class:`_Delayed` one's."""
+
+    at: float
+    seq: int
+    item: K
+
+
+class FairQueue(Generic[K]):
+    """A deduplicating work queue, fair between fairness keys and to old work, in priority, with
+    delayed and rate-limited adds.
 
     :param name: The queue's name, for logs and metrics.
     :param rate_limiter: Decides the delay of :meth:`add_rate_limited`. Defaults to
@@ -151,46 +158,25 @@ class RateLimitingQueue(Generic[K]):
         in the line its key names). ``None`` (the default) puts every item in one line.
     """
 
-    # How the collections keep client-go's guarantees. Every method below preserves:
+    # How the collections keep client-go's guarantees; the queued items are those in
+    # ``_order``, whose own invariants (one place an item, the lines, the lanes) are in
+    # crewlet_operator/fairorder.py. Every method below preserves:
     #
-    # (1) No duplicates: an item has at most one live entry (the one whose sequence number
-    #     ``_queued`` holds; others are stale and skipped), and queued ⊆ dirty. ``add`` queues
-    #     only an item that was not dirty; raising a queued item's priority replaces its live
-    #     entry; ``get`` takes the live entry and clears dirty in the same step; ``done`` queues
-    #     only a dirty item, which cannot already be queued because of (2).
+    # (1) No duplicates: queued ⊆ dirty, and the order holds an item once. ``add`` pushes only
+    #     an item that was not dirty (raising a queued item's priority moves it); ``get`` pops
+    #     an item and clears its dirty record in the same step; ``done`` pushes only a dirty
+    #     item, which cannot already be queued because of (2).
     # (2) Never two workers on one key: processing ∩ queued = ∅. ``get`` moves an item from
-    #     the queue into processing; ``add`` of a processing item only marks it dirty. So a
+    #     the order into processing; ``add`` of a processing item only marks it dirty. So a
     #     processing item cannot be handed to a second getter until ``done`` runs.
     # (3) Added while processing ⇒ runs again after ``done``, exactly once: such an item is
-    #     dirty but not queued; ``done`` queues it once, further adds dedup on dirty.
+    #     dirty but not queued; ``done`` pushes it once, further adds dedup on dirty.
     # (4) dirty \ queued == the processing items that were re-added, i.e. ⊆ processing.
     # (5) Priorities: ``_dirty`` holds each dirty item's priority and ready time. Adding a dirty
     #     item again keeps the higher priority and the earlier ready time (so a key never moves
-    #     back); a queued item's live entry always matches its ``_dirty`` record.
-    # (6) Order within a line: a line's items come out by the smallest
-    #     ``ready - priority * aging_interval`` (ties: earlier ready, then earlier add). Ready
-    #     times are on the service clock, which stands still while the queue is paused, so a
-    #     key's advantage for having waited grows only while the queue is served: ordering by
-    #     that fixed key is ordering by priority raised by waiting time, without re-sorting.
-    # (7) Urgent lane: a live entry of priority >= ``urgent_priority`` is in both heaps of its
-    #     line, any other only in ``heaps[_EVERY]`` (so an entry is live in one iff in the
-    #     other); ``get(urgent_only=True)`` serves from ``heaps[_URGENT]`` and ``_lanes[_URGENT]``.
-    # (8) Lines: every queued item is in the line of its fairness key (one line for all without
-    #     ``fairness_key``), whose ``size`` counts them; ``_lines`` holds exactly the lines with
-    #     a queued item (an emptied line is dropped, with its turn).
-    # (9) Heads: the top of each heap of a line is live (stale entries are dropped as they reach
-    #     it, and a heap is rebuilt when over half of it is stale), and ``tops[lane]`` is the
-    #     line's one live entry in ``_lanes[lane]``, made from that top: its key raised to the
-    #     line's turn (``key + max(0, turn - ready)``), the line's rank, the top's ready time and
-    #     sequence number; None iff the heap is empty. Whatever may change a line's top or turn
-    #     (an entry pushed ahead of the top, a queued item's entry replaced, one taken) calls
-    #     ``_refresh``, which restores this; a new item pushed behind the top changes neither.
-    # (10) Turns: ``get`` takes the smallest live entry of its lane and hands out that line's
-    #     top; the line's ``turn`` and ``rank`` become the service time and the hand-out count
-    #     of that moment (-inf and -1 for a line that has not handed one out). So a line just
-    #     served goes behind every line whose entry is not later than now, that is every other
-    #     line waiting at its priority, and a line that waits keeps its entry: the lines of a
-    #     priority take turns, and aging works between lines as (6) within one.
+    #     back); a queued item stands in the order where its ``_dirty`` record says.
+    # (6) Aging: ready times are on the service clock, which stands still while the queue is
+    #     paused, so a key's advantage for having waited grows only while the queue is served.
     #
     # Delayed items (``_waiting``/``_heap``) are outside these sets: an item may wait for a
     # timer while also queued or processing; when the timer fires it simply goes through
@@ -217,16 +203,14 @@ class RateLimitingQueue(Generic[K]):
         )
         self._metrics = metrics
         self._clock = clock
-        self._aging = aging_interval
 
-        self._dirty: dict[K, tuple[int, float]] = {}  # item -> (priority, ready on service clock)
-        self._added: dict[K, float] = {}  # dirty item -> when (clock) its record was made
-        self._queued: dict[K, int] = {}  # item -> sequence number of its live entry
-        self._fairness = fairness_key
-        self._lines: dict[Hashable, _Line[K]] = {}  # fairness key -> its line
-        # Per lane (every item, urgent items only), a heap of the lines' entries.
-        self._lanes: tuple[list[_Turn[K]], list[_Turn[K]]] = ([], [])
-        self._handouts = itertools.count()
+        self._dirty: dict[K, _Dirty] = {}
+        self._order: FairOrder[K] = FairOrder(
+            aging_interval=aging_interval,
+            urgent_priority=urgent_priority,
+            fairness_key=fairness_key,
+            on_keys=None if metrics is None else metrics.fairness_keys,
+        )
         self._urgent_priority = urgent_priority
         self._processing: dict[K, int] = {}  # item -> the priority it was handed out with
         self._shutting_down = False
@@ -240,17 +224,15 @@ class RateLimitingQueue(Generic[K]):
         self._served = 0.0  # service seconds banked before the current run
         self._served_since = clock()
 
-        # Delayed adds: item -> (ready time, sequence, priority) plus a heap of the same
-        # entries. An entry superseded by an earlier time stays in the heap and is skipped when
-        # popped (cheaper than re-heapifying); the sequence breaks ties and never compares items.
-        self._waiting: dict[K, tuple[float, int, int]] = {}
-        self._heap: list[tuple[float, int, K]] = []
+        # Delayed adds, plus a heap of their entries. An entry superseded by an earlier time
+        # stays in the heap and is skipped when popped (cheaper than re-heapifying).
+        self._waiting: dict[K, _Delayed] = {}
+        self._heap: list[_Due[K]] = []
         self._seq = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
 
         # Metrics bookkeeping, only filled when metrics are reported.
-        self._add_times: dict[K, float] = {}
         self._start_times: dict[K, float] = {}
         self._labels: dict[int, str] = {}
         self._depth: Counter[str] = Counter()
@@ -261,17 +243,17 @@ class RateLimitingQueue(Generic[K]):
         Items re-added while being processed are not counted until :meth:`done` queues them
         (the ``workqueue_depth`` metric counts them, as in client-go).
         """
-        return len(self._queued)
+        return len(self._order)
 
     @property
     def idle(self) -> bool:
         """Whether nothing is queued and nothing is being processed (items waiting for a timer,
         from :meth:`add_after` or :meth:`add_rate_limited`, may still come)."""
-        return not self._queued and not self._processing
+        return not self._order and not self._processing
 
     def __repr__(self) -> str:
         return (
-            f"<{type(self).__name__} {self.name!r} queued={len(self._queued)} "
+            f"<{type(self).__name__} {self.name!r} queued={len(self._order)} "
             f"processing={len(self._processing)} waiting={len(self._waiting)}"
             f"{' shutting down' if self._shutting_down else ''}>"
         )
@@ -293,30 +275,30 @@ class RateLimitingQueue(Generic[K]):
         """
         if self._shutting_down:
             return
-        current = self._dirty.get(item)
-        if current is not None:
-            held, ready = current
-            if priority <= held:
+        held = self._dirty.get(item)
+        if held is not None:
+            if priority <= held.priority:
                 return
             # Invariant (5): the higher priority, the earlier ready time.
-            self._dirty[item] = (priority, ready)
-            self._count(held, -1)
-            self._count(priority, +1)
-            if item in self._queued:
-                self._push(item, priority, ready)
-                if held < self._urgent_priority <= priority:
+            was, held.priority = held.priority, priority
+            if self._metrics is not None:
+                self._count(was, -1)
+                self._count(priority, +1)
+            if item in self._order:
+                self._order.move(item, priority, held.ready)
+                if was < self._urgent_priority <= priority:
                     self._wake_one_getter(priority)  # it is urgent now
             return
-        self._dirty[item] = (priority, self._service_now())
-        self._added[item] = self._clock()
+        now = self._clock()
+        ready = self._served if self._paused else self._served + now - self._served_since
+        self._dirty[item] = _Dirty(priority, ready, now)
         if self._metrics is not None:
             self._metrics.add()
-            self._add_times.setdefault(item, self._clock())
-        self._count(priority, +1)
+            self._count(priority, +1)
         if item in self._processing:
             # Invariant (2): never queue an item a worker holds; done() will queue it.
             return
-        self._push(item, priority, self._dirty[item][1])
+        self._order.push(item, priority, ready)
         self._wake_one_getter(priority)
 
     async def get(self, *, urgent_only: bool = False) -> K:
@@ -331,8 +313,9 @@ class RateLimitingQueue(Generic[K]):
 
         :raises QueueShutDown: The queue is shut down and empty.
         """
+        order = self._order
         getters = self._urgent_getters if urgent_only else self._getters
-        while not (self._has_urgent() if urgent_only else self._queued):
+        while not (order.has_urgent() if urgent_only else order):
             if self._shutting_down:
                 raise QueueShutDown(self.name)
             waiter = asyncio.get_running_loop().create_future()
@@ -348,16 +331,13 @@ class RateLimitingQueue(Generic[K]):
                 if not waiter.cancelled():
                     self._pass_wake_up()
                 raise
-        item = self._take(_URGENT if urgent_only else _EVERY)
-        priority, _ = self._dirty.pop(item)
-        del self._added[item]
-        self._processing[item] = priority
-        self._count(priority, -1)
+        item = order.pop(self._service_now(), urgent_only=urgent_only)
+        taken = self._dirty.pop(item)
+        self._processing[item] = taken.priority
         if self._metrics is not None:
+            self._count(taken.priority, -1)
             now = self._clock()
-            added = self._add_times.pop(item, None)
-            if added is not None:
-                self._metrics.queue_duration(now - added)
+            self._metrics.queue_duration(now - taken.added)
             self._start_times[item] = now
         return item
 
@@ -368,9 +348,8 @@ class RateLimitingQueue(Generic[K]):
         those adds. Calling this for an item that is not being processed does nothing
         (client-go would queue a duplicate).
         """
-        if item not in self._processing:
+        if self._processing.pop(item, None) is None:
             return
-        del self._processing[item]
         if self._metrics is not None:
             started = self._start_times.pop(item, None)
             if started is not None:
@@ -378,8 +357,8 @@ class RateLimitingQueue(Generic[K]):
         again = self._dirty.get(item)
         if again is not None:
             # Invariant (3): it was re-added while processing and is not queued yet (2).
-            self._push(item, *again)
-            self._wake_one_getter(again[0])
+            self._order.push(item, again.priority, again.ready)
+            self._wake_one_getter(again.priority)
         if not self._processing:
             self._wake_drain_waiters()
 
@@ -390,14 +369,14 @@ class RateLimitingQueue(Generic[K]):
         For a replica that takes over: what its informers saw while the previous leader was
         alive is that leader's work, to be checked again after what it may have missed.
         """
-        for item, added in self._added.items():
-            held, ready = self._dirty[item]
-            if added < moment and held > priority:
-                self._dirty[item] = (priority, ready)
-                self._count(held, -1)
-                self._count(priority, +1)
-                if item in self._queued:
-                    self._push(item, priority, ready)
+        for item, held in self._dirty.items():
+            if held.added < moment and held.priority > priority:
+                was, held.priority = held.priority, priority
+                if self._metrics is not None:
+                    self._count(was, -1)
+                    self._count(priority, +1)
+                if item in self._order:
+                    self._order.move(item, priority, held.ready)
 
     def pending(self) -> set[K]:
         """The items waiting to be handed out: queued, or re-added while being processed."""
@@ -411,9 +390,9 @@ class RateLimitingQueue(Generic[K]):
     def priority_of(self, item: K) -> int | None:
         """The priority ``item`` holds: the one it was added with if it is queued or re-added,
         else the one it was handed out with while it is processed; None for any other item."""
-        dirty = self._dirty.get(item)
-        if dirty is not None:
-            return dirty[0]
+        held = self._dirty.get(item)
+        if held is not None:
+            return held.priority
         return self._processing.get(item)
 
     # --- aging ----------------------------------------------------------------------------
@@ -435,87 +414,6 @@ class RateLimitingQueue(Generic[K]):
         if self._paused:
             return self._served
         return self._served + self._clock() - self._served_since
-
-    def _push(self, item: K, priority: int, ready: float) -> None:
-        """Give ``item`` a live entry in its line (its previous one, if queued, goes stale)."""
-        key = None if self._fairness is None else self._fairness(item)
-        line = self._lines.get(key)
-        if line is None:
-            line = self._lines[key] = _Line(key)
-            self._count_lines()
-        again = item in self._queued
-        if not again:
-            line.size += 1
-        seq = next(self._seq)
-        self._queued[item] = seq
-        entry = (ready - priority * self._aging, ready, seq, item)
-        every, urgent = line.heaps
-        heapq.heappush(every, entry)
-        if priority >= self._urgent_priority:  # invariant (7)
-            heapq.heappush(urgent, entry)
-        # A new item behind the line's first changes nothing of (9): the tops stay live.
-        if again or every[0] is entry or (urgent and urgent[0] is entry):
-            self._refresh(line)
-
-    def _refresh(self, line: _Line[K]) -> None:
-        """Restore invariant (9) for ``line``, whose entries or turn just changed."""
-        for lane, heap in enumerate(line.heaps):
-            if len(heap) > _COMPACT_MIN_HEAP and len(heap) > 2 * line.size:
-                heap[:] = [e for e in heap if self._queued.get(e[3]) == e[2]]
-                heapq.heapify(heap)
-            while heap and self._queued.get(heap[0][3]) != heap[0][2]:
-                heapq.heappop(heap)
-            top = line.tops[lane]
-            if not heap:
-                line.tops[lane] = None
-                continue
-            key, ready, seq, _ = heap[0]
-            if top is not None and top[3] == seq and top[1] == line.rank:
-                continue  # still the line's entry
-            raised = key + max(0.0, line.turn - ready)
-            entry = (raised, line.rank, ready, seq, next(self._seq), line)
-            line.tops[lane] = entry
-            turns = self._lanes[lane]
-            heapq.heappush(turns, entry)
-            if len(turns) > _COMPACT_MIN_HEAP and len(turns) > 2 * len(self._lines):
-                turns[:] = [e for e in turns if e[5].tops[lane] is e]
-                heapq.heapify(turns)
-
-    def _has_urgent(self) -> bool:
-        """Whether an urgent item is queued (dropping the stale entries on top of its lane)."""
-        turns = self._lanes[_URGENT]
-        while turns and turns[0][5].tops[_URGENT] is not turns[0]:
-            heapq.heappop(turns)
-        return bool(turns)
-
-    def _take(self, lane: int) -> K:
-        """Take the head of the line whose entry in ``lane`` is smallest (invariant 10); the
-        item's entry in the line's other heap, if any, is stale from now on."""
-        turns = self._lanes[lane]
-        while True:
-            entry = heapq.heappop(turns)
-            line = entry[5]
-            if line.tops[lane] is entry:
-                break
-        item = heapq.heappop(line.heaps[lane])[3]
-        del self._queued[item]
-        line.size -= 1
-        if line.size:
-            line.turn = self._service_now()
-            line.rank = next(self._handouts)
-            self._refresh(line)
-        else:  # invariant (8): an empty line is dropped, its entries and turn with it
-            del self._lines[line.key]
-            line.tops = [None, None]
-            for heap in line.heaps:
-                heap.clear()  # stale entries only
-            self._count_lines()
-        return item
-
-    def _count_lines(self) -> None:
-        """Keep ``crewlet_operator_workqueue_fairness_keys``: the lines with a queued item."""
-        if self._metrics is not None:
-            self._metrics.fairness_keys(len(self._lines))
 
     def _count(self, priority: int, delta: int) -> None:
         """Keep ``workqueue_depth{priority}``: the dirty items of each priority label."""
@@ -593,9 +491,9 @@ class RateLimitingQueue(Generic[K]):
 
     def _pass_wake_up(self) -> None:
         """Wake another getter for what a cancelled one was woken for, if it is still queued."""
-        if self._has_urgent() and self._wake(self._urgent_getters):
+        if self._order.has_urgent() and self._wake(self._urgent_getters):
             return
-        if self._queued:
+        if self._order:
             self._wake(self._getters)
 
     @staticmethod
@@ -640,16 +538,15 @@ class RateLimitingQueue(Generic[K]):
         ready_at = self._clock() + delay
         current = self._waiting.get(item)
         if current is not None:
-            priority = max(priority, current[2])
-            if current[0] <= ready_at:
-                if priority != current[2]:
-                    self._waiting[item] = (current[0], current[1], priority)
+            priority = max(priority, current.priority)
+            if current.at <= ready_at:
+                current.priority = priority
                 return  # keep the earlier time
         seq = next(self._seq)
-        self._waiting[item] = (ready_at, seq, priority)
-        heapq.heappush(self._heap, (ready_at, seq, item))
+        self._waiting[item] = _Delayed(ready_at, seq, priority)
+        heapq.heappush(self._heap, _Due(ready_at, seq, item))
         if len(self._heap) > _COMPACT_MIN_HEAP and len(self._heap) > 2 * len(self._waiting):
-            self._heap = [(at, s, it) for it, (at, s, _) in self._waiting.items()]
+            self._heap = [_Due(held.at, held.seq, it) for it, held in self._waiting.items()]
             heapq.heapify(self._heap)
         self._arm_timer()
 
@@ -657,9 +554,10 @@ class RateLimitingQueue(Generic[K]):
         """Return the earliest live ready time, discarding superseded heap entries."""
         heap = self._heap
         while heap:
-            ready_at, seq, item = heap[0]
-            if self._waiting.get(item, (None, None))[:2] == (ready_at, seq):
-                return ready_at
+            due = heap[0]
+            held = self._waiting.get(due.item)
+            if held is not None and held.seq == due.seq:  # the seq is unique: so is the time
+                return due.at
             heapq.heappop(heap)
         return None
 
@@ -694,9 +592,8 @@ class RateLimitingQueue(Generic[K]):
         """
         now = self._clock()
         while (ready_at := self._next_ready_at()) is not None and ready_at <= now:
-            _, _, item = heapq.heappop(self._heap)
-            _, _, priority = self._waiting.pop(item)
-            self.add(item, priority)
+            item = heapq.heappop(self._heap).item
+            self.add(item, self._waiting.pop(item).priority)
         self._arm_timer()
 
     # --- rate limiting --------------------------------------------------------------------

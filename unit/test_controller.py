@@ -23,7 +23,7 @@ from crewlet_operator.workqueue import (
     HIGH_PRIORITY,
     LOW_PRIORITY,
     NORMAL_PRIORITY,
-    RateLimitingQueue,
+    FairQueue,
 )
 
 REQ = Request("ns", "obj")
@@ -109,7 +109,7 @@ async def test_requeue_adds_again_after_a_backoff_that_grows() -> None:
 
 
 def test_handlers_map_objects_and_owners_and_respect_predicates() -> None:
-    queue: RateLimitingQueue[Request] = RateLimitingQueue("unit-handlers")
+    queue: FairQueue[Request] = FairQueue("unit-handlers")
     child = {
         "metadata": {
             "name": "c",
@@ -155,7 +155,7 @@ async def test_a_requeue_keeps_the_priority_of_the_request_unless_the_result_say
 
 
 def test_an_initial_list_is_queued_low_and_events_normal() -> None:
-    queue: RateLimitingQueue[Request] = RateLimitingQueue("unit-handler-priority")
+    queue: FairQueue[Request] = FairQueue("unit-handler-priority")
     handler = EnqueueHandler(queue, request_for_object)
     handler.on_add({"metadata": {"name": "listed", "namespace": "ns"}}, initial=True)
     handler.on_add({"metadata": {"name": "created", "namespace": "ns"}})
@@ -169,7 +169,7 @@ def test_an_initial_list_is_queued_low_and_events_normal() -> None:
 def test_an_owned_kinds_initial_list_is_left_to_the_primarys() -> None:
     """initial=False (what Builder.owns uses): a child of the initial list requests nothing, a
     child created or changed later requests its owner as before."""
-    queue: RateLimitingQueue[Request] = RateLimitingQueue("unit-handler-owned-initial")
+    queue: FairQueue[Request] = FairQueue("unit-handler-owned-initial")
     handler = EnqueueHandler(
         queue, lambda child: [Request("ns", child["metadata"]["labels"]["owner"])], initial=False
     )

@@ -22,8 +22,8 @@ from crewlet_operator.workqueue import (
     HIGH_PRIORITY,
     LOW_PRIORITY,
     NORMAL_PRIORITY,
+    FairQueue,
     QueueShutDown,
-    RateLimitingQueue,
 )
 
 _names = itertools.count()
@@ -35,11 +35,11 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{next(_names)}"
 
 
-async def get_soon(queue: RateLimitingQueue[T], timeout: float = 1.0) -> T:
+async def get_soon(queue: FairQueue[T], timeout: float = 1.0) -> T:
     return await asyncio.wait_for(queue.get(), timeout)
 
 
-async def assert_nothing_to_get(queue: RateLimitingQueue[str]) -> None:
+async def assert_nothing_to_get(queue: FairQueue[str]) -> None:
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(queue.get(), 0.01)
 
@@ -49,54 +49,66 @@ async def settle(rounds: int = 5) -> None:
         await asyncio.sleep(0)
 
 
-def check_invariants(queue: RateLimitingQueue[Any]) -> None:
-    """The invariants documented in workqueue.py, read off the internals."""
+def check_invariants(queue: FairQueue[Any]) -> None:
+    """The invariants documented in workqueue.py and fairorder.py, read off the internals
+    (the queue's (1)-(6), the order's (a)-(e))."""
+    order = queue._order
     live = [
-        (key, ready, item, line)
-        for line in queue._lines.values()
-        for key, ready, seq, item in line.heaps[0]
-        if queue._queued.get(item) == seq
+        (entry, line)
+        for line in order._lines.values()
+        for entry in line.every.heap
+        if entry.place.seq == entry.seq
     ]
-    queued = [item for _, _, item, _ in live]
+    queued = [entry.place.item for entry, _ in live]
     assert len(queued) == len(set(queued)), f"duplicate in queue: {queued}"  # (1)
-    assert set(queued) == set(queue._queued)  # (1): every queued item has one live entry
+    assert set(queued) == set(order._places)  # (1), (a): every queued item has one live entry
+    assert all(order._places[entry.place.item] is entry.place for entry, _ in live)  # (a)
     assert set(queued) <= set(queue._dirty)  # (1), (4)
     assert not set(queued) & set(queue._processing)  # (2)
     assert set(queue._dirty) - set(queued) <= set(queue._processing)  # (3), (4)
-    assert set(queue._added) == set(queue._dirty)
-    for key, ready, item, line in live:  # (5), (6): the live entry is the dirty record's
-        priority, dirty_ready = queue._dirty[item]
-        assert ready == dirty_ready
-        assert key == pytest.approx(ready - priority * queue._aging)
-        fairness = None if queue._fairness is None else queue._fairness(item)
-        assert queue._lines[fairness] is line  # (8): in the line of its key
+    # Each dirty item's add time is a field of its record: one for each, by construction.
+    for entry, line in live:  # (5): the live entry is the dirty record's, ranked as the order says
+        held = queue._dirty[entry.place.item]
+        assert entry.ready == held.ready
+        assert entry.rank == pytest.approx(held.ready - held.priority * order._aging)
+        item = entry.place.item
+        fairness = None if order._fairness is None else order._fairness(item)
+        assert order._lines[fairness] is line is entry.place.line  # (b): in its key's line
     urgent = {
-        item
-        for line in queue._lines.values()
-        for _, _, seq, item in line.heaps[1]
-        if queue._queued.get(item) == seq
+        entry.place.item
+        for line in order._lines.values()
+        for entry in line.urgent.heap
+        if entry.place.seq == entry.seq
     }
-    assert urgent == {  # (7): the urgent lane holds exactly the urgent queued items
-        item for item in queue._queued if queue._dirty[item][0] >= queue._urgent_priority
+    assert urgent == {  # (c): the urgent lane holds exactly the urgent queued items
+        item for item in order._places if queue._dirty[item].priority >= order._urgent_priority
     }
-    for fairness, line in queue._lines.items():  # (8), (9)
+    for fairness, line in order._lines.items():  # (b), (d)
         assert line.key == fairness
-        assert line.size == sum(1 for _, _, item, held in live if held is line) > 0
-        for lane, heap in enumerate(line.heaps):
-            top = line.tops[lane]
-            if not any(queue._queued.get(item) == seq for _, _, seq, item in heap):
-                assert top is None
+        assert line.size == sum(1 for _, held in live if held is line) > 0
+        assert line.every.lane is order._every
+        assert line.urgent.lane is order._urgent
+        for track in line.tracks:
+            turn = track.turn
+            if not any(entry.place.seq == entry.seq for entry in track.heap):
+                assert turn is None
                 continue
-            key, ready, seq, _ = heap[0]
-            assert queue._queued.get(heap[0][3]) == seq  # the top is live
-            assert top is not None
-            assert top[:4] == (key + max(0.0, line.turn - ready), line.rank, ready, seq)
-            assert top[5] is line
-            assert top in queue._lanes[lane]
-    for lane, turns in enumerate(queue._lanes):  # (9): a lane's live entries are the tops
-        tops = [entry for entry in turns if entry[5].tops[lane] is entry]
-        assert len(tops) == len({id(entry[5]) for entry in tops})
-        assert all(queue._lines.get(entry[5].key) is entry[5] for entry in tops)
+            head = track.heap[0]
+            assert head.place.seq == head.seq  # the top is live
+            assert turn is not None
+            raised = head.rank + max(0.0, line.served - head.ready)
+            assert (turn.rank, turn.handout, turn.ready, turn.seq) == (
+                raised,
+                line.handout,
+                head.ready,
+                head.seq,
+            )
+            assert turn.track is track
+            assert turn in track.lane
+    for lane in (order._every, order._urgent):  # (d): a lane's live turns are the tracks'
+        turns = [turn for turn in lane if turn.track.turn is turn]
+        assert len(turns) == len({id(turn.track.line) for turn in turns})
+        assert all(order._lines.get(turn.track.line.key) is turn.track.line for turn in turns)
 
 
 def sample(metric: str, name: str, **labels: str) -> float | None:
@@ -107,7 +119,7 @@ def sample(metric: str, name: str, **labels: str) -> float | None:
 
 
 async def test_add_deduplicates_queued_items() -> None:
-    queue = RateLimitingQueue[str]("dedup")
+    queue = FairQueue[str]("dedup")
     for item in ["a", "a", "b", "a", "b"]:
         queue.add(item)
     assert len(queue) == 2
@@ -119,7 +131,7 @@ async def test_add_deduplicates_queued_items() -> None:
 
 
 async def test_items_come_out_in_fifo_order() -> None:
-    queue = RateLimitingQueue[str]("fifo")
+    queue = FairQueue[str]("fifo")
     items = [f"k{i}" for i in range(20)]
     for item in items:
         queue.add(item)
@@ -127,7 +139,7 @@ async def test_items_come_out_in_fifo_order() -> None:
 
 
 async def test_get_waits_for_an_add() -> None:
-    queue = RateLimitingQueue[str]("wait")
+    queue = FairQueue[str]("wait")
     getter = asyncio.create_task(queue.get())
     await settle()
     assert not getter.done()
@@ -136,7 +148,7 @@ async def test_get_waits_for_an_add() -> None:
 
 
 async def test_readd_while_processing_runs_again_after_done_exactly_once() -> None:
-    queue = RateLimitingQueue[str]("readd")
+    queue = FairQueue[str]("readd")
     queue.add("a")
     assert await get_soon(queue) == "a"
     for _ in range(3):
@@ -155,7 +167,7 @@ async def test_readd_while_processing_runs_again_after_done_exactly_once() -> No
 
 
 async def test_done_without_readd_does_not_requeue() -> None:
-    queue = RateLimitingQueue[str]("done-plain")
+    queue = FairQueue[str]("done-plain")
     queue.add("a")
     await get_soon(queue)
     queue.done("a")
@@ -165,7 +177,7 @@ async def test_done_without_readd_does_not_requeue() -> None:
 
 
 async def test_done_for_an_item_not_processing_is_a_noop() -> None:
-    queue = RateLimitingQueue[str]("done-noop")
+    queue = FairQueue[str]("done-noop")
     queue.add("a")
     queue.done("a")  # queued, not processing: must not queue a duplicate
     queue.done("zzz")
@@ -174,7 +186,7 @@ async def test_done_for_an_item_not_processing_is_a_noop() -> None:
 
 
 async def test_never_two_workers_on_one_key() -> None:
-    queue = RateLimitingQueue[str]("workers")
+    queue = FairQueue[str]("workers")
     active: set[str] = set()
     overlaps: list[str] = []
     runs: list[str] = []
@@ -212,7 +224,7 @@ async def test_never_two_workers_on_one_key() -> None:
 
 
 async def test_cancelled_getter_passes_its_wakeup_on() -> None:
-    queue = RateLimitingQueue[str]("cancel")
+    queue = FairQueue[str]("cancel")
     first = asyncio.create_task(queue.get())
     second = asyncio.create_task(queue.get())
     await settle()
@@ -227,7 +239,7 @@ async def test_cancelled_getter_passes_its_wakeup_on() -> None:
 
 
 async def test_add_after_releases_in_ready_time_order_with_real_timers() -> None:
-    queue = RateLimitingQueue[str]("after-real")
+    queue = FairQueue[str]("after-real")
     queue.add_after("slow", 0.03)
     queue.add_after("fast", 0.01)
     queue.add_after("mid", 0.02)
@@ -237,7 +249,7 @@ async def test_add_after_releases_in_ready_time_order_with_real_timers() -> None
 
 async def test_add_after_with_fake_clock() -> None:
     clock = FakeClock()
-    queue = RateLimitingQueue[str]("after-fake", clock=clock)
+    queue = FairQueue[str]("after-fake", clock=clock)
     queue.add_after("a", 10.0)
     queue.add_after("b", 5.0)
     queue._release_ready()
@@ -257,7 +269,7 @@ async def test_add_after_with_fake_clock() -> None:
 
 async def test_add_after_keeps_the_earlier_ready_time() -> None:
     clock = FakeClock()
-    queue = RateLimitingQueue[str]("after-min", clock=clock)
+    queue = FairQueue[str]("after-min", clock=clock)
     queue.add_after("later-first", 10.0)
     queue.add_after("later-first", 3.0)  # earlier: replaces
     queue.add_after("earlier-first", 3.0)
@@ -278,7 +290,7 @@ async def test_add_after_keeps_the_earlier_ready_time() -> None:
 
 
 async def test_add_after_with_no_delay_adds_now() -> None:
-    queue = RateLimitingQueue[str]("after-zero", clock=FakeClock())
+    queue = FairQueue[str]("after-zero", clock=FakeClock())
     queue.add_after("zero", 0.0)
     queue.add_after("negative", -1.0)
     assert len(queue) == 2
@@ -287,7 +299,7 @@ async def test_add_after_with_no_delay_adds_now() -> None:
 
 async def test_many_delayed_items_share_one_timer() -> None:
     clock = FakeClock()
-    queue = RateLimitingQueue[str]("after-many", clock=clock)
+    queue = FairQueue[str]("after-many", clock=clock)
     for i in range(10_000):
         queue.add_after(f"k{i}", 1.0 + (i % 100) / 10)
     timer = queue._timer
@@ -302,7 +314,7 @@ async def test_many_delayed_items_share_one_timer() -> None:
 
 
 async def test_superseded_heap_entries_are_compacted() -> None:
-    queue = RateLimitingQueue[str]("after-compact", clock=FakeClock())
+    queue = FairQueue[str]("after-compact", clock=FakeClock())
     for i in range(1000):
         queue.add_after("a", 1000.0 - i)  # each call moves the same item earlier
     assert len(queue._waiting) == 1
@@ -311,7 +323,7 @@ async def test_superseded_heap_entries_are_compacted() -> None:
 
 
 async def test_the_timer_fires_for_the_new_head_when_an_earlier_item_arrives() -> None:
-    queue = RateLimitingQueue[str]("after-rearm")
+    queue = FairQueue[str]("after-rearm")
     queue.add_after("late", 30.0)
     queue.add_after("early", 0.01)
     assert await get_soon(queue) == "early"
@@ -325,7 +337,7 @@ async def test_the_timer_fires_for_the_new_head_when_an_earlier_item_arrives() -
 async def test_add_rate_limited_waits_for_the_limiter() -> None:
     clock = FakeClock()
     limiter = RecordingLimiter(7.0)
-    queue = RateLimitingQueue[str]("limited", rate_limiter=limiter, clock=clock)
+    queue = FairQueue[str]("limited", rate_limiter=limiter, clock=clock)
     queue.add_rate_limited("a")
     assert limiter.whens == ["a"]
     clock.advance(6.9)
@@ -343,7 +355,7 @@ async def test_add_rate_limited_waits_for_the_limiter() -> None:
 async def test_forget_resets_the_backoff() -> None:
     clock = FakeClock()
     limiter = ItemExponentialFailureRateLimiter[str](base_delay=1.0, max_delay=100.0)
-    queue = RateLimitingQueue[str]("forget", rate_limiter=limiter, clock=clock)
+    queue = FairQueue[str]("forget", rate_limiter=limiter, clock=clock)
     for _ in range(3):
         queue.add_rate_limited("a")  # delays 1, 2, 4: the earliest (1 s) stays
     assert queue.num_requeues("a") == 3
@@ -366,7 +378,7 @@ async def test_forget_resets_the_backoff() -> None:
 
 async def test_default_rate_limiter_backs_off_exponentially() -> None:
     clock = FakeClock()
-    queue = RateLimitingQueue[str]("default-limiter", clock=clock)
+    queue = FairQueue[str]("default-limiter", clock=clock)
     queue.add_rate_limited("a")
     queue._release_ready()
     assert len(queue) == 0
@@ -381,7 +393,7 @@ async def test_default_rate_limiter_backs_off_exponentially() -> None:
 
 
 async def test_shut_down_wakes_every_getter() -> None:
-    queue = RateLimitingQueue[str]("shutdown-wake")
+    queue = FairQueue[str]("shutdown-wake")
     getters = [asyncio.create_task(queue.get()) for _ in range(3)]
     await settle()
     assert not any(getter.done() for getter in getters)
@@ -392,7 +404,7 @@ async def test_shut_down_wakes_every_getter() -> None:
 
 
 async def test_getters_drain_queued_items_after_shut_down() -> None:
-    queue = RateLimitingQueue[str]("shutdown-drain-queue")
+    queue = FairQueue[str]("shutdown-drain-queue")
     queue.add("a")
     queue.add("b")
     queue.shut_down()
@@ -404,7 +416,7 @@ async def test_getters_drain_queued_items_after_shut_down() -> None:
 
 async def test_adds_after_shut_down_are_ignored() -> None:
     limiter = RecordingLimiter(1.0)
-    queue = RateLimitingQueue[str]("shutdown-adds", rate_limiter=limiter)
+    queue = FairQueue[str]("shutdown-adds", rate_limiter=limiter)
     queue.shut_down()
     queue.add("a")
     queue.add_after("b", 0.0)
@@ -418,7 +430,7 @@ async def test_adds_after_shut_down_are_ignored() -> None:
 
 
 async def test_shut_down_drops_delayed_items() -> None:
-    queue = RateLimitingQueue[str]("shutdown-delayed")
+    queue = FairQueue[str]("shutdown-delayed")
     queue.add_after("a", 0.01)
     queue.shut_down()
     assert queue._timer is None
@@ -429,7 +441,7 @@ async def test_shut_down_drops_delayed_items() -> None:
 
 
 async def test_item_readded_before_shutdown_is_still_handed_out() -> None:
-    queue = RateLimitingQueue[str]("shutdown-dirty")
+    queue = FairQueue[str]("shutdown-dirty")
     queue.add("a")
     await get_soon(queue)
     queue.add("a")
@@ -439,7 +451,7 @@ async def test_item_readded_before_shutdown_is_still_handed_out() -> None:
 
 
 async def test_shut_down_with_drain_waits_for_in_flight_work() -> None:
-    queue = RateLimitingQueue[str]("drain")
+    queue = FairQueue[str]("drain")
     queue.add("a")
     queue.add("b")
     assert await get_soon(queue) == "a"
@@ -456,14 +468,14 @@ async def test_shut_down_with_drain_waits_for_in_flight_work() -> None:
 
 
 async def test_drain_returns_at_once_when_idle() -> None:
-    queue = RateLimitingQueue[str]("drain-idle")
+    queue = FairQueue[str]("drain-idle")
     queue.add("queued-but-not-started")
     await asyncio.wait_for(queue.drain(), 1.0)
     await asyncio.wait_for(queue.shut_down_with_drain(), 1.0)
 
 
 async def test_shut_down_abandons_a_drain() -> None:
-    queue = RateLimitingQueue[str]("drain-abandon")
+    queue = FairQueue[str]("drain-abandon")
     queue.add("stuck")
     await get_soon(queue)
     draining = asyncio.create_task(queue.shut_down_with_drain())
@@ -474,7 +486,7 @@ async def test_shut_down_abandons_a_drain() -> None:
 
 
 async def test_drain_on_a_live_queue_waits_for_processing_to_empty() -> None:
-    queue = RateLimitingQueue[str]("drain-live")
+    queue = FairQueue[str]("drain-live")
     queue.add("a")
     await get_soon(queue)
     draining = asyncio.create_task(queue.drain())
@@ -491,7 +503,7 @@ async def test_drain_on_a_live_queue_waits_for_processing_to_empty() -> None:
 async def test_metrics_follow_the_queue() -> None:
     name = unique("metrics")
     clock = FakeClock()
-    queue = RateLimitingQueue[str](
+    queue = FairQueue[str](
         name,
         rate_limiter=RecordingLimiter(2.0),
         metrics=WorkqueueMetrics(name, "ctl"),
@@ -551,7 +563,7 @@ async def test_metrics_follow_the_queue() -> None:
 async def test_queue_latency_of_a_readd_includes_the_wait_for_done() -> None:
     name = unique("metrics-readd")
     clock = FakeClock()
-    queue = RateLimitingQueue[str](name, metrics=WorkqueueMetrics(name, "ctl"), clock=clock)
+    queue = FairQueue[str](name, metrics=WorkqueueMetrics(name, "ctl"), clock=clock)
     queue.add("a")
     await get_soon(queue)
     queue.add("a")  # t = 0, while processing
@@ -564,7 +576,7 @@ async def test_queue_latency_of_a_readd_includes_the_wait_for_done() -> None:
 async def test_unfinished_work_loop_samples_until_shutdown() -> None:
     name = unique("metrics-loop")
     clock = FakeClock()
-    queue = RateLimitingQueue[str](name, metrics=WorkqueueMetrics(name, "ctl"), clock=clock)
+    queue = FairQueue[str](name, metrics=WorkqueueMetrics(name, "ctl"), clock=clock)
     queue.add("a")
     await get_soon(queue)
     loop_task = asyncio.create_task(queue.unfinished_work_loop(period=0.001))
@@ -781,7 +793,7 @@ async def test_property_queue_matches_model_and_delivers_everything(
     Without a fairness key (one line) or with three."""
     clock = FakeClock(0.0)
     fairness = None if lines == 1 else (lambda key: key % lines)
-    queue = RateLimitingQueue[int]("property-model", clock=clock, fairness_key=fairness)
+    queue = FairQueue[int]("property-model", clock=clock, fairness_key=fairness)
     model = Model(lines=lines)
     try:
         for op in ops:
@@ -827,9 +839,9 @@ async def test_property_queue_matches_model_and_delivers_everything(
                 model.resume()
             check_invariants(queue)
             assert len(queue) == len(model.queued)
-            assert queue._dirty == model.dirty
+            assert {k: (d.priority, d.ready) for k, d in queue._dirty.items()} == model.dirty
             assert queue._processing == model.processing
-            assert {k: (at, p) for k, (at, _, p) in queue._waiting.items()} == {
+            assert {k: (d.at, d.priority) for k, d in queue._waiting.items()} == {
                 k: (at, p) for k, (at, _, p) in model.waiting.items()
             }
 
@@ -873,7 +885,7 @@ async def test_property_no_key_starves_under_any_arrival_pattern(
     overtake it however the arrivals go on. The same with fairness keys, X alone in its own
     and the arrivals spread over three others, which take turns."""
     clock = FakeClock(0.0)
-    queue = RateLimitingQueue[str](
+    queue = FairQueue[str](
         "property-starvation",
         clock=clock,
         fairness_key=(lambda key: key if key == "x" else int(key[1:]) % 3) if fair else None,
@@ -914,7 +926,7 @@ async def test_property_no_key_starves_under_any_arrival_pattern(
 
 async def test_higher_priority_first_then_earliest_ready() -> None:
     clock = FakeClock()
-    queue = RateLimitingQueue[str]("priority-order", clock=clock)
+    queue = FairQueue[str]("priority-order", clock=clock)
     queue.add("low-1", LOW_PRIORITY)
     queue.add("normal-1")
     clock.advance(1.0)
@@ -927,7 +939,7 @@ async def test_higher_priority_first_then_earliest_ready() -> None:
 
 async def test_a_readd_keeps_the_higher_priority_and_the_earlier_ready_time() -> None:
     clock = FakeClock()
-    queue = RateLimitingQueue[str]("priority-readd", clock=clock)
+    queue = FairQueue[str]("priority-readd", clock=clock)
     queue.add("a", LOW_PRIORITY)
     clock.advance(1.0)
     queue.add("b")
@@ -942,7 +954,7 @@ async def test_an_urgent_getter_takes_only_urgent_keys_even_aged_ones_not() -> N
     """A reserved worker's ``get(urgent_only=True)``: keys added at normal priority or higher,
     in the queue's order among them; a low key that has aged past them stays for the others."""
     clock = FakeClock()
-    queue = RateLimitingQueue[str]("urgent-lane", clock=clock)
+    queue = FairQueue[str]("urgent-lane", clock=clock)
     queue.add("backlog", LOW_PRIORITY)
     clock.advance(-LOW_PRIORITY * AGING_INTERVAL + 10.0)  # aged past anything new
     queue.add("create")
@@ -956,7 +968,7 @@ async def test_an_urgent_getter_takes_only_urgent_keys_even_aged_ones_not() -> N
 
 
 async def test_an_urgent_key_wakes_an_urgent_getter_first() -> None:
-    queue = RateLimitingQueue[str](unique("urgent-wake"))
+    queue = FairQueue[str](unique("urgent-wake"))
     general = asyncio.create_task(queue.get())
     urgent = asyncio.create_task(queue.get(urgent_only=True))
     await settle()
@@ -976,7 +988,7 @@ async def test_an_urgent_key_wakes_an_urgent_getter_first() -> None:
 
 
 async def test_a_key_raised_to_urgent_wakes_an_urgent_getter() -> None:
-    queue = RateLimitingQueue[str](unique("urgent-raise"))
+    queue = FairQueue[str](unique("urgent-raise"))
     queue.add("company", LOW_PRIORITY)
     urgent = asyncio.create_task(queue.get(urgent_only=True))
     await settle()
@@ -988,7 +1000,7 @@ async def test_a_key_raised_to_urgent_wakes_an_urgent_getter() -> None:
 
 async def test_a_key_demoted_below_urgent_leaves_the_urgent_lane() -> None:
     clock = FakeClock()
-    queue = RateLimitingQueue[str]("urgent-demote", clock=clock)
+    queue = FairQueue[str]("urgent-demote", clock=clock)
     queue.add("seen-by-the-old-leader")
     clock.advance(1.0)
     queue.demote_added_before(clock())
@@ -999,7 +1011,7 @@ async def test_a_key_demoted_below_urgent_leaves_the_urgent_lane() -> None:
 
 
 async def test_an_urgent_getter_drains_urgent_keys_then_stops_at_shut_down() -> None:
-    queue = RateLimitingQueue[str](unique("urgent-shutdown"))
+    queue = FairQueue[str](unique("urgent-shutdown"))
     queue.add("backlog", LOW_PRIORITY)
     queue.add("create")
     queue.shut_down()
@@ -1010,7 +1022,7 @@ async def test_an_urgent_getter_drains_urgent_keys_then_stops_at_shut_down() -> 
 
 
 async def test_a_cancelled_urgent_getter_passes_its_wakeup_on() -> None:
-    queue = RateLimitingQueue[str](unique("urgent-cancel"))
+    queue = FairQueue[str](unique("urgent-cancel"))
     first = asyncio.create_task(queue.get(urgent_only=True))
     second = asyncio.create_task(queue.get(urgent_only=True))
     await settle()
@@ -1024,15 +1036,15 @@ async def test_a_cancelled_urgent_getter_passes_its_wakeup_on() -> None:
 async def test_the_urgent_lane_drops_stale_entries_without_urgent_getters() -> None:
     """Without reserved workers nothing pops the urgent heap: it must not grow with every
     urgent key the other workers take."""
-    queue = RateLimitingQueue[int](unique("urgent-compact"))
+    queue = FairQueue[int](unique("urgent-compact"))
     queue.add(-1, LOW_PRIORITY)  # keeps the line alive: its heaps are never dropped whole
     for item in range(1_000):
         queue.add(item)
         assert await asyncio.wait_for(queue.get(), 1.0) == item
         queue.done(item)
-    [line] = queue._lines.values()
-    assert len(line.heaps[1]) <= 2 * line.size + 65
-    assert len(queue._lanes[1]) <= 2 * len(queue._lines) + 65
+    [line] = queue._order._lines.values()
+    assert len(line.urgent.heap) <= 2 * line.size + 65
+    assert len(queue._order._urgent) <= 2 * len(queue._order._lines) + 65
     check_invariants(queue)
 
 
@@ -1040,7 +1052,7 @@ async def test_a_waiting_low_key_ages_past_later_normal_work() -> None:
     """The bound with the defaults: an initial-list key waits at most 25 s of service behind
     later normal work."""
     clock = FakeClock()
-    queue = RateLimitingQueue[str]("priority-aging", clock=clock)
+    queue = FairQueue[str]("priority-aging", clock=clock)
     queue.add("old-low", LOW_PRIORITY)
     clock.advance(-LOW_PRIORITY * AGING_INTERVAL - 0.01)
     queue.add("normal-before-its-deadline")
@@ -1054,7 +1066,7 @@ async def test_a_paused_queue_does_not_age_its_keys() -> None:
     """A standby's queue fills long before it is served: waiting then earns no priority, and
     a new normal key still goes first once the standby leads."""
     clock = FakeClock()
-    queue = RateLimitingQueue[str]("priority-paused", clock=clock, paused=True)
+    queue = FairQueue[str]("priority-paused", clock=clock, paused=True)
     queue.add("listed", LOW_PRIORITY)
     clock.advance(3600.0)  # an hour as a standby
     queue.add("created-while-standby")
@@ -1067,7 +1079,7 @@ async def test_a_paused_queue_does_not_age_its_keys() -> None:
 
 async def test_a_requeue_keeps_its_priority_unless_told() -> None:
     clock = FakeClock()
-    queue = RateLimitingQueue[str]("priority-requeue", clock=clock)
+    queue = FairQueue[str]("priority-requeue", clock=clock)
     queue.add("a", LOW_PRIORITY)
     assert await get_soon(queue) == "a"
     queue.add_after("a", 5.0)
@@ -1084,7 +1096,7 @@ async def test_a_requeue_keeps_its_priority_unless_told() -> None:
 async def test_a_takeover_demotes_what_was_seen_while_the_old_leader_lived() -> None:
     """Keys added before the moment stop outranking later ones; their ready time stays."""
     clock = FakeClock()
-    queue = RateLimitingQueue[str]("priority-demote", clock=clock, paused=True)
+    queue = FairQueue[str]("priority-demote", clock=clock, paused=True)
     queue.add("changed-by-the-old-leader")
     queue.add("listed", LOW_PRIORITY)
     clock.advance(20.0)
@@ -1101,7 +1113,7 @@ async def test_a_takeover_demotes_what_was_seen_while_the_old_leader_lived() -> 
 
 async def test_depth_is_reported_by_priority_with_few_labels() -> None:
     name = unique("metrics-priority")
-    queue = RateLimitingQueue[str](name, metrics=WorkqueueMetrics(name, "ctl"))
+    queue = FairQueue[str](name, metrics=WorkqueueMetrics(name, "ctl"))
     queue.add("a", LOW_PRIORITY)
     queue.add("b")
     queue.add("c")
@@ -1133,9 +1145,7 @@ async def test_depth_is_reported_by_priority_with_few_labels() -> None:
 async def test_property_never_two_workers_on_one_key(
     data: st.DataObject, n_workers: int, adds: list[tuple[int, int]], fair: bool
 ) -> None:
-    queue = RateLimitingQueue[int](
-        "property-workers", fairness_key=(lambda key: key % 2) if fair else None
-    )
+    queue = FairQueue[int]("property-workers", fairness_key=(lambda key: key % 2) if fair else None)
     active: set[int] = set()
     overlaps: list[int] = []
     owed: set[int] = set()  # added and not picked up by a worker since
@@ -1197,7 +1207,7 @@ def by_tenant(item: Tenanted) -> str:
 
 
 async def test_a_quiet_key_is_served_within_one_round_of_a_burst() -> None:
-    queue = RateLimitingQueue[Tenanted]("fair-round", fairness_key=by_tenant)
+    queue = FairQueue[Tenanted]("fair-round", fairness_key=by_tenant)
     for i in range(10):
         queue.add(("busy", i))
     assert await get_soon(queue) == ("busy", 0)
@@ -1209,7 +1219,7 @@ async def test_a_quiet_key_is_served_within_one_round_of_a_burst() -> None:
 
 
 async def test_busy_keys_take_turns() -> None:
-    queue = RateLimitingQueue[Tenanted]("fair-turns", fairness_key=by_tenant)
+    queue = FairQueue[Tenanted]("fair-turns", fairness_key=by_tenant)
     for tenant, n in (("a", 4), ("b", 2), ("c", 3)):
         for i in range(n):
             queue.add((tenant, i))
@@ -1221,7 +1231,7 @@ async def test_busy_keys_take_turns() -> None:
 async def test_a_key_served_goes_behind_keys_ready_before_its_turn() -> None:
     """A key's next item counts as ready no earlier than the key's last service."""
     clock = FakeClock(0.0)
-    queue = RateLimitingQueue[Tenanted]("fair-turn-time", clock=clock, fairness_key=by_tenant)
+    queue = FairQueue[Tenanted]("fair-turn-time", clock=clock, fairness_key=by_tenant)
     queue.add(("a", 1))
     queue.add(("a", 2))
     clock.advance(1.0)
@@ -1237,7 +1247,7 @@ async def test_priorities_rule_across_keys_with_aging() -> None:
     until the lower item has waited its priority gap (25 s between high and normal) longer
     than the burst's key's last turn."""
     clock = FakeClock(0.0)
-    queue = RateLimitingQueue[Tenanted]("fair-priorities", clock=clock, fairness_key=by_tenant)
+    queue = FairQueue[Tenanted]("fair-priorities", clock=clock, fairness_key=by_tenant)
     for i in range(10):
         queue.add(("busy", i), HIGH_PRIORITY)
     queue.add(("quiet", 0))
@@ -1250,7 +1260,7 @@ async def test_priorities_rule_across_keys_with_aging() -> None:
 
 
 async def test_reserved_getters_take_keys_in_turn_too() -> None:
-    queue = RateLimitingQueue[Tenanted]("fair-urgent", fairness_key=by_tenant)
+    queue = FairQueue[Tenanted]("fair-urgent", fairness_key=by_tenant)
     queue.add(("busy", -1), LOW_PRIORITY)  # not for them
     for i in range(5):
         queue.add(("busy", i))
@@ -1262,14 +1272,14 @@ async def test_reserved_getters_take_keys_in_turn_too() -> None:
 
 
 async def test_an_emptied_key_is_dropped_with_its_turn() -> None:
-    queue = RateLimitingQueue[Tenanted]("fair-drop", fairness_key=by_tenant)
+    queue = FairQueue[Tenanted]("fair-drop", fairness_key=by_tenant)
     queue.add(("a", 0))
     assert await get_soon(queue) == ("a", 0)
-    assert queue._lines == {}
+    assert queue._order._lines == {}
     queue.add(("b", 0))
     queue.add(("a", 1))  # a new line: a's turn was forgotten, arrival order decides
     assert [await get_soon(queue), await get_soon(queue)] == [("b", 0), ("a", 1)]
-    assert queue._lines == {}
+    assert queue._order._lines == {}
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -1294,7 +1304,7 @@ async def test_property_a_quiet_key_waits_at_most_one_round(
     ``arrival`` hand-outs a quiet key adds one item at the same priority: no busy key is served
     twice before it, and every item comes out once."""
     clock = FakeClock(0.0)
-    queue = RateLimitingQueue[Tenanted]("property-round", clock=clock, fairness_key=by_tenant)
+    queue = FairQueue[Tenanted]("property-round", clock=clock, fairness_key=by_tenant)
     items = [(f"busy{k}", i) for k, n in enumerate(bursts) for i in range(n)]
     if interleaved:
         items.sort(key=lambda item: item[1])
@@ -1322,9 +1332,7 @@ async def test_property_a_quiet_key_waits_at_most_one_round(
 
 async def test_fairness_keys_are_counted_not_labelled() -> None:
     name = unique("metrics-fairness")
-    queue = RateLimitingQueue[Tenanted](
-        name, metrics=WorkqueueMetrics(name, "ctl"), fairness_key=by_tenant
-    )
+    queue = FairQueue[Tenanted](name, metrics=WorkqueueMetrics(name, "ctl"), fairness_key=by_tenant)
     for tenant in ("a", "b", "c"):
         queue.add((tenant, 0))
         queue.add((tenant, 1))
