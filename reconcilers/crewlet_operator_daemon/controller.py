@@ -30,6 +30,7 @@ from crewlet_operator import (
     Cache,
     CheckpointReads,
     Compact,
+    Controller,
     Decoded,
     EventRecorder,
     GenerationChanged,
@@ -129,6 +130,46 @@ WRITTEN_RESOURCES = frozenset(
 resync must not touch."""
 
 
+# Companies and children are held by the thousand and read a few at a time: compact, and listed
+# in small pages (a page of whole StatefulSets is ~4 MiB of dicts at 100, the transient peak of a
+# relist; memory freed after it is not all given back).
+COMPANY_OPTIONS = InformerOptions(
+    indexers={CLASS_INDEX: class_of, HOSTNAME_INDEX: hostname_of},
+    lists=Stream(page_size=COMPACT_PAGE),
+    storage=Compact(),
+)
+LABELLED_OPTIONS = InformerOptions(
+    scope=Scope(label_selector=naming.MANAGED_BY_SELECTOR),
+    lists=Stream(page_size=COMPACT_PAGE),
+    storage=Compact(),
+)
+# The namesakes are listed whole, not in pages: few objects match, and the API server answers a
+# list without a limit from its watch cache, where a paged one may read every object of the
+# kind from etcd to find them.
+UNLABELLED_OPTIONS = InformerOptions(
+    scope=Scope(label_selector=naming.NOT_MANAGED_SELECTOR),
+    transform=namesake_identity,
+    lists=Pages(0),
+    storage=MetadataOnly(),
+)
+
+
+def owned_options(field_manager: str) -> InformerOptions:
+    """The children's informers: cached as far as ``field_manager`` applied them (and their
+    status), what a reconcile compares them with, pruned only when read (a restart's first
+    pass reads few). A start lists them in pages (half the API server's CPU of a stream),
+    decodes each only as far as its metadata, and lists their metadata first, which is all a
+    first pass over a checkpoint reads: the whole children follow it, or come when a reconcile
+    needs them (_whole_children). bench/NOTES.md, "Informer lists"."""
+    return InformerOptions(
+        scope=Scope(label_selector=naming.MANAGED_BY_SELECTOR),
+        deferred_transform=keep_owned_fields_of(field_manager),
+        indexers={COMPANY_INDEX: company_of_child},
+        lists=Pages(LISTED_CHILDREN_PAGE),
+        storage=Compact(lazy_lists=True, metadata_first=True),
+    )
+
+
 class CrewletControllers:
     """The Company and EngineClass controllers of one manager."""
 
@@ -138,6 +179,8 @@ class CrewletControllers:
         self.cache = manager.cache
         self.facts = facts
         self.children = child_resources(facts)
+        self.route = HTTP_ROUTE if facts.gateway_api else INGRESS
+        """The kind of a company's webhook route."""
         self.secrets = NamedObjects(manager.client, SECRET)
         manager.add(self.secrets)  # the manager stops its watches
         self._apply_slots = ApplySlots()
@@ -163,81 +206,36 @@ class CrewletControllers:
         )
         """The restart checkpoint (crewlet_operator_daemon.checkpoint); :meth:`_reads` declares what
         it judges."""
-        # Companies and children are held by the thousand and read a few at a time: compact,
-        # and listed in small pages (a page of whole StatefulSets is ~4 MiB of dicts at 100, the
-        # transient peak of a relist; memory freed after it is not all given back).
-        company_options = InformerOptions(
-            indexers={CLASS_INDEX: class_of, HOSTNAME_INDEX: hostname_of},
-            lists=Stream(page_size=COMPACT_PAGE),
-            storage=Compact(),
-        )
-        labelled = InformerOptions(
-            scope=Scope(label_selector=naming.MANAGED_BY_SELECTOR),
-            lists=Stream(page_size=COMPACT_PAGE),
-            storage=Compact(),
-        )
-        # Children are cached as far as the operator applied them (and their status): what a
-        # reconcile compares them with, pruned only when read (a restart's first pass reads
-        # few). A start lists them in pages (half the API server's CPU of a stream), decodes
-        # each only as far as its metadata, and lists their metadata first, which is all a
-        # first pass over a checkpoint reads: the whole children follow it, or come when a
-        # reconcile needs them (_whole_children). bench/NOTES.md, "Informer lists".
-        owned = InformerOptions(
-            scope=Scope(label_selector=naming.MANAGED_BY_SELECTOR),
-            deferred_transform=keep_owned_fields_of(manager.field_manager),
-            indexers={COMPANY_INDEX: company_of_child},
-            lists=Pages(LISTED_CHILDREN_PAGE),
-            storage=Compact(lazy_lists=True, metadata_first=True),
-        )
-
-        # Every other object of the children's kinds, by its metadata alone: a name a child
-        # would take may be held by a tenant's own object, which the label-scoped caches never
-        # see. The company then waits (crewlet_operator_daemon.inputs.refuse_taken_names), and hears
-        # when the name is free. Of the routes, their hosts and where they attach too: a
-        # hostname another workload serves is not a company's to take (hostnames.foreign_holder).
-        self.namesakes = Cache(manager.client)
-        self.route = HTTP_ROUTE if facts.gateway_api else INGRESS
-        """The kind of a company's webhook route."""
-        # Listed whole, not in pages: few objects match, and the API server answers a list
-        # without a limit from its watch cache, where a paged one may read every object of
-        # the kind from etcd to find them.
-        unlabelled = InformerOptions(
-            scope=Scope(label_selector=naming.NOT_MANAGED_SELECTOR),
-            transform=namesake_identity,
-            lists=Pages(0),
-            storage=MetadataOnly(),
-        )
-        for resource in self.children:
-            self.namesakes.informer(
-                resource,
-                unlabelled
-                if resource is not self.route
-                else replace(
-                    unlabelled,
-                    transform=hostnames.route_identity,
-                    indexers={ROUTE_HOST_INDEX: hostnames.route_hosts},
-                    storage=Decoded(),
-                ),
-            )
+        self.namesakes = self._namesakes_cache()
         manager.add(self.namesakes)
         self.view = manager.cluster_view
         """Every company and webhook route of the cluster, by what ranks a hostname's
         claimants and counts a class's companies, whatever share of them the caches hold."""
-        self._declare_view(company_options)
+        self._declare_view()
         self._keep_owned = keep_owned_fields_of(manager.field_manager)
+        self.company_controller = self._company_controller()
+        # crewlet_operator_companies: the companies this replica reconciles, by status; the
+        # manager has started its controllers once it leads (or, sharded, holds its share).
+        self.census = CompanyCensus(manager.started.is_set)
+        self.cache.informer(COMPANY).add_handler(self.census)
+        COMPANIES.track(self.census)
+        self._map_other_events()
+        self.class_controller = EngineClassController(manager, self.secrets)
 
-        builder = manager.controller("company").for_(
-            COMPANY, predicates=[self.writer.status_echoes], options=company_options
+    def _company_controller(self) -> Controller:
+        """The Company controller: its cache of companies and of their children, what else
+        reconciles a company, and what it writes."""
+        builder = self.manager.controller("company").for_(
+            COMPANY, predicates=[self.writer.status_echoes], options=COMPANY_OPTIONS
         )
+        owned = owned_options(self.manager.field_manager)
         for resource in self.children:
             builder.owns(resource, predicates=[self.writer.child_echoes], options=owned)
         # A class's status (its companies count) changes with every company: only its spec
         # concerns them, else one new company would reconcile every other of its class.
         builder.watches(ENGINE_CLASS, self._companies_of_class, predicates=[GenerationChanged()])
         builder.watches(NAMESPACE, self._companies_in_namespace, predicates=[LabelChanged()])
-        builder.watches(PERSISTENT_VOLUME_CLAIM, self._company_of_labels, options=labelled)
-        # A hostname freed (its holder deleted, or given another) goes to the next in line.
-        hostname_peers = new_predicate_funcs(create=lambda _: False, update=hostname_changed)
+        builder.watches(PERSISTENT_VOLUME_CLAIM, self._company_of_labels, options=LABELLED_OPTIONS)
         # What it writes beyond its children, and the Secrets its classes name (watched one
         # by one): declared for the RBAC the chart is checked against (unit/test_chart_rbac.py).
         builder.with_rbac(
@@ -248,40 +246,62 @@ class CrewletControllers:
         )
         # Namespaces take turns in the queue (the library's default fairness key): one tenant's
         # burst of new companies delays another tenant's verdict by one of its own.
-        self.company_controller = (
+        return (
             builder.with_options(reserved_workers=VERDICT_WORKERS)
             .with_checkpoint(self.checkpoint)
             .complete(self.reconcile_company)
         )
-        self.secrets.add_handler(self.company_controller.enqueue_handler(self._companies_of_secret))
-        # crewlet_operator_companies: the companies this replica reconciles, by status; the
-        # manager has started its controllers once it leads (or, sharded, holds its share).
-        self.census = CompanyCensus(manager.started.is_set)
-        self.cache.informer(COMPANY).add_handler(self.census)
-        COMPANIES.track(self.census)
+
+    def _namesakes_cache(self) -> Cache:
+        """Every other object of the children's kinds, by its metadata alone: a name a child
+        would take may be held by a tenant's own object, which the label-scoped caches never
+        see. The company then waits (crewlet_operator_daemon.inputs.refuse_taken_names), and
+        hears when the name is free. Of the routes, their hosts and where they attach too: a
+        hostname another workload serves is not a company's to take
+        (hostnames.foreign_holder)."""
+        namesakes = Cache(self.manager.client)
+        for resource in self.children:
+            namesakes.informer(
+                resource,
+                UNLABELLED_OPTIONS
+                if resource is not self.route
+                else replace(
+                    UNLABELLED_OPTIONS,
+                    transform=hostnames.route_identity,
+                    indexers={ROUTE_HOST_INDEX: hostnames.route_hosts},
+                    storage=Decoded(),
+                ),
+            )
+        return namesakes
+
+    def _map_other_events(self) -> None:
+        """Reconcile the companies that events outside the controller's own watches concern:
+        a referenced Secret's, a claimant's of a hostname freed (its holder deleted, or given
+        another), a namesake's, another workload's route's."""
+        controller = self.company_controller
+        self.secrets.add_handler(controller.enqueue_handler(self._companies_of_secret))
+        hostname_peers = new_predicate_funcs(create=lambda _: False, update=hostname_changed)
         self.view.add_handler(
-            COMPANY,
-            self.company_controller.enqueue_handler(self._hostname_peers, [hostname_peers]),
+            COMPANY, controller.enqueue_handler(self._hostname_peers, [hostname_peers])
         )
         for resource in self.children:
             self.namesakes.informer(resource).add_handler(
-                self.company_controller.enqueue_handler(self._companies_named_by)
+                controller.enqueue_handler(self._companies_named_by)
             )
         self.namesakes.informer(self.route).add_handler(
-            self.company_controller.enqueue_handler(self._companies_served_by)
+            controller.enqueue_handler(self._companies_served_by)
         )
-        self.class_controller = EngineClassController(manager, self.secrets)
 
     def _requeue(self, request: Request, priority: int) -> None:
         self.company_controller.queue.add(request, priority)
 
-    def _declare_view(self, company_options: InformerOptions) -> None:
+    def _declare_view(self) -> None:
         """Every company and managed webhook route, trimmed (:func:`view_entry`): a hostname is
         the cluster's, whichever replica its claimants are on. Where the caches hold every
         company (no sharding), the view reads their informer of them."""
         self.view.declare(
             COMPANY,
-            replace(company_options, transform=view_entry, lists=Stream(page_size=COMPACT_PAGE)),
+            replace(COMPANY_OPTIONS, transform=view_entry),
         )
         self.view.declare(
             self.route,
