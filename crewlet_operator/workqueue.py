@@ -280,14 +280,9 @@ class FairQueue(Generic[K]):
             if priority <= held.priority:
                 return
             # Invariant (5): the higher priority, the earlier ready time.
-            was, held.priority = held.priority, priority
-            if self._metrics is not None:
-                self._count(was, -1)
-                self._count(priority, +1)
-            if item in self._order:
-                self._order.move(item, priority, held.ready)
-                if was < self._urgent_priority <= priority:
-                    self._wake_one_getter(priority)  # it is urgent now
+            was = self._reprioritise(item, held, priority)
+            if item in self._order and was < self._urgent_priority <= priority:
+                self._wake_one_getter(priority)  # it is urgent now
             return
         now = self._clock()
         ready = self._served if self._paused else self._served + now - self._served_since
@@ -371,12 +366,18 @@ class FairQueue(Generic[K]):
         """
         for item, held in self._dirty.items():
             if held.added < moment and held.priority > priority:
-                was, held.priority = held.priority, priority
-                if self._metrics is not None:
-                    self._count(was, -1)
-                    self._count(priority, +1)
-                if item in self._order:
-                    self._order.move(item, priority, held.ready)
+                self._reprioritise(item, held, priority)
+
+    def _reprioritise(self, item: K, held: _Dirty, priority: int) -> int:
+        """Give ``item`` (dirty, as ``held``) ``priority``, in the counts and in the order if it
+        waits there; the priority it had."""
+        was, held.priority = held.priority, priority
+        if self._metrics is not None:
+            self._count(was, -1)
+            self._count(priority, +1)
+        if item in self._order:
+            self._order.move(item, priority, held.ready)
+        return was
 
     def pending(self) -> set[K]:
         """The items waiting to be handed out: queued, or re-added while being processed."""
