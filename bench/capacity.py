@@ -59,14 +59,11 @@ from crewlet_operator import (
     Resource,
     Scope,
     TransportError,
-    WatchParams,
     find_condition,
-    labels,
-    name,
-    namespace,
 )
 from crewlet_operator._tasks import cancel_and_wait
-from crewlet_operator.objects import resource_version
+from crewlet_operator.kube import WatchParams
+from crewlet_operator.objects import labels, name, namespace, resource_version
 from crewlet_operator_daemon import naming
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY
 

@@ -20,7 +20,8 @@ from bench.progress import Progress
 from bench.report import Figure
 from bench.session import Session
 from crewlet_operator import LEASE as LEASE_RESOURCE
-from crewlet_operator import ManagerOptions, Scope, WatchParams
+from crewlet_operator import ManagerOptions, Scope
+from crewlet_operator.kube import WatchParams
 from crewlet_operator.objects import resource_version
 from crewlet_operator_daemon.plan import MANAGER_NAME
 

@@ -32,7 +32,8 @@ from bench.floor import verdict_status
 from bench.progress import Key, Progress
 from bench.report import Figure
 from bench.session import FILL_WORKERS, WRITTEN, Session, writes_between
-from crewlet_operator import NORMAL_PRIORITY, ApiError, TransportError, name, namespace
+from crewlet_operator import NORMAL_PRIORITY, ApiError, TransportError
+from crewlet_operator.objects import name, namespace
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY
 
 TARGET_P99 = 1.0

@@ -39,16 +39,10 @@ import urllib.request
 
 from bench.report import MIB, Figure
 from bench.session import Pass, Reading, Session
-from crewlet_operator import (
-    NAMESPACE,
-    PERSISTENT_VOLUME_CLAIM,
-    STATEFUL_SET,
-    ListParams,
-    Resource,
-    WatchParams,
-)
+from crewlet_operator import NAMESPACE, PERSISTENT_VOLUME_CLAIM, STATEFUL_SET, Resource
 from crewlet_operator.cache.informer import INITIAL_EVENTS_END
 from crewlet_operator.envtest import ControlPlane
+from crewlet_operator.kube import ListParams, WatchParams
 from crewlet_operator.kube.params import METADATA_LIST_ACCEPT
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator_daemon.cli import gateway_api_served

@@ -58,18 +58,11 @@ from bench.latency import percentile
 from bench.progress import Key
 from bench.report import MIB, Figure
 from bench.session import SETTLE, WRITTEN, Pass, Session, writes_between
-from crewlet_operator import (
-    LEASE,
-    Client,
-    TransportError,
-    WatchParams,
-    labels,
-    name,
-    namespace,
-)
+from crewlet_operator import LEASE, Client, TransportError
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache.informer import INITIAL_EVENTS_END
-from crewlet_operator.objects import resource_version
+from crewlet_operator.kube import WatchParams
+from crewlet_operator.objects import labels, name, namespace, resource_version
 from crewlet_operator.sharding.ring import RingLabels
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY
 from crewlet_operator_daemon.cli import SHARDING_DOMAIN

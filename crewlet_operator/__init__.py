@@ -1,6 +1,6 @@
 """crewlet-operator: a controller-runtime style reconciler library for Python.
 
-Everything a controller author needs is importable from here::
+What a controller author writes every day is importable from here::
 
     from crewlet_operator import Client, Manager, Request, Result, Resource
 
@@ -18,92 +18,60 @@ Guides, each on the page of the module it describes:
   and its pytest plugin, :mod:`crewlet_operator.envtest.pytest_plugin`).
 - RBAC from the controllers' declarations, :mod:`crewlet_operator.rbac`.
 
-Every name below is importable from this package. The pieces, one concept a module (as
-controller-runtime has one package a concept): ``kube`` (client, resources, config), ``cache``
-(informers), ``workqueue``, ``controller`` (controller and builder), ``manager``,
-``checkpoint`` (restarts that redo nothing), ``leader``, ``sharding`` (objects spread over
-every replica), ``serving``, ``conditions``, ``owners``, ``diff``, ``predicate``, ``writes`` (a
-controller's own writes), ``events``, ``rbac`` (the RBAC the controllers declare),
-``metrics``, ``envtest`` (a real local control plane for tests).
+This package holds the default path through a controller: the manager and the builder, the
+reconcile types, the client and the built-in kinds, the cache's options, predicates, handlers,
+ownership and finalizers, conditions, events, logging, the errors a reconcile meets, and the
+options of the opt-in features (sharding, restart checkpoints, RBAC rules, health checks,
+individually watched objects). Every other name is imported from the module that defines it,
+one concept a module (as controller-runtime has one package a concept): ``objects`` (accessors
+such as ``name`` and ``labels``), ``diff`` and ``fieldset`` (what an apply would change),
+``conditions``, ``predicate``, ``handler``, ``kube`` (``ListParams``, ``WatchParams``,
+``RetryPolicy``), ``kube.client`` (what the calls return), ``kube.mapper``, ``cache``
+(informers, stores, the cluster view), ``workqueue``, ``ratelimit``, ``controller``,
+``manager``, ``checkpoint``, ``leader``, ``writes`` (a controller's own writes), ``serving``,
+``metrics`` (its ``REGISTRY``), ``errors`` (the rest of the hierarchy), ``sharding``, ``rbac``,
+``envtest`` (a real local control plane for tests).
 """
 
 from crewlet_operator.cache import (
     Cache,
     Compact,
     Decoded,
-    EventHandler,
-    Informer,
     InformerOptions,
-    ListStrategy,
     MetadataOnly,
     Pages,
-    Storage,
-    Store,
     Stream,
 )
 from crewlet_operator.cache.named import NamedObjects
-from crewlet_operator.checkpoint import (
-    Checkpoint,
-    CheckpointLines,
-    CheckpointReads,
-    RestartCheckpoint,
-)
+from crewlet_operator.checkpoint import CheckpointReads, RestartCheckpoint
 from crewlet_operator.conditions import (
-    Condition,
     condition,
     find_condition,
     is_condition_true,
-    remove_condition,
     set_condition,
 )
-from crewlet_operator.controller import Builder, Controller, FairnessKey, by_namespace
-from crewlet_operator.diff import hash_of, needs_apply, parse_quantity, semantic_subset
+from crewlet_operator.controller import Builder, Controller
 from crewlet_operator.errors import (
     AlreadyExistsError,
     AlreadyOwnedError,
     ApiError,
-    BadRequestError,
-    BinaryNotFoundError,
     ConflictError,
     CrewletError,
     ForbiddenError,
-    GoneError,
-    GoUnavailableError,
     HealthCheckFailed,
-    InstallError,
     InvalidError,
     LeadershipLostError,
-    MetadataOnlyError,
-    NoInformerError,
     NotFoundError,
     NotOwnedError,
-    NotServedError,
-    ProcessFailedError,
-    QueueShutDown,
-    SchemaError,
-    ServerError,
     TerminalError,
-    TooManyRequestsError,
     TransportError,
-    UnauthorizedError,
 )
 from crewlet_operator.events import EventRecorder
-from crewlet_operator.fieldset import (
-    apply_would_change,
-    keep_owned_fields_of,
-)
 from crewlet_operator.finalizer import Finalizer
-from crewlet_operator.handler import (
-    EnqueueHandler,
-    MapFunc,
-    request_for_object,
-    requests_for_owner,
-)
-from crewlet_operator.kube.client import Client, ObjectList, RawObjectList, WatchEvent
+from crewlet_operator.handler import MapFunc, request_for_object, requests_for_owner
+from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.config import RestConfig
-from crewlet_operator.kube.mapper import RESTMapper
-from crewlet_operator.kube.ownership import is_ours
-from crewlet_operator.kube.params import ListParams, Scope, WatchParams
+from crewlet_operator.kube.params import Scope
 from crewlet_operator.kube.resources import (
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,
@@ -141,34 +109,10 @@ from crewlet_operator.kube.resources import (
     VALIDATING_ADMISSION_POLICY_BINDING,
     Resource,
 )
-from crewlet_operator.kube.retry import RetryPolicy
-from crewlet_operator.label_selector import validate_label_selector
-from crewlet_operator.leader import LeaderElectionConfig, LeaderElector, default_identity
+from crewlet_operator.leader import default_identity
 from crewlet_operator.logging import configure_logging
-from crewlet_operator.manager import (
-    Manager,
-    ManagerOptions,
-    Runnable,
-    default_namespace,
-)
-from crewlet_operator.metrics import REGISTRY as _METRICS
-from crewlet_operator.objects import (
-    MAX_LABEL_LENGTH,
-    MAX_NAME_LENGTH,
-    KubeObject,
-    generation,
-    is_being_deleted,
-    labels,
-    micro_time,
-    name,
-    namespace,
-    namespaced_key,
-    object_key,
-    resource_version,
-    resource_version_at_most,
-    resource_version_before,
-    uid,
-)
+from crewlet_operator.manager import Manager, ManagerOptions, Runnable
+from crewlet_operator.objects import KubeObject
 from crewlet_operator.owners import (
     add_finalizer,
     controller_reference,
@@ -186,38 +130,16 @@ from crewlet_operator.predicate import (
     Predicate,
     ResourceVersionChanged,
     and_,
-    label_selector_matches,
     new_predicate_funcs,
     not_,
     or_,
 )
-from crewlet_operator.ratelimit import (
-    BucketRateLimiter,
-    ItemExponentialFailureRateLimiter,
-    MaxOfRateLimiter,
-    RateLimiter,
-    default_controller_rate_limiter,
-)
 from crewlet_operator.rbac import PolicyRule
 from crewlet_operator.reconcile import ReconcileFunc, Reconciler, Request, Result
-from crewlet_operator.serving import HealthServer, MetricsServer
 from crewlet_operator.sharding import Sharding
-from crewlet_operator.workqueue import (
-    AGING_INTERVAL,
-    HIGH_PRIORITY,
-    LOW_PRIORITY,
-    NORMAL_PRIORITY,
-    FairQueue,
-)
-from crewlet_operator.writes import OwnStatusWrites, OwnWrites, Write
-
-METRICS_REGISTRY = _METRICS
-"""The registry of every metric the library exports (what the manager serves on ``/metrics``):
-register a controller's own collectors here to serve them beside it, as controller-runtime's
-``metrics.Registry``."""
+from crewlet_operator.workqueue import HIGH_PRIORITY, LOW_PRIORITY, NORMAL_PRIORITY
 
 __all__ = [
-    "AGING_INTERVAL",
     "CLUSTER_ROLE",
     "CLUSTER_ROLE_BINDING",
     "CONFIG_MAP",
@@ -235,9 +157,6 @@ __all__ = [
     "LEASE",
     "LIMIT_RANGE",
     "LOW_PRIORITY",
-    "MAX_LABEL_LENGTH",
-    "MAX_NAME_LENGTH",
-    "METRICS_REGISTRY",
     "NAMESPACE",
     "NETWORK_POLICY",
     "NODE",
@@ -262,69 +181,36 @@ __all__ = [
     "AlreadyOwnedError",
     "AnnotationChanged",
     "ApiError",
-    "BadRequestError",
-    "BinaryNotFoundError",
-    "BucketRateLimiter",
     "Builder",
     "Cache",
-    "Checkpoint",
-    "CheckpointLines",
     "CheckpointReads",
     "Client",
     "Compact",
-    "Condition",
     "ConflictError",
     "Controller",
     "CrewletError",
     "Decoded",
-    "EnqueueHandler",
-    "EventHandler",
     "EventRecorder",
-    "FairQueue",
-    "FairnessKey",
     "Finalizer",
     "ForbiddenError",
     "GenerationChanged",
-    "GoUnavailableError",
-    "GoneError",
     "HealthCheckFailed",
-    "HealthServer",
-    "Informer",
     "InformerOptions",
-    "InstallError",
     "InvalidError",
-    "ItemExponentialFailureRateLimiter",
     "KubeObject",
     "LabelChanged",
     "LabelSelectorPredicate",
-    "LeaderElectionConfig",
-    "LeaderElector",
     "LeadershipLostError",
-    "ListParams",
-    "ListStrategy",
     "Manager",
     "ManagerOptions",
     "MapFunc",
-    "MaxOfRateLimiter",
     "MetadataOnly",
-    "MetadataOnlyError",
-    "MetricsServer",
     "NamedObjects",
-    "NoInformerError",
     "NotFoundError",
     "NotOwnedError",
-    "NotServedError",
-    "ObjectList",
-    "OwnStatusWrites",
-    "OwnWrites",
     "Pages",
     "PolicyRule",
     "Predicate",
-    "ProcessFailedError",
-    "QueueShutDown",
-    "RESTMapper",
-    "RateLimiter",
-    "RawObjectList",
     "ReconcileFunc",
     "Reconciler",
     "Request",
@@ -333,64 +219,29 @@ __all__ = [
     "RestConfig",
     "RestartCheckpoint",
     "Result",
-    "RetryPolicy",
     "Runnable",
-    "SchemaError",
     "Scope",
-    "ServerError",
     "Sharding",
-    "Storage",
-    "Store",
     "Stream",
     "TerminalError",
-    "TooManyRequestsError",
     "TransportError",
-    "UnauthorizedError",
-    "WatchEvent",
-    "WatchParams",
-    "Write",
     "add_finalizer",
     "and_",
-    "apply_would_change",
-    "by_namespace",
     "condition",
     "configure_logging",
     "controller_reference",
-    "default_controller_rate_limiter",
     "default_identity",
-    "default_namespace",
     "find_condition",
-    "generation",
     "get_controller_of",
     "has_finalizer",
-    "hash_of",
-    "is_being_deleted",
     "is_condition_true",
     "is_controlled_by",
-    "is_ours",
-    "keep_owned_fields_of",
-    "label_selector_matches",
-    "labels",
-    "micro_time",
-    "name",
-    "namespace",
-    "namespaced_key",
-    "needs_apply",
     "new_predicate_funcs",
     "not_",
-    "object_key",
     "or_",
-    "parse_quantity",
-    "remove_condition",
     "remove_finalizer",
     "request_for_object",
     "requests_for_owner",
-    "resource_version",
-    "resource_version_at_most",
-    "resource_version_before",
-    "semantic_subset",
     "set_condition",
     "set_controller_reference",
-    "uid",
-    "validate_label_selector",
 ]

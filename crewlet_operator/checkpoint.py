@@ -46,6 +46,15 @@ from crewlet_operator.objects import KubeObject, namespaced_key, resource_versio
 from crewlet_operator.objects import resource_version_at_most as _at_most
 from crewlet_operator.reconcile import Request
 
+__all__ = [
+    "MAX_UNSETTLED",
+    "NAMED_READ_TIMEOUT",
+    "Checkpoint",
+    "CheckpointLines",
+    "CheckpointReads",
+    "RestartCheckpoint",
+]
+
 
 class CheckpointedController(Protocol):
     """What a checkpoint reads of the controller it is attached to (a

@@ -23,6 +23,19 @@ from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+__all__ = [
+    "Condition",
+    "condition",
+    "find_condition",
+    "format_time",
+    "is_condition_false",
+    "is_condition_status",
+    "is_condition_true",
+    "remove_condition",
+    "set_condition",
+    "validate_condition",
+]
+
 ConditionStatus = Literal["True", "False", "Unknown"]
 
 MAX_MESSAGE_LENGTH = 32768

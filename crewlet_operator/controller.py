@@ -45,6 +45,13 @@ from crewlet_operator.reconcile import (
 )
 from crewlet_operator.workqueue import NORMAL_PRIORITY, FairQueue, QueueShutDown
 
+__all__ = [
+    "Builder",
+    "Controller",
+    "FairnessKey",
+    "by_namespace",
+]
+
 log = structlog.get_logger("crewlet_operator.controller")
 
 FairnessKey = Callable[[Request], Hashable]

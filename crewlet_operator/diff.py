@@ -77,6 +77,14 @@ from typing import Any
 
 import orjson
 
+__all__ = [
+    "explain_difference",
+    "hash_of",
+    "needs_apply",
+    "parse_quantity",
+    "semantic_subset",
+]
+
 _SERVER_OWNED_METADATA = frozenset(
     {"resourceVersion", "uid", "generation", "creationTimestamp", "managedFields", "selfLink"}
 )

@@ -24,6 +24,14 @@ import orjson
 from crewlet_operator.diff import needs_apply
 from crewlet_operator.objects import KubeObject
 
+__all__ = [
+    "apply_would_change",
+    "keep_managed_fields_of",
+    "keep_owned_fields_of",
+    "owned_fields",
+    "would_remove_owned_fields",
+]
+
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 

@@ -11,6 +11,14 @@ from crewlet_operator.predicate import Predicate
 from crewlet_operator.reconcile import Request
 from crewlet_operator.workqueue import LOW_PRIORITY, NORMAL_PRIORITY, FairQueue
 
+__all__ = [
+    "EnqueueHandler",
+    "MapFunc",
+    "Priority",
+    "request_for_object",
+    "requests_for_owner",
+]
+
 MapFunc = Callable[[KubeObject], Iterable[Request]]
 """Maps a watched object to the requests it should trigger (``watches``)."""
 

@@ -53,6 +53,13 @@ from crewlet_operator.kube.resources import LEASE
 from crewlet_operator.label_selector import validate_label_selector
 from crewlet_operator.objects import micro_time
 
+__all__ = [
+    "LeaderElectionConfig",
+    "LeaderElector",
+    "RivalLease",
+    "default_identity",
+]
+
 log = structlog.get_logger("crewlet_operator.leader")
 
 JITTER = 1.2

@@ -76,7 +76,9 @@ __all__ = [
 ]
 
 REGISTRY: Final = CollectorRegistry()
-"""The registry holding every metric of this library."""
+"""The registry of every metric the library exports (what the manager serves on ``/metrics``):
+register a controller's own collectors here to serve them beside it, as controller-runtime's
+``metrics.Registry``."""
 
 # --- controller-runtime: pkg/internal/controller/metrics -----------------------------------
 
@@ -89,45 +91,50 @@ RECONCILE_RESULTS: Final[tuple[ReconcileResult, ...]] = (
     "requeue",
     "requeue_after",
 )
+"""Every value of the ``result`` label, each series created at zero when a controller starts
+(:func:`init_controller_metrics`)."""
 
-# controller-runtime's buckets: fine-grained below 1 s where most reconciles land, coarse up
-# to a minute for the slow ones.
 RECONCILE_TIME_BUCKETS: Final[tuple[float, ...]] = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7,
     0.8, 0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20,
     25, 30, 40, 50, 60,
 )  # fmt: skip
+"""controller-runtime's buckets: fine-grained below 1 s where most reconciles land, coarse up to
+a minute for the slow ones."""
 
-# controller_runtime_reconcile_total{controller,result}
 RECONCILE_TOTAL: Final = Counter(
     "controller_runtime_reconcile",
     "Total number of reconciliations per controller.",
     ["controller", "result"],
     registry=REGISTRY,
 )
-# controller_runtime_reconcile_errors_total{controller}
+"""``controller_runtime_reconcile_total{controller,result}``: Total number of reconciliations
+per controller."""
 RECONCILE_ERRORS: Final = Counter(
     "controller_runtime_reconcile_errors",
     "Total number of reconciliation errors per controller.",
     ["controller"],
     registry=REGISTRY,
 )
-# controller_runtime_terminal_reconcile_errors_total{controller}
+"""``controller_runtime_reconcile_errors_total{controller}``: Total number of reconciliation
+errors per controller."""
 TERMINAL_RECONCILE_ERRORS: Final = Counter(
     "controller_runtime_terminal_reconcile_errors",
     "Total number of terminal reconciliation errors per controller.",
     ["controller"],
     registry=REGISTRY,
 )
-# controller_runtime_reconcile_panics_total{controller}: a reconciler raising something
-# other than an ordinary error is our equivalent of a Go panic.
+"""``controller_runtime_terminal_reconcile_errors_total{controller}``: Total number of terminal
+reconciliation errors per controller."""
 RECONCILE_PANICS: Final = Counter(
     "controller_runtime_reconcile_panics",
     "Total number of reconciliation panics per controller.",
     ["controller"],
     registry=REGISTRY,
 )
-# controller_runtime_reconcile_time_seconds{controller}
+"""``controller_runtime_reconcile_panics_total{controller}``: Total number of reconciliation
+panics per controller. A reconciler raising something other than an ordinary error is our
+equivalent of a Go panic."""
 RECONCILE_TIME: Final = Histogram(
     "controller_runtime_reconcile_time_seconds",
     "Length of time per reconciliation per controller.",
@@ -135,48 +142,52 @@ RECONCILE_TIME: Final = Histogram(
     buckets=RECONCILE_TIME_BUCKETS,
     registry=REGISTRY,
 )
-# controller_runtime_max_concurrent_reconciles{controller}
+"""``controller_runtime_reconcile_time_seconds{controller}``: Length of time per reconciliation
+per controller."""
 MAX_CONCURRENT_RECONCILES: Final = Gauge(
     "controller_runtime_max_concurrent_reconciles",
     "Maximum number of concurrent reconciles per controller.",
     ["controller"],
     registry=REGISTRY,
 )
-# controller_runtime_active_workers{controller}
+"""``controller_runtime_max_concurrent_reconciles{controller}``: Maximum number of concurrent
+reconciles per controller."""
 ACTIVE_WORKERS: Final = Gauge(
     "controller_runtime_active_workers",
     "Number of currently used workers per controller.",
     ["controller"],
     registry=REGISTRY,
 )
+"""``controller_runtime_active_workers{controller}``: Number of currently used workers per
+controller."""
 
 # --- client-go workqueue, as registered by controller-runtime ------------------------------
 
-# client-go's ExponentialBuckets(10e-9, 10, 10): 10 ns .. 10 s, one bucket per decade, because
-# queue and work durations span many orders of magnitude. Written as literals so the ``le``
-# labels are clean (1e-07, not 1.0000000000000001e-07).
 WORKQUEUE_DURATION_BUCKETS: Final[tuple[float, ...]] = tuple(
     float(f"1e{exp}") for exp in range(-8, 2)
 )
+"""client-go's ExponentialBuckets(10e-9, 10, 10): 10 ns .. 10 s, one bucket per decade, because
+queue and work durations span many orders of magnitude. Written as literals so the ``le`` labels
+are clean (1e-07, not 1.0000000000000001e-07)."""
 
 _WQ_LABELS: Final = ["name", "controller"]
 
-# workqueue_depth{name,controller,priority}: by priority, as controller-runtime's priority
-# queue reports it (a dashboard that sums by name sees the total).
 WORKQUEUE_DEPTH: Final = Gauge(
     "workqueue_depth",
     "Current depth of workqueue.",
     [*_WQ_LABELS, "priority"],
     registry=REGISTRY,
 )
-# workqueue_adds_total{name,controller}
+"""``workqueue_depth{name,controller,priority}``: Current depth of workqueue. By priority, as
+controller-runtime's priority queue reports it (a dashboard that sums by name sees the
+total)."""
 WORKQUEUE_ADDS: Final = Counter(
     "workqueue_adds",
     "Total number of adds handled by workqueue.",
     _WQ_LABELS,
     registry=REGISTRY,
 )
-# workqueue_queue_duration_seconds{name,controller}
+"""``workqueue_adds_total{name,controller}``: Total number of adds handled by workqueue."""
 WORKQUEUE_QUEUE_DURATION: Final = Histogram(
     "workqueue_queue_duration_seconds",
     "How long in seconds an item stays in workqueue before being requested.",
@@ -184,7 +195,8 @@ WORKQUEUE_QUEUE_DURATION: Final = Histogram(
     buckets=WORKQUEUE_DURATION_BUCKETS,
     registry=REGISTRY,
 )
-# workqueue_work_duration_seconds{name,controller}
+"""``workqueue_queue_duration_seconds{name,controller}``: How long in seconds an item stays in
+workqueue before being requested."""
 WORKQUEUE_WORK_DURATION: Final = Histogram(
     "workqueue_work_duration_seconds",
     "How long in seconds processing an item from workqueue takes.",
@@ -192,7 +204,8 @@ WORKQUEUE_WORK_DURATION: Final = Histogram(
     buckets=WORKQUEUE_DURATION_BUCKETS,
     registry=REGISTRY,
 )
-# workqueue_unfinished_work_seconds{name,controller}
+"""``workqueue_work_duration_seconds{name,controller}``: How long in seconds processing an item
+from workqueue takes."""
 WORKQUEUE_UNFINISHED_WORK: Final = Gauge(
     "workqueue_unfinished_work_seconds",
     "How many seconds of work has been done that is in progress and hasn't been observed by "
@@ -201,24 +214,29 @@ WORKQUEUE_UNFINISHED_WORK: Final = Gauge(
     _WQ_LABELS,
     registry=REGISTRY,
 )
-# workqueue_longest_running_processor_seconds{name,controller}
+"""``workqueue_unfinished_work_seconds{name,controller}``: How many seconds of work has been
+done that is in progress and hasn't been observed by work_duration. Large values indicate stuck
+threads. One can deduce the number of stuck threads by observing the rate at which this
+increases."""
 WORKQUEUE_LONGEST_RUNNING_PROCESSOR: Final = Gauge(
     "workqueue_longest_running_processor_seconds",
     "How many seconds has the longest running processor for workqueue been running.",
     _WQ_LABELS,
     registry=REGISTRY,
 )
-# workqueue_retries_total{name,controller}
+"""``workqueue_longest_running_processor_seconds{name,controller}``: How many seconds has the
+longest running processor for workqueue been running."""
 WORKQUEUE_RETRIES: Final = Counter(
     "workqueue_retries",
     "Total number of retries handled by workqueue.",
     _WQ_LABELS,
     registry=REGISTRY,
 )
+"""``workqueue_retries_total{name,controller}``: Total number of retries handled by
+workqueue."""
 
 # --- the library's own ----------------------------------------------------------------------
 
-# crewlet_operator_first_pass_seconds{controller}
 FIRST_PASS_SECONDS: Final = Gauge(
     "crewlet_operator_first_pass_seconds",
     "Seconds the controller took, after it last started (a start or a takeover), to reconcile "
@@ -226,8 +244,10 @@ FIRST_PASS_SECONDS: Final = Gauge(
     ["controller"],
     registry=REGISTRY,
 )
+"""``crewlet_operator_first_pass_seconds{controller}``: Seconds the controller took, after it
+last started (a start or a takeover), to reconcile every request that was waiting when it
+started."""
 
-# crewlet_operator_events_dropped_total{controller}
 EVENTS_DROPPED: Final = Counter(
     "crewlet_operator_events_dropped",
     "Events an EventRecorder dropped because too many were waiting to be written (the API "
@@ -235,9 +255,10 @@ EVENTS_DROPPED: Final = Counter(
     ["controller"],
     registry=REGISTRY,
 )
+"""``crewlet_operator_events_dropped_total{controller}``: Events an EventRecorder dropped
+because too many were waiting to be written (the API server was slower than they came), by the
+recorder's reportingController."""
 
-# crewlet_operator_workqueue_fairness_keys{name,controller}: one series a queue, however many
-# tenants: a label per fairness key (a namespace) would make a series per tenant.
 WORKQUEUE_FAIRNESS_KEYS: Final = Gauge(
     "crewlet_operator_workqueue_fairness_keys",
     "Fairness keys (by default namespaces) with requests waiting in the workqueue, which take "
@@ -245,19 +266,21 @@ WORKQUEUE_FAIRNESS_KEYS: Final = Gauge(
     _WQ_LABELS,
     registry=REGISTRY,
 )
+"""``crewlet_operator_workqueue_fairness_keys{name,controller}``: Fairness keys (by default
+namespaces) with requests waiting in the workqueue, which take turns. One series a queue,
+however many tenants: a label per fairness key (a namespace) would make a series per tenant."""
 
 # --- the library's own: the event loop -------------------------------------------------------
 
 EVENT_LOOP_LAG_INTERVAL: Final = 0.1
 """Seconds between two samples of :data:`EVENT_LOOP_LAG`: ten wake-ups a second cost nothing
 measurable, and a stall of a tenth of a second is seen."""
-# From a millisecond (a timer's own jitter) to seconds (a loop starved of CPU, or a callback
-# that blocks it).
 EVENT_LOOP_LAG_BUCKETS: Final[tuple[float, ...]] = (
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 )  # fmt: skip
+"""From a millisecond (a timer's own jitter) to seconds (a loop starved of CPU, or a callback
+that blocks it)."""
 
-# crewlet_operator_event_loop_lag_seconds
 EVENT_LOOP_LAG: Final = Histogram(
     "crewlet_operator_event_loop_lag_seconds",
     "How late the event loop woke a task whose sleep had ended, sampled every 0.1 s: time the "
@@ -265,6 +288,8 @@ EVENT_LOOP_LAG: Final = Histogram(
     buckets=EVENT_LOOP_LAG_BUCKETS,
     registry=REGISTRY,
 )
+"""``crewlet_operator_event_loop_lag_seconds``: How late the event loop woke a task whose sleep
+had ended, sampled every 0.1 s: time the loop spent on other callbacks, or waiting for a CPU."""
 
 
 class EventLoopLag:
@@ -309,7 +334,6 @@ class EventLoopLag:
 
 # --- client-go leader election -------------------------------------------------------------
 
-# leader_election_master_status{name}
 LEADER_ELECTION_MASTER_STATUS: Final = Gauge(
     "leader_election_master_status",
     "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, "
@@ -318,23 +342,26 @@ LEADER_ELECTION_MASTER_STATUS: Final = Gauge(
     ["name"],
     registry=REGISTRY,
 )
+"""``leader_election_master_status{name}``: Gauge of if the reporting system is master of the
+relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify
+the lease. Please make sure to group by name."""
 
 # --- client-go REST client -----------------------------------------------------------------
 
-# controller-runtime's buckets for API latency: most requests take milliseconds, but watches
-# re-established under load and large lists can take tens of seconds.
 REST_CLIENT_REQUEST_DURATION_BUCKETS: Final[tuple[float, ...]] = (
     0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
 )  # fmt: skip
+"""controller-runtime's buckets for API latency: most requests take milliseconds, but watches
+re-established under load and large lists can take tens of seconds."""
 
-# rest_client_requests_total{code,method,host}
 REST_CLIENT_REQUESTS: Final = Counter(
     "rest_client_requests",
     "Number of HTTP requests, partitioned by status code, method, and host.",
     ["code", "method", "host"],
     registry=REGISTRY,
 )
-# rest_client_request_duration_seconds{verb,host}
+"""``rest_client_requests_total{code,method,host}``: Number of HTTP requests, partitioned by
+status code, method, and host."""
 REST_CLIENT_REQUEST_DURATION: Final = Histogram(
     "rest_client_request_duration_seconds",
     "Request latency in seconds. Broken down by verb, and host.",
@@ -342,15 +369,18 @@ REST_CLIENT_REQUEST_DURATION: Final = Histogram(
     buckets=REST_CLIENT_REQUEST_DURATION_BUCKETS,
     registry=REGISTRY,
 )
-# rest_client_request_retries_total{code,verb,host}: client-go's name, help and labels. The
-# ``code`` is the answer that was retried (``<error>`` for a lost connection), where client-go
-# labels each retry with its own answer: the count is the same, and says what caused it.
+"""``rest_client_request_duration_seconds{verb,host}``: Request latency in seconds. Broken down
+by verb, and host."""
 REST_CLIENT_REQUEST_RETRIES: Final = Counter(
     "rest_client_request_retries",
     "Number of request retries, partitioned by status code, verb, and host.",
     ["code", "verb", "host"],
     registry=REGISTRY,
 )
+"""``rest_client_request_retries_total{code,verb,host}``: Number of request retries, partitioned
+by status code, verb, and host. client-go's name, help and labels. The ``code`` is the answer
+that was retried (``<error>`` for a lost connection), where client-go labels each retry with its
+own answer: the count is the same, and says what caused it."""
 
 
 def init_controller_metrics(controller: str, max_concurrent_reconciles: int) -> None:
@@ -453,16 +483,16 @@ class WorkqueueMetrics:
 
 # --- the library's own: the informer caches ---------------------------------------------
 
-# crewlet_operator_cache_objects{kind}: kept by CACHED_OBJECT_COUNTS, read at scrape time.
 CACHE_OBJECTS: Final = Gauge(
     "crewlet_operator_cache_objects",
     "Number of objects in the running informer caches, by kind.",
     ["kind"],
     registry=REGISTRY,
 )
+"""``crewlet_operator_cache_objects{kind}``: Number of objects in the running informer caches,
+by kind. Kept by :data:`CACHED_OBJECT_COUNTS`, read at scrape time."""
 
 
-# crewlet_operator_cache_metadata_only_objects{kind}: the same, of those known by metadata alone.
 CACHE_METADATA_ONLY_OBJECTS: Final = Gauge(
     "crewlet_operator_cache_metadata_only_objects",
     "Number of objects the running informer caches hold by their metadata alone, by kind: a "
@@ -470,9 +500,10 @@ CACHE_METADATA_ONLY_OBJECTS: Final = Gauge(
     ["kind"],
     registry=REGISTRY,
 )
+"""``crewlet_operator_cache_metadata_only_objects{kind}``: Number of objects the running
+informer caches hold by their metadata alone, by kind: a metadata-first informer's, until its
+list of whole objects has ended."""
 
-# crewlet_operator_cache_silence_seconds{kind}: how long since an informer last heard the API
-# server; past its watchdog the manager's /healthz fails (Cache.stale), and alerts can say so.
 CACHE_SILENCE: Final = Gauge(
     "crewlet_operator_cache_silence_seconds",
     "Seconds since the running informer caches last heard the API server about a kind (a list, "
@@ -480,10 +511,11 @@ CACHE_SILENCE: Final = Gauge(
     ["kind"],
     registry=REGISTRY,
 )
+"""``crewlet_operator_cache_silence_seconds{kind}``: Seconds since the running informer caches
+last heard the API server about a kind (a list, an event or a bookmark), the longest over the
+caches. Past an informer's watchdog the manager's ``/healthz`` fails (``Cache.stale``), and
+alerts can say so."""
 
-# crewlet_operator_shard_member_status{ring}: read at scrape time from the manager, so that a
-# member that may write nothing (it cannot list the ring, or its Lease carries a will) says so
-# where an alert sees it, beside /readyz.
 SHARD_MEMBER_STATUS: Final = Gauge(
     "crewlet_operator_shard_member_status",
     "1 while this replica is a member of the ring and may write its share of the objects: it "
@@ -492,15 +524,22 @@ SHARD_MEMBER_STATUS: Final = Gauge(
     ["ring"],
     registry=REGISTRY,
 )
+"""``crewlet_operator_shard_member_status{ring}``: 1 while this replica is a member of the ring
+and may write its share of the objects: it holds its member Lease, has listed the ring's Leases
+within a lease duration, and its Lease carries no will; 0 while it may write none of them. Read
+at scrape time from the manager, so that a member that may write nothing (it cannot list the
+ring, or its Lease carries a will) says so where an alert sees it, beside /readyz."""
 
-# crewlet_operator_metrics_certificate_expiry_timestamp_seconds: Prometheus cannot see the
-# certificate of a target it scrapes, so the endpoint says when its own expires.
 METRICS_CERTIFICATE_EXPIRY: Final = Gauge(
     "crewlet_operator_metrics_certificate_expiry_timestamp_seconds",
     "When the certificate the metrics endpoint serves expires, in Unix seconds; 0 while it "
     "serves none (plain HTTP, or not started).",
     registry=REGISTRY,
 )
+"""``crewlet_operator_metrics_certificate_expiry_timestamp_seconds``: When the certificate the
+metrics endpoint serves expires, in Unix seconds; 0 while it serves none (plain HTTP, or not
+started). Prometheus cannot see the certificate of a target it scrapes, so the endpoint says
+when its own expires."""
 
 
 class ObjectCounts(Protocol):

@@ -17,6 +17,29 @@ import time
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
+__all__ = [
+    "MAX_LABEL_LENGTH",
+    "MAX_NAME_LENGTH",
+    "KubeObject",
+    "annotations",
+    "api_group",
+    "finalizers",
+    "generation",
+    "is_being_deleted",
+    "labels",
+    "metadata",
+    "micro_time",
+    "name",
+    "namespace",
+    "namespaced_key",
+    "object_key",
+    "owner_references",
+    "resource_version",
+    "resource_version_at_most",
+    "resource_version_before",
+    "uid",
+]
+
 KubeObject = dict[str, Any]
 """A Kubernetes object as the API server's JSON: ``apiVersion``, ``kind``, ``metadata``, ..."""
 

@@ -177,15 +177,19 @@ class Funcs:
     generic_func: Callable[[KubeObject], bool] | None = None
 
     def create(self, obj: KubeObject) -> bool:
+        """Whether a create event passes: ``create_func``'s answer, or True without one."""
         return self.create_func is None or self.create_func(obj)
 
     def update(self, old: KubeObject, new: KubeObject) -> bool:
+        """Whether an update event passes: ``update_func``'s answer, or True without one."""
         return self.update_func is None or self.update_func(old, new)
 
     def delete(self, obj: KubeObject) -> bool:
+        """Whether a delete event passes: ``delete_func``'s answer, or True without one."""
         return self.delete_func is None or self.delete_func(obj)
 
     def generic(self, obj: KubeObject) -> bool:
+        """Whether a generic event passes: ``generic_func``'s answer, or True without one."""
         return self.generic_func is None or self.generic_func(obj)
 
 

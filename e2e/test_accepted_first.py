@@ -40,10 +40,11 @@ from operator_helpers import (
     wait_converged,
 )
 
-from crewlet_operator import EVENT, LEASE, NAMESPACE, Client, Scope, WatchParams
+from crewlet_operator import EVENT, LEASE, NAMESPACE, Client, Scope
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.wait import eventually
+from crewlet_operator.kube import WatchParams
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator_daemon.cli import gateway_api_served
 from crewlet_operator_daemon.company import reconcile

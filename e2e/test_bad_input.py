@@ -41,18 +41,11 @@ from operator_helpers import (
 )
 from test_crds import COMPANY_TABLE, ENGINE_CLASS_TABLE
 
-from crewlet_operator import (
-    POD,
-    SECRET,
-    STATEFUL_SET,
-    ApiError,
-    BadRequestError,
-    Client,
-    InvalidError,
-)
+from crewlet_operator import POD, SECRET, STATEFUL_SET, ApiError, Client, InvalidError
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.crds import install_crds
 from crewlet_operator.envtest.wait import eventually
+from crewlet_operator.errors import BadRequestError
 from crewlet_operator_daemon.api.crds import all_crds
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS, MAX_COMPANY_NAME_LENGTH
 

@@ -28,12 +28,13 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from crewlet_operator import Client, Resource, RetryPolicy
+from crewlet_operator import Client, Resource
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.pki import CertificateAuthority
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import NotFoundError, TooManyRequestsError
+from crewlet_operator.kube import RetryPolicy
 from crewlet_operator.kube.resources import CONFIG_MAP, ROLE, ROLE_BINDING
 from crewlet_operator.metrics import REGISTRY
 

@@ -26,32 +26,29 @@ from crewlet_operator import (
     ApiError,
     Client,
     Compact,
-    Informer,
     InformerOptions,
     LeadershipLostError,
-    ListParams,
     Manager,
     ManagerOptions,
-    MetadataOnlyError,
-    NoInformerError,
     NotOwnedError,
     Pages,
-    RawObjectList,
     Request,
     Resource,
     Scope,
     Stream,
-    WatchEvent,
     metrics,
-    resource_version,
 )
 from crewlet_operator._tasks import cancel_and_wait
-from crewlet_operator.cache import ClusterView
+from crewlet_operator.cache import ClusterView, Informer
 from crewlet_operator.envtest import USER_FIELD_MANAGER, ControlPlane
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually, no_namespace_terminating
+from crewlet_operator.errors import MetadataOnlyError, NoInformerError
 from crewlet_operator.fieldset import keep_managed_fields_of
+from crewlet_operator.kube import ListParams
+from crewlet_operator.kube.client import RawObjectList, WatchEvent
+from crewlet_operator.objects import resource_version
 from crewlet_operator.sharding import by_namespace
 from crewlet_operator.sharding.membership import Membership, Signal
 from crewlet_operator.sharding.ring import RingLabels, RingView

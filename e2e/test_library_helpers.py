@@ -26,14 +26,10 @@ from crewlet_operator import (
     Finalizer,
     ForbiddenError,
     InvalidError,
-    LeaderElectionConfig,
-    LeaderElector,
     Manager,
     NamedObjects,
     NotOwnedError,
-    NotServedError,
     Resource,
-    RESTMapper,
     condition,
     controller_reference,
     set_condition,
@@ -43,8 +39,11 @@ from crewlet_operator.cache import Informer, InformerOptions, MetadataOnly, Stre
 from crewlet_operator.crd import ConditionDict, crd_for, list_map
 from crewlet_operator.envtest import ControlPlane, install_crds
 from crewlet_operator.envtest.wait import eventually
+from crewlet_operator.errors import NotServedError
 from crewlet_operator.kube import Scope, resources
 from crewlet_operator.kube.config import RestConfig
+from crewlet_operator.kube.mapper import RESTMapper
+from crewlet_operator.leader import LeaderElectionConfig, LeaderElector
 from crewlet_operator.testing import manager_options_for_tests, run_manager
 
 Object = dict[str, Any]

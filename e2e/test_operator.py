@@ -48,15 +48,15 @@ from crewlet_operator import (
     SERVICE,
     SERVICE_ACCOUNT,
     STATEFUL_SET,
-    Checkpoint,
     Client,
     Scope,
     find_condition,
-    resource_version,
 )
+from crewlet_operator.checkpoint import Checkpoint
 from crewlet_operator.envtest import KWOK_NODE, ControlPlane, binaries
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually, no_namespace_terminating
+from crewlet_operator.objects import resource_version
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator_daemon.checkpoint import ANNOTATION
 from crewlet_operator_daemon.class_controller import write_status

@@ -3,8 +3,9 @@
 A cluster-scoped ``Tenant`` (``platform.example.com/v1``) asks for a namespace of its own with a
 ResourceQuota and its admins bound to the ``admin`` ClusterRole there. The controller:
 
-- finds its kinds by discovery (:class:`~crewlet_operator.RESTMapper`), not hand-made constants
-  (the built-ins it writes come as constants: ``NAMESPACE``, ``RESOURCE_QUOTA``, ``ROLE_BINDING``);
+- finds its kinds by discovery (:class:`~crewlet_operator.kube.mapper.RESTMapper`), not
+  hand-made constants (the built-ins it writes come as constants: ``NAMESPACE``,
+  ``RESOURCE_QUOTA``, ``ROLE_BINDING``);
 - keeps a finalizer on each Tenant (:class:`~crewlet_operator.Finalizer`): a deleted Tenant's
   namespace is deleted and gone, contents and all, before the Tenant is, so a new Tenant of the
   same name never meets the old one's terminating namespace;
@@ -39,11 +40,10 @@ from crewlet_operator import (
     Resource,
     condition,
     controller_reference,
-    labels,
-    name,
     set_condition,
 )
 from crewlet_operator.crd import ConditionDict, crd_for, list_map, write
+from crewlet_operator.objects import labels, name
 
 GROUP = "platform.example.com"
 VERSION = "v1"

@@ -19,11 +19,10 @@ from crewlet_operator import (
     Resource,
     condition,
     controller_reference,
-    name,
-    namespace,
     set_condition,
 )
 from crewlet_operator.crd import ConditionDict, crd_for, list_map, write
+from crewlet_operator.objects import name, namespace
 
 WIDGET = Resource("example.crewlet.ai", "v1", "Widget", "widgets")
 DEFAULTS = {"matchLabels": {"example.crewlet.ai/defaults": "true"}}

@@ -26,6 +26,17 @@ import pdoc.render
 PACKAGE = "crewlet_operator"
 
 
+def api_modules(makefile: Path) -> list[str]:
+    """The modules the reference documents: the Makefile's ``API_MODULES``, whose value runs
+    over lines that end with a backslash."""
+    lines = iter(makefile.read_text().splitlines())
+    value = next(line for line in lines if line.startswith("API_MODULES :="))
+    value = value.split(":=", 1)[1]
+    while value.endswith("\\"):
+        value = value[:-1] + " " + next(lines)
+    return value.split()
+
+
 def defined_docstring(name: str, value: object) -> str:
     """The docstring written under ``name`` in the library module that defines ``value``."""
     for module_name, module in sorted(sys.modules.items()):

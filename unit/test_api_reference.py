@@ -17,7 +17,7 @@ from pathlib import Path
 import pdoc.doc
 import pytest
 
-from hack.api_reference import build, documented
+from hack.api_reference import api_modules, build, documented
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,14 +31,8 @@ GUIDES = {
 }
 
 
-def public_modules() -> list[str]:
-    """The modules ``make docs`` documents (the Makefile's API_MODULES)."""
-    makefile = (ROOT / "Makefile").read_text()
-    line = next(ln for ln in makefile.splitlines() if ln.startswith("API_MODULES :="))
-    return line.split(":=", 1)[1].split()
-
-
-PUBLIC_MODULES = public_modules()
+PUBLIC_MODULES = api_modules(ROOT / "Makefile")
+"""The modules ``make docs`` documents (the Makefile's API_MODULES)."""
 
 
 def undocumented_names(module: pdoc.doc.Module, exported: list[str]) -> list[str]:

@@ -17,18 +17,18 @@ from crewlet_operator import (
     CONFIG_MAP,
     SECRET,
     Cache,
-    Checkpoint,
     CheckpointReads,
     Controller,
     InformerOptions,
     KubeObject,
     Pages,
-    RawObjectList,
     Request,
     Resource,
     RestartCheckpoint,
     Result,
 )
+from crewlet_operator.checkpoint import Checkpoint
+from crewlet_operator.kube.client import RawObjectList
 from crewlet_operator_daemon.checkpoint import code_version
 from crewlet_operator_daemon.plan import ClusterFacts
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from crewlet_operator import LeaderElectionConfig
+from crewlet_operator.leader import LeaderElectionConfig
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY
 from crewlet_operator_daemon.cli import (
     LEASE_LABELS,

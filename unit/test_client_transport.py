@@ -11,7 +11,9 @@ import aiohttp
 import orjson
 import pytest
 
-from crewlet_operator import Client, ListParams, ObjectList, RawObjectList, Scope, WatchParams
+from crewlet_operator import Client, Scope
+from crewlet_operator.kube import ListParams, WatchParams
+from crewlet_operator.kube.client import ObjectList, RawObjectList
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import SECRET
 from crewlet_operator.kube.transport import _lines

@@ -23,18 +23,27 @@ from typing import Any
 import pytest
 
 import crewlet_operator
+from hack.api_reference import api_modules
 
 ROOT = Path(__file__).resolve().parent.parent
-MAKEFILE_MODULES = re.search(
-    r"^API_MODULES := (.+)$", (ROOT / "Makefile").read_text(), re.MULTILINE
-)
-assert MAKEFILE_MODULES is not None
-MODULES = MAKEFILE_MODULES.group(1).split()
+MODULES = api_modules(ROOT / "Makefile")
 """The library's public modules, as the reference site is built from them (Makefile)."""
 
-PUBLIC: dict[str, Any] = {
-    name: getattr(crewlet_operator, name) for name in crewlet_operator.__all__
-}
+
+def public_names() -> dict[str, Any]:
+    """The library's public names: the package's face, then what the other public modules
+    export (an example imports a name the face does not re-export from its module)."""
+    names: dict[str, Any] = {
+        name: getattr(crewlet_operator, name) for name in crewlet_operator.__all__
+    }
+    for module_name in MODULES:
+        module = importlib.import_module(module_name)
+        for name in getattr(module, "__all__", ()):
+            names.setdefault(name, getattr(module, name))
+    return names
+
+
+PUBLIC = public_names()
 
 
 def docstrings() -> Iterator[tuple[str, str]]:

@@ -123,7 +123,6 @@ def test_errors_that_were_standard_ones_still_are(
         ("crewlet_operator.envtest.install", "GoUnavailableError"),
         ("crewlet_operator.kube.client", "NotOwnedError"),
         ("crewlet_operator", "AlreadyOwnedError"),
-        ("crewlet_operator", "QueueShutDown"),
         ("crewlet_operator", "LeadershipLostError"),
     ],
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import configparser
+import importlib
 import re
 import subprocess
 import sys
@@ -12,6 +13,8 @@ import tomllib
 from pathlib import Path
 
 import grimp
+
+from hack.api_reference import api_modules
 
 ROOT = Path(__file__).resolve().parent.parent
 # A path into the shared workspace the repository was written from, however it is spelt.
@@ -49,11 +52,16 @@ def test_nothing_reads_a_path_outside_the_repository() -> None:
 LIBRARY = ROOT / "crewlet_operator"
 OPERATOR = ROOT / "reconcilers" / "crewlet_operator_daemon"
 OPERATOR_GROUP = "crewlet.ai"
-LIBRARY_MODULES_THE_OPERATOR_MAY_IMPORT = {
-    # The CRD generator (the library's controller-gen) is a module of its own, not re-exported:
-    # only a build step needs pydantic's JSON-schema machinery.
-    "crewlet_operator.crd",
-}
+
+
+def library_public_modules() -> dict[str, set[str]]:
+    """The library's public modules, those its reference documents (the Makefile's
+    API_MODULES: the package's face, the CRD generator, and the modules that hold what the face
+    does not re-export), each to the names it exports (its ``__all__``)."""
+    return {
+        module: set(getattr(importlib.import_module(module), "__all__", ()))
+        for module in api_modules(ROOT / "Makefile")
+    }
 
 
 def imported_modules(path: Path) -> list[str]:
@@ -87,17 +95,67 @@ def test_the_library_never_names_the_operators_group() -> None:
     assert offenders == []
 
 
-def test_the_operator_uses_the_librarys_public_face() -> None:
-    """``from crewlet_operator import ...``, plus the short allow-list above: what a platform
-    team's controller may rely on is what the operator relies on."""
+def unpublished_imports(source: str, public: dict[str, set[str]]) -> list[str]:
+    """What ``source`` takes from the library that is not public: a module the reference does
+    not document (``crewlet_operator._tasks``, ``crewlet_operator.sharding.ring``), or a name
+    its module does not export."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+            found += [m for m in modules if m.startswith("crewlet_operator.") and m not in public]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            module = node.module
+            if module != "crewlet_operator" and not module.startswith("crewlet_operator."):
+                continue
+            if module not in public:
+                found.append(module)
+                continue
+            found += [
+                f"{module}.{alias.name}" for alias in node.names if alias.name not in public[module]
+            ]
+    return found
+
+
+def test_the_operator_uses_the_librarys_public_modules() -> None:
+    """``from crewlet_operator import ...`` (the face), or a name another public module exports
+    (``from crewlet_operator.objects import name``): what a platform team's controller may rely
+    on is what the operator relies on."""
+    public = library_public_modules()
     offenders = [
-        f"{path.relative_to(ROOT)} imports {module}"
+        f"{path.relative_to(ROOT)} imports {what}"
         for path in sorted(OPERATOR.rglob("*.py"))
-        for module in imported_modules(path)
-        if module.startswith("crewlet_operator.")
-        and module not in LIBRARY_MODULES_THE_OPERATOR_MAY_IMPORT
+        for what in unpublished_imports(path.read_text(), public)
     ]
     assert offenders == []
+
+
+def test_the_operators_rule_refuses_what_is_not_public() -> None:
+    """The rule above can fail: a private module, a module the reference does not document, and
+    a name a public module does not export are each refused; the face and a public module's
+    exported names pass."""
+    public = library_public_modules()
+    assert "crewlet_operator._tasks" not in public
+    assert "precedence" not in public["crewlet_operator.leader"]
+    refused = (
+        "from crewlet_operator._tasks import cancel_and_wait\n"
+        "import crewlet_operator.sharding.ring\n"
+        "from crewlet_operator.leader import precedence\n"
+        "from crewlet_operator import namespaced_key\n"
+    )
+    assert unpublished_imports(refused, public) == [
+        "crewlet_operator._tasks",
+        "crewlet_operator.sharding.ring",
+        "crewlet_operator.leader.precedence",
+        "crewlet_operator.namespaced_key",
+    ]
+    allowed = (
+        "from crewlet_operator import Manager, Request\n"
+        "from crewlet_operator.objects import name, namespaced_key\n"
+        "from crewlet_operator.crd import crd_for\n"
+        "from crewlet_operator_daemon import naming\n"
+    )
+    assert unpublished_imports(allowed, public) == []
 
 
 # -- the operator's decisions do no I/O ------------------------------------------------------------
@@ -150,7 +208,7 @@ def test_every_operator_module_does_io_or_decides() -> None:
 def test_the_decisions_take_nothing_that_does_io_from_the_library() -> None:
     """No client, manager, cache or event loop: a decision takes from the library only names
     whose module reaches neither asyncio nor aiohttp. import-linter cannot tell: the operator
-    takes every name from the package's face, which imports the whole library."""
+    takes most names from the package's face, which imports the whole library."""
     graph = grimp.build_graph("crewlet_operator", include_external_packages=True)
     io = set().union(*(graph.find_downstream_modules(module) for module in IO_STACK))
     faces = library_faces()

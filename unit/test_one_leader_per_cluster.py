@@ -16,16 +16,9 @@ import pytest
 from fakes import offline_client
 from structlog.testing import capture_logs
 
-from crewlet_operator import (
-    Client,
-    InformerOptions,
-    Manager,
-    ManagerOptions,
-    ObjectList,
-    Resource,
-    Scope,
-)
+from crewlet_operator import Client, InformerOptions, Manager, ManagerOptions, Resource, Scope
 from crewlet_operator.errors import AlreadyExistsError, ConflictError, ForbiddenError, NotFoundError
+from crewlet_operator.kube.client import ObjectList
 from crewlet_operator.leader import (
     LeaderElectionConfig,
     LeaderElector,

@@ -29,9 +29,9 @@ from crewlet_operator import (
     SECRET,
     STATEFUL_SET,
     find_condition,
-    hash_of,
 )
-from crewlet_operator import name as object_name
+from crewlet_operator.diff import hash_of
+from crewlet_operator.objects import name as object_name
 from crewlet_operator_daemon import (
     ClusterFacts,
     Observed,

@@ -23,9 +23,9 @@ from crewlet_operator import (
     Request,
     Resource,
     Result,
-    name,
 )
 from crewlet_operator import KubeObject as Object
+from crewlet_operator.objects import name
 from crewlet_operator_daemon import ClusterFacts, Observed, Plan, reconcile
 from crewlet_operator_daemon.plan import Apply, Delete
 from crewlet_operator_daemon.slots import ApplySlots

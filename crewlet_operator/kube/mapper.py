@@ -20,6 +20,10 @@ from crewlet_operator.errors import NotServedError
 from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.resources import Resource
 
+__all__ = [
+    "RESTMapper",
+]
+
 CORE_GROUP = ""
 
 

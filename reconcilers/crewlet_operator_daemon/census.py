@@ -17,7 +17,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from crewlet_operator import METRICS_REGISTRY
+from crewlet_operator.metrics import REGISTRY as METRICS_REGISTRY
 from crewlet_operator_daemon.api.conditions import ACCEPTED, READY
 
 CONDITIONS = (ACCEPTED, READY)

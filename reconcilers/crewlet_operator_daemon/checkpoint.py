@@ -17,7 +17,7 @@ from pathlib import Path
 
 import crewlet_operator
 import crewlet_operator_daemon
-from crewlet_operator import CheckpointLines
+from crewlet_operator.checkpoint import CheckpointLines
 from crewlet_operator_daemon.plan import ClusterFacts
 
 ANNOTATION = "crewlet.ai/restart-checkpoint"

@@ -26,11 +26,9 @@ from crewlet_operator import (
     SERVICE_ACCOUNT,
     STATEFUL_SET,
     controller_reference,
-    hash_of,
-    parse_quantity,
-    semantic_subset,
 )
 from crewlet_operator import KubeObject as Object
+from crewlet_operator.diff import hash_of, parse_quantity, semantic_subset
 from crewlet_operator_daemon import engine, inputs, naming
 from crewlet_operator_daemon.api.conditions import ENGINE_CONFIG_INVALID
 from crewlet_operator_daemon.inputs import Inputs, Refused, SecretCopy

@@ -16,10 +16,10 @@ from crewlet_operator import (
     Request,
     Resource,
     Result,
-    UnauthorizedError,
     new_predicate_funcs,
 )
 from crewlet_operator import KubeObject as Object
+from crewlet_operator.errors import UnauthorizedError
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator_daemon.engineclass import class_status
 from crewlet_operator_daemon.references import referenced_secrets

@@ -22,8 +22,8 @@ from crewlet_operator import (
     Sharding,
     configure_logging,
     default_identity,
-    default_namespace,
 )
+from crewlet_operator.manager import default_namespace
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY
 from crewlet_operator_daemon.controller import CrewletControllers
 from crewlet_operator_daemon.plan import MANAGER_NAME, ClusterFacts

@@ -24,9 +24,10 @@ from __future__ import annotations
 import functools
 from datetime import datetime
 
-from crewlet_operator import SECRET, Resource, apply_would_change, is_controlled_by
+from crewlet_operator import SECRET, Resource, is_controlled_by
 from crewlet_operator import KubeObject as Object
-from crewlet_operator import name as object_name
+from crewlet_operator.fieldset import apply_would_change
+from crewlet_operator.objects import name as object_name
 from crewlet_operator_daemon import children, inputs, naming, status, versions
 from crewlet_operator_daemon.children import Desired
 from crewlet_operator_daemon.inputs import Inputs, Refused, TokenFactory, new_token

@@ -47,16 +47,12 @@ from crewlet_operator import (
     Result,
     Scope,
     Stream,
-    is_being_deleted,
     is_controlled_by,
-    keep_owned_fields_of,
-    labels,
-    name,
-    namespace,
-    namespaced_key,
     new_predicate_funcs,
 )
 from crewlet_operator import KubeObject as Object
+from crewlet_operator.fieldset import keep_owned_fields_of
+from crewlet_operator.objects import is_being_deleted, labels, name, namespace, namespaced_key
 from crewlet_operator_daemon import hostnames, naming
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator_daemon.census import COMPANIES, CompanyCensus

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from crewlet_operator import KubeObject as Object
 from crewlet_operator import condition, set_condition
-from crewlet_operator import generation as object_generation
+from crewlet_operator.objects import generation as object_generation
 from crewlet_operator_daemon.api.conditions import (
     REFERENCES_RESOLVED,
     SECRET_NOT_FOUND,

@@ -24,9 +24,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from crewlet_operator import KubeObject as Object
-from crewlet_operator import is_being_deleted, is_controlled_by, namespaced_key
-from crewlet_operator import name as object_name
-from crewlet_operator import namespace as object_namespace
+from crewlet_operator import is_controlled_by
+from crewlet_operator.objects import is_being_deleted, namespaced_key
+from crewlet_operator.objects import name as object_name
+from crewlet_operator.objects import namespace as object_namespace
 
 
 def hostname(company: Object) -> str:

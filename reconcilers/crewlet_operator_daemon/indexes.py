@@ -5,7 +5,8 @@ hang on objects other than the company's own. Pure: the controller wires them.""
 from __future__ import annotations
 
 from crewlet_operator import KubeObject as Object
-from crewlet_operator import find_condition, namespace
+from crewlet_operator import find_condition
+from crewlet_operator.objects import namespace
 from crewlet_operator_daemon import naming
 from crewlet_operator_daemon.api.conditions import ACCEPTED, HOSTNAME_TAKEN, NAME_TAKEN
 from crewlet_operator_daemon.hostnames import hostname, hosts_kept, serving_keys

@@ -21,14 +21,10 @@ import semver
 from pydantic import ValidationError
 
 from crewlet_operator import KubeObject as Object
-from crewlet_operator import (
-    Resource,
-    get_controller_of,
-    is_controlled_by,
-    label_selector_matches,
-    parse_quantity,
-)
-from crewlet_operator import name as object_name
+from crewlet_operator import Resource, get_controller_of, is_controlled_by
+from crewlet_operator.diff import parse_quantity
+from crewlet_operator.objects import name as object_name
+from crewlet_operator.predicate import label_selector_matches
 from crewlet_operator_daemon import engine, hostnames, naming, versions
 from crewlet_operator_daemon.api.conditions import (
     CLASS_NOT_ALLOWED,

@@ -15,8 +15,8 @@ import semver
 
 from crewlet_operator import STATEFUL_SET, condition, find_condition, set_condition
 from crewlet_operator import KubeObject as Object
-from crewlet_operator import generation as object_generation
-from crewlet_operator import name as object_name
+from crewlet_operator.objects import generation as object_generation
+from crewlet_operator.objects import name as object_name
 from crewlet_operator_daemon import naming, versions
 from crewlet_operator_daemon.api.conditions import ACCEPTED, READY, SUSPENDED
 from crewlet_operator_daemon.children import Desired

@@ -35,8 +35,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from crewlet_operator import STATEFUL_SET, is_controlled_by, labels
+from crewlet_operator import STATEFUL_SET, is_controlled_by
 from crewlet_operator import KubeObject as Object
+from crewlet_operator.objects import labels
 from crewlet_operator_daemon import naming
 from crewlet_operator_daemon.plan import Apply, Observed, Plan
 from crewlet_operator_daemon.status import Condition, verdict

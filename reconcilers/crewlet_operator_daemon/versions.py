@@ -22,7 +22,7 @@ import semver
 
 from crewlet_operator import STATEFUL_SET
 from crewlet_operator import KubeObject as Object
-from crewlet_operator import name as object_name
+from crewlet_operator.objects import name as object_name
 from crewlet_operator_daemon import engine, naming
 from crewlet_operator_daemon.naming import DATA
 from crewlet_operator_daemon.plan import Observed

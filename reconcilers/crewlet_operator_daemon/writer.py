@@ -16,17 +16,13 @@ from crewlet_operator import (
     PERSISTENT_VOLUME_CLAIM,
     InvalidError,
     NotFoundError,
-    OwnStatusWrites,
-    OwnWrites,
     Request,
     Resource,
     Result,
-    generation,
-    name,
-    namespace,
-    uid,
 )
 from crewlet_operator import KubeObject as Object
+from crewlet_operator.objects import generation, name, namespace, uid
+from crewlet_operator.writes import OwnStatusWrites, OwnWrites
 from crewlet_operator_daemon.admission import Admissions
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY
 from crewlet_operator_daemon.class_controller import StatusWrites, write_status
