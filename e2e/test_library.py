@@ -1089,6 +1089,9 @@ class StaleView:
     def list(self, resource: object) -> list[dict[str, Any]]:
         return list(self.objects)
 
+    def has_synced(self, resource: object) -> bool:
+        return True
+
 
 async def test_the_sharders_writes_test_the_labels_they_were_decided_on(
     kube_client: Client, namespace: str

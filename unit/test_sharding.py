@@ -876,9 +876,13 @@ class ViewStandIn:
 
     def __init__(self) -> None:
         self.objects: list[dict[str, object]] = []
+        self.synced = True
 
     def list(self, resource: object) -> list[dict[str, object]]:
         return list(self.objects)
+
+    def has_synced(self, resource: object) -> bool:
+        return self.synced
 
 
 def sharder_over(client: Recorder, membership: Membership, objects: int, **labels: str) -> Sharder:
@@ -938,6 +942,29 @@ async def test_the_sharder_writes_a_dead_members_will_then_relabels_and_forgets_
     relabelled = {name: patch[1]["value"] for name, patch in client.patches[1:]}
     assert relabelled == {f"w{i}": ring.slot_owner(slot_of(f"ns-{i}")) for i in range(20)}
     assert client.deleted == [("gone", "gone-t0")], "dead's objects still lead to it"
+
+
+async def test_before_the_view_has_listed_everything_the_sharder_writes_wills_and_labels_only() -> (
+    None
+):
+    """A will needs no object and a label decision reads one object's labels: the sharder
+    writes them while the view still lists, so a ring's start does not wait for the list. It
+    deletes no dead member's Lease then: an object not listed yet may still lead to it."""
+    heirs = KEYS_R.heirs
+    client = Recorder(
+        [lease("a", "t1"), lease("dead", "t0", holder=""), lease("gone", "t0", holder="")]
+    )
+    client.leases[2] = lease("gone", "t0", holder="", **{heirs: "a"})
+    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1, lease_duration=15)
+    assert await membership.observe()
+    sharder = sharder_over(client, membership, 3, **{SHARD: "dead"})
+    cast(ViewStandIn, sharder._view).synced = False
+    assert await sharder.shard_pass() == 1  # the will; its objects wait for the will's list
+    assert [name for name, _ in client.patches] == ["dead"]
+    assert client.deleted == [], "no Lease is deleted before every object is listed"
+    cast(ViewStandIn, sharder._view).synced = True
+    assert await sharder.shard_pass() >= 1
+    assert client.deleted == [("gone", "gone-t0")]
 
 
 async def test_the_sharder_deletes_a_lease_a_will_names_only_after_that_wills_own() -> None:

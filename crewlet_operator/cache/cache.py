@@ -100,6 +100,10 @@ class Cache:
             waiting = "; ".join(self.not_synced())
             raise TimeoutError(f"caches not synced within {timeout}s: {waiting}") from None
 
+    def has_synced(self, resource: Resource) -> bool:
+        """Whether the informer of ``resource`` has stored its first list."""
+        return self._reader(resource).has_synced
+
     async def wait_for_kind(self, resource: Resource, timeout: float | None = None) -> None:
         """Wait until the informer of ``resource`` has stored its first list
         (:class:`TimeoutError` after ``timeout`` seconds)."""

@@ -134,6 +134,11 @@ class ClusterView:
             if kind.source is self._cache:
                 await self._cache.wait_for_kind(resource, timeout)
 
+    def has_synced(self, resource: Resource) -> bool:
+        """Whether the objects of ``resource`` are all listed (the view holds those listed so
+        far before: each list stores its objects as they come)."""
+        return self._source(resource).has_synced(resource)
+
     def _source(self, resource: Resource) -> Cache:
         source = self._kind(resource).source
         if source is None:

@@ -76,8 +76,10 @@ class Sharder:
 
     async def run(self) -> None:
         """Make a pass over the objects (read from the cluster view) whenever they or the
-        members change, at least every ``retry_period``, until cancelled."""
-        await self._view.wait_for_sync()
+        members change, at least every ``retry_period``, until cancelled. It does not wait for
+        the view's first list: a will needs no object, and each label decision reads one
+        object's labels alone, so the first passes write the wills at once and label the
+        objects listed so far (see :meth:`shard_pass`)."""
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._retry_period):
@@ -91,7 +93,8 @@ class Sharder:
         once), then the label writes, :data:`SHARDER_WRITES` at a time (one at a time, a move
         of thousands would wait a round trip each: bench/NOTES.md, "Sharding"), then the
         deletion of the Leases of the dead members no object's label leads to and no other
-        will names."""
+        will names, once the view has listed every object (before, an object not listed yet
+        may lead to one)."""
         view = self._membership.view()
         if view is None or not view.live:
             return 0
@@ -101,6 +104,7 @@ class Sharder:
         if bequeathed:
             await self._membership.observe()  # the heirs hold the dead members' objects now
             view = self._membership.view() or view
+        listed = self._view.has_synced(self._resource)  # read first: what follows may be more
         steps = []
         on_paths: set[str] = set()  # the members an object's label leads through
         for obj in self._view.list(self._resource):
@@ -122,9 +126,8 @@ class Sharder:
         # A Lease another will names is kept until that will's own Lease is gone: the heirs of
         # a will never change (RingView.heirs), whatever the order of the deletions.
         named = {heir for dead, heirs in view.wills.items() for heir in heirs if heir != dead}
-        forgotten = await asyncio.gather(
-            *(self._forget(dead) for dead in view.wills.keys() - on_paths - named)
-        )
+        forgettable = view.wills.keys() - on_paths - named if listed else set()
+        forgotten = await asyncio.gather(*(self._forget(dead) for dead in forgettable))
         return bequeathed + sum(written) + sum(forgotten)
 
     async def _bequeath(self, dead: str, live: frozenset[str]) -> bool:
