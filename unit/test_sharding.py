@@ -967,6 +967,23 @@ async def test_before_the_view_has_listed_everything_the_sharder_writes_wills_an
     assert client.deleted == [("gone", "gone-t0")]
 
 
+async def test_the_sharder_does_not_decide_again_on_labels_it_wrote_over() -> None:
+    """While the view lists, no watch event shows the sharder its own writes: it labels an
+    object once, and decides again only once the view shows the object at another version."""
+    client = Recorder([lease("a", "t1"), lease("b", "t1")])
+    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1, lease_duration=15)
+    assert await membership.observe()
+    sharder = sharder_over(client, membership, 5)
+    view = cast(ViewStandIn, sharder._view)
+    view.synced = False
+    assert await sharder.shard_pass() == 5
+    assert await sharder.shard_pass() == 0, "the view still shows the versions it wrote over"
+    moved = view.objects[0]
+    moved["metadata"] = {**cast(dict[str, object], moved["metadata"]), "resourceVersion": "8"}
+    assert await sharder.shard_pass() == 1, "a new version is decided again"
+    assert len(client.patches) == 6
+
+
 async def test_the_sharder_deletes_a_lease_a_will_names_only_after_that_wills_own() -> None:
     """A dead member named as an heir in another dead member's will keeps its Lease until that
     will's Lease is gone, so that the will's heirs (those with a Lease) never change while a

@@ -62,6 +62,11 @@ class Sharder:
         self._retry_period = retry_period
         self._view = view
         self._scope = scope
+        self._written: dict[str, str] = {}
+        """The objects this sharder labelled, by key, with the version its decision read: a
+        pass does not decide one again until the view shows it at another version. The view
+        is behind the sharder's own writes (most of all while it still lists, when no watch
+        event comes), and a decision on the labels it wrote over would only be refused."""
         # A pass is due at each list of the ring's Leases and at each change to the objects.
         self._pass_due = membership.listed.subscribe()
 
@@ -107,12 +112,18 @@ class Sharder:
         listed = self._view.has_synced(self._resource)  # read first: what follows may be more
         steps = []
         on_paths: set[str] = set()  # the members an object's label leads through
+        written, self._written = self._written, {}
         for obj in self._view.list(self._resource):
-            labels: Mapping[str, str] = (obj.get("metadata") or {}).get("labels") or {}
+            meta = obj.get("metadata") or {}
+            labels: Mapping[str, str] = meta.get("labels") or {}
             slot = slot_of(self._key(obj))
             member = labels.get(self._labels.shard)
             if member is not None:
                 on_paths.update(view.path(member, slot))
+            key, version = _key(meta), str(meta.get("resourceVersion") or "")
+            if written.get(key) == version:
+                self._written[key] = version  # the view has not shown the write yet
+                continue
             step = next_step(labels, self._labels, slot, view)
             if step is not None:
                 steps.append((obj, step))
@@ -122,13 +133,13 @@ class Sharder:
             async with writes:
                 return await self._write(obj, step)
 
-        written = await asyncio.gather(*(write(obj, step) for obj, step in steps))
+        labelled = await asyncio.gather(*(write(obj, step) for obj, step in steps))
         # A Lease another will names is kept until that will's own Lease is gone: the heirs of
         # a will never change (RingView.heirs), whatever the order of the deletions.
         named = {heir for dead, heirs in view.wills.items() for heir in heirs if heir != dead}
         forgettable = view.wills.keys() - on_paths - named if listed else set()
         forgotten = await asyncio.gather(*(self._forget(dead) for dead in forgettable))
-        return bequeathed + sum(written) + sum(forgotten)
+        return bequeathed + sum(labelled) + sum(forgotten)
 
     async def _bequeath(self, dead: str, live: frozenset[str]) -> bool:
         """Write ``dead``'s will, naming ``live``, while its Lease is at the version it was
@@ -180,6 +191,7 @@ class Sharder:
             )
         except (ConflictError, InvalidError, NotFoundError):
             return False
+        self._written[_key(meta)] = str(meta.get("resourceVersion") or "")
         log.info(
             "assigned" if isinstance(step, Assign) else "draining",
             namespace=meta.get("namespace"),
@@ -208,6 +220,10 @@ class Sharder:
         if drain in labels:
             ops += [label_test(drain, labels[drain]), {"op": "remove", "path": label_path(drain)}]
         return ops, "json"
+
+
+def _key(meta: Mapping[str, Any]) -> str:
+    return f"{meta.get('namespace') or ''}/{meta.get('name')}"
 
 
 class _Wake:
