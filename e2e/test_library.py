@@ -39,7 +39,7 @@ from crewlet_operator import (
     metrics,
 )
 from crewlet_operator._tasks import cancel_and_wait
-from crewlet_operator.cache import ClusterView, Informer
+from crewlet_operator.cache import ClusterView, EventHandler, Informer
 from crewlet_operator.envtest import USER_FIELD_MANAGER, ControlPlane
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
@@ -1081,13 +1081,21 @@ class LiveMembers:
 
 
 class StaleView:
-    """The cluster view as the sharder last read it: the objects as they were created."""
+    """The cluster view as the sharder last read it: it tells of the objects as they were
+    created, and of no change after."""
 
     def __init__(self) -> None:
-        self.objects: list[dict[str, Any]] = []
+        self.handlers: list[EventHandler] = []
 
-    def list(self, resource: object) -> list[dict[str, Any]]:
-        return list(self.objects)
+    def declares(self, resource: object) -> bool:
+        return True
+
+    def add_handler(self, resource: object, handler: EventHandler) -> None:
+        self.handlers.append(handler)
+
+    def put(self, obj: dict[str, Any]) -> None:
+        for handler in self.handlers:
+            handler.on_add(obj)
 
     def has_synced(self, resource: object) -> bool:
         return True
@@ -1112,11 +1120,12 @@ async def test_the_sharders_writes_test_the_labels_they_were_decided_on(
         key=by_namespace,
         retry_period=1,
     )
+    sharder.watch()
     for name in ("data-changed", "labels-changed"):
         created = await kube_client.create(
             CONFIG_MAP, labelled_config_map(name, namespace, {labels.shard: "dead"})
         )
-        view.objects.append(created)  # the sharder's view: as created
+        view.put(created)  # the sharder's view: as created
     await kube_client.patch(CONFIG_MAP, "data-changed", {"data": {"k": "changed"}}, namespace)
     await kube_client.patch(
         CONFIG_MAP, "labels-changed", {"metadata": {"labels": {labels.shard: "other"}}}, namespace

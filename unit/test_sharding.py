@@ -30,7 +30,7 @@ from crewlet_operator import (
     Sharding,
     TransportError,
 )
-from crewlet_operator.cache import Cache, ClusterView, Informer, InformerOptions
+from crewlet_operator.cache import Cache, ClusterView, EventHandler, Informer, InformerOptions
 from crewlet_operator.kube.client import ObjectList, Scope
 from crewlet_operator.sharding import by_namespace
 from crewlet_operator.sharding.gate import Gate
@@ -872,14 +872,21 @@ async def test_membership_reads_the_wills_and_versions_of_the_leases() -> None:
 
 
 class ViewStandIn:
-    """A cluster view stand-in: the objects the sharder reads."""
+    """A cluster view stand-in: it tells the sharder of the objects put in it."""
 
     def __init__(self) -> None:
-        self.objects: list[dict[str, object]] = []
+        self.handlers: list[EventHandler] = []
         self.synced = True
 
-    def list(self, resource: object) -> list[dict[str, object]]:
-        return list(self.objects)
+    def declares(self, resource: object) -> bool:
+        return True
+
+    def add_handler(self, resource: object, handler: EventHandler) -> None:
+        self.handlers.append(handler)
+
+    def put(self, obj: dict[str, Any]) -> None:
+        for handler in self.handlers:
+            handler.on_add(obj)
 
     def has_synced(self, resource: object) -> bool:
         return self.synced
@@ -899,10 +906,11 @@ def sharder_over(client: Recorder, membership: Membership, objects: int, **label
         key=by_namespace,
         retry_period=1,
     )
+    sharder.watch()
     for i in range(objects):
         obj = widget(f"w{i}", **labels)
         obj["metadata"] = {**obj["metadata"], "namespace": f"ns-{i}"}  # type: ignore[dict-item]
-        view.objects.append(obj)
+        view.put(obj)
     return sharder
 
 
@@ -978,8 +986,9 @@ async def test_the_sharder_does_not_decide_again_on_labels_it_wrote_over() -> No
     view.synced = False
     assert await sharder.shard_pass() == 5
     assert await sharder.shard_pass() == 0, "the view still shows the versions it wrote over"
-    moved = view.objects[0]
+    moved = widget("w0")
     moved["metadata"] = {**cast(dict[str, object], moved["metadata"]), "resourceVersion": "8"}
+    view.put(moved)
     assert await sharder.shard_pass() == 1, "a new version is decided again"
     assert len(client.patches) == 6
 

@@ -91,6 +91,8 @@ class HashRing:
         )
         self._points = [point for point, _ in points]
         self._members = [member for _, member in points]
+        # Every slot's owner, found once: a sharder's pass asks it of each object.
+        self._slot_owners = [self.owner(f"slot-{slot}") for slot in range(SLOTS)]
 
     def owner(self, key: str) -> str | None:
         """The member ``key`` belongs to; None on an empty ring."""
@@ -102,11 +104,11 @@ class HashRing:
     def slot_owner(self, slot: int) -> str | None:
         """The member ``slot`` belongs to (and with it every key of the slot); None on an
         empty ring."""
-        return self.owner(f"slot-{slot}")
+        return self._slot_owners[slot]
 
     def slots(self, member: str) -> frozenset[int]:
         """The slots ``member`` holds."""
-        return frozenset(slot for slot in range(SLOTS) if self.slot_owner(slot) == member)
+        return frozenset(slot for slot, owner in enumerate(self._slot_owners) if owner == member)
 
 
 def will_text(heirs: Iterable[str]) -> str:
