@@ -22,6 +22,7 @@ import aiohttp
 from bench.cluster import PLATFORM
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.process import ManagedProcess
+from crewlet_operator.incarnation import PodRef, downward_environment
 from crewlet_operator_daemon.cli import MAX_CONCURRENT_RECONCILES
 
 WORKERS = int(os.environ.get("BENCH_WORKERS") or MAX_CONCURRENT_RECONCILES)
@@ -140,17 +141,22 @@ def process_memory(pid: int) -> Memory:
 
 class Daemon:
     """One operator process; ``profile`` runs it under cProfile (the profile is written on a
-    graceful stop), ``sharding`` with ``--sharding`` (a member of the ring)."""
+    graceful stop), ``sharding`` with ``--sharding`` (a member of the ring), ``pod`` in a Pod
+    (its downward API's variables)."""
 
     def __init__(
         self,
         kubeconfig: Path,
         log_dir: Path,
         name: str,
+        *,
         profile: bool = False,
         sharding: bool = False,
+        pod: PodRef | None = None,
     ) -> None:
         self.name = name
+        self.pod = pod
+        """The Pod it runs in, as the chart's downward API would say (none by default)."""
         self.metrics_port, self.health_port = free_port(), free_port()
         command = [sys.executable]
         if profile:
@@ -171,7 +177,7 @@ class Daemon:
         ]
         if sharding:
             command.append("--sharding")
-        self.process = ManagedProcess(name, command, log_dir)
+        self.process = ManagedProcess(name, command, log_dir, downward_environment(pod))
         self.idle_controller = SHARDED if sharding else None
         """The controller whose queue tells that it is idle: with sharding, the sharded one
         (the others run on the leader alone, and a follower's queues of them fill unserved);

@@ -28,6 +28,7 @@ from bench.daemon import (
     until,
 )
 from bench.scale import Scale
+from crewlet_operator.incarnation import PodRef
 from crewlet_operator_daemon.controller import WRITTEN_RESOURCES
 
 FILL_WORKERS = 16
@@ -123,13 +124,18 @@ class Session:
         await self.stop_operator(quiesce=False)
         await self.cluster.stop()
 
-    def new_daemon(self, role: str, sharding: bool = False) -> Daemon:
+    def new_daemon(self, role: str, sharding: bool = False, pod: PodRef | None = None) -> Daemon:
         """A daemon (not started yet) with its own ports and log file; ``sharding``: with
-        ``--sharding``."""
+        ``--sharding``; ``pod``: the Pod it runs in (by the downward API's variables)."""
         self._daemons += 1
         name = f"operator-{self._daemons:02d}-{role}"
         return Daemon(
-            self.cluster.plane.kubeconfig, self.run_dir, name, self.profile, sharding=sharding
+            self.cluster.plane.kubeconfig,
+            self.run_dir,
+            name,
+            profile=self.profile,
+            sharding=sharding,
+            pod=pod,
         )
 
     async def stop_operator(self, quiesce: bool = True) -> None:

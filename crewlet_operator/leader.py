@@ -11,6 +11,11 @@
   renewal was seen, plus the latency of one request.
 - On graceful shutdown the leader releases the lease (holder cleared, duration 1 s) and a
   follower, which watches the Lease, takes over at once instead of after the full duration.
+- With ``pod`` (the replica's Pod, from the downward API), a follower takes a crashed leader's
+  lease before it expires, on the API server's word that the leader's process is gone: its Pod
+  deleted, or its container terminated or restarted since it acquired
+  (:mod:`crewlet_operator.incarnation`). Without such evidence (a node lost, a partition) it
+  waits for the lease to expire, as above.
 - With ``exclusive_labels`` the Lease is one of a kind across the cluster: every install of a
   controller elects on a Lease of its own namespace, so two installs would each elect a leader
   and act on the same objects. Each puts the labels on its Lease and does not lead while
@@ -45,11 +50,13 @@ from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.errors import (
     CrewletError,
     ForbiddenError,
+    LeadershipLostError,
     NotFoundError,
     UnauthorizedError,
 )
+from crewlet_operator.incarnation import HOLDER_ANNOTATION, Evidence, Holder, PodRef, holder_gone
 from crewlet_operator.kube.client import Client, Scope, WatchParams
-from crewlet_operator.kube.resources import LEASE
+from crewlet_operator.kube.resources import LEASE, POD, Resource
 from crewlet_operator.label_selector import validate_label_selector
 from crewlet_operator.objects import micro_time
 
@@ -222,6 +229,13 @@ class LeaderElectionConfig:
     labels: Mapping[str, str] | None = None
     """Labels put on the Lease with each write of it, for others to find it by (a shard
     member's ring: see :mod:`crewlet_operator.sharding`)."""
+    pod: PodRef | None = None
+    """The Pod and container this replica runs in (:meth:`PodRef.from_env`). With it, the
+    replica records them on the Lease it holds, and, as a standby, takes a live lease at once on
+    the API server's evidence that its holder's process is gone, as
+    :mod:`crewlet_operator.incarnation` says. Needs ``get``, ``list`` and ``watch`` on Pods in
+    the namespace of the holders' Pods (the Lease's, usually). None (the default): a standby
+    waits for the lease to expire."""
 
     def __post_init__(self) -> None:
         if not self.lease_duration > self.renew_deadline > JITTER * self.retry_period > 0:
@@ -281,6 +295,16 @@ class LeaderElector:
         """With exclusive labels: True while this replica may not list the Leases of every
         namespace, so cannot tell whether another install leads (it does not take its lease
         meanwhile)."""
+        self._holder: Holder | None = None
+        """The other replica holding the lease, as it recorded itself there (last read)."""
+        self._holder_moved = asyncio.Event()
+        self._first_read = True
+        self._pods_denied = False
+        self._renewed_from: float | None = None
+        """When (monotonic) the last write of the lease this replica held began; None before
+        it ever held it."""
+        self.taken_on: Evidence | None = None
+        """Why this replica last took a live lease from its holder (None: it never did)."""
         self._gauge = metrics.LEADER_ELECTION_MASTER_STATUS.labels(name=config.name)
         self._gauge.set(0)
         self._log = log.bind(lease=f"{config.namespace}/{config.name}", identity=config.identity)
@@ -292,6 +316,7 @@ class LeaderElector:
         watchers = [
             asyncio.create_task(
                 self._watch(
+                    LEASE,
                     Scope(self.config.namespace, field_selector=selector),
                     denied="may not watch the lease: falling back to polling it every retry "
                     "period; grant list and watch on leases",
@@ -303,6 +328,7 @@ class LeaderElector:
             watchers.append(
                 asyncio.create_task(
                     self._watch(
+                        LEASE,
                         Scope(label_selector=self._rival_selector),
                         denied="may not watch the leases of every namespace: another "
                         "install's release is noticed a retry period late; grant list and "
@@ -311,6 +337,8 @@ class LeaderElector:
                     name="rival leases watch",
                 )
             )
+        if self.config.pod is not None:
+            watchers.append(asyncio.create_task(self._watch_holder(), name="holder pod watch"))
 
         def lost(state: RetryCallState) -> None:
             # A lost attempt: a standby from now on (said once), and wait for a change from here.
@@ -410,6 +438,13 @@ class LeaderElector:
                     )
                     self._block(rival)
                     return
+            elif not self._holds:
+                self._lead(False)
+                self._log.error(
+                    "another replica holds the lease now; stepping down",
+                    holder=self._observed[0] if self._observed else None,
+                )
+                return
             else:
                 self._lead(False)
                 self._holds = False
@@ -418,8 +453,10 @@ class LeaderElector:
 
     async def _renew(self, deadline: float) -> bool:
         """One renewal: an attempt now, then one every ``retry_period`` while the last failed,
-        until one succeeds (True) or ``deadline`` (monotonic seconds) has passed (False). Each
-        attempt is cut off at the deadline."""
+        until one succeeds (True), ``deadline`` (monotonic seconds) has passed, or an attempt
+        found another holder's live lease (False: a standby took it, on evidence that this
+        replica was gone; a leader that finds itself wrong stops at once, where client-go's
+        would go on writing until its deadline). Each attempt is cut off at the deadline."""
 
         async def attempt() -> bool:
             remaining = deadline - time.monotonic()
@@ -436,7 +473,7 @@ class LeaderElector:
         renewal = AsyncRetrying(
             retry=retry_if_result(lambda renewed: not renewed),
             wait=wait_fixed(self.config.retry_period),
-            stop=lambda state: time.monotonic() >= deadline,
+            stop=lambda state: time.monotonic() >= deadline or not self._holds,
             retry_error_callback=lambda state: False,
         )
         renewed: bool = await renewal(attempt)
@@ -463,6 +500,24 @@ class LeaderElector:
             if live and live[0].precedence < self._precedence:
                 return live[0]
         return None
+
+    def check_may_write(self) -> None:
+        """Raise :class:`LeadershipLostError` unless this replica may still write as the
+        lease's holder: it never held it (a standby's controllers that need no lease write as
+        they please), or it holds it and its last renewal began within ``renew_deadline``, when
+        no other replica can have taken it yet (a standby waits ``lease_duration`` from when it
+        saw that renewal). A leader frozen past that (SIGSTOP, a paused VM) writes nothing when
+        it resumes: its renewal then finds another holder, and it stops. A leader that stepped
+        down or released the lease writes nothing more either."""
+        if self._renewed_from is None:
+            return
+        age = time.monotonic() - self._renewed_from
+        if not self.is_leader and not self._holds:
+            raise LeadershipLostError("this replica no longer holds the lease")
+        if age >= self.config.renew_deadline:
+            raise LeadershipLostError(
+                f"the lease was last renewed {age:.1f} s ago: another replica may hold it"
+            )
 
     async def release(self) -> None:
         """Give the lease up so a follower takes over now (only if we still hold it)."""
@@ -550,34 +605,32 @@ class LeaderElector:
         return True
 
     async def _try(self) -> bool:
-        """One attempt to acquire or renew; False when another holder's lease is still live."""
+        """One attempt to acquire or renew; False when another holder's lease is still live
+        (and no evidence says that holder is gone)."""
         cfg = self.config
-        now = micro_time()
+        now, started = micro_time(), time.monotonic()
+        first_read, self._first_read = self._first_read, False
         try:
             lease = await self.client.get(LEASE, cfg.name, cfg.namespace)
         except NotFoundError:
-            fresh: dict[str, Any] = {
-                "metadata": {"name": cfg.name, "namespace": cfg.namespace},
-                "spec": self._spec(now, now, 0),
-            }
-            self._label(fresh)
-            try:
-                created = await self.client.create(LEASE, fresh)
-            except CrewletError as exc:  # AlreadyExists: another replica created it first
-                self._log.debug("lease create failed", error=str(exc))
-                return False
-            self._took(created)
-            return True
+            return await self._create(now, started)
         except CrewletError as exc:
+            self._first_read = first_read
             self._log.debug("lease read failed", error=str(exc))
             return False
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
         self._observe(lease)
         held_by_other = holder and holder != cfg.identity
+        evidence: Evidence | None = None
         if held_by_other and time.monotonic() < self._observed_at + self._observed_duration:
-            self._holds = False
-            return False
+            # A leader that finds another holder stops (hold); a standby takes the lease only
+            # on evidence that the holder cannot write any more.
+            if not self._holds:
+                evidence = await self._evidence(lease, first_read)
+            if evidence is None:
+                self._holds = False
+                return False
         transitions = int(spec.get("leaseTransitions") or 0)
         if holder == cfg.identity:
             new_spec = self._spec(spec.get("acquireTime") or now, now, transitions)
@@ -587,6 +640,7 @@ class LeaderElector:
         lease["spec"] = new_spec
         self._annotate(lease)
         self._label(lease)
+        self._record_holder(lease)
         try:
             updated = await self.client.replace(LEASE, lease)
         except CrewletError as exc:  # a conflict means someone else wrote first
@@ -595,9 +649,70 @@ class LeaderElector:
         if holder != cfg.identity:
             self.previous_holder_seen_at = self._other_renewed_at
             self.annotations_when_acquired = found
+        self._renewed_from = started
+        if evidence is not None:
+            self.taken_on = evidence
+            self._log.warning(
+                "took the lease before it expired: its holder cannot write any more",
+                evidence=evidence.value,
+                previous_holder=holder,
+            )
         self._observe(updated)
         self._took(updated)
         return True
+
+    async def _create(self, now: str, started: float) -> bool:
+        """Create the Lease, held by this replica; False when another replica did first."""
+        fresh: dict[str, Any] = {
+            "metadata": {"name": self.config.name, "namespace": self.config.namespace},
+            "spec": self._spec(now, now, 0),
+        }
+        self._label(fresh)
+        self._record_holder(fresh)
+        try:
+            created = await self.client.create(LEASE, fresh)
+        except CrewletError as exc:  # AlreadyExists: another replica created it first
+            self._log.debug("lease create failed", error=str(exc))
+            return False
+        self._renewed_from = started
+        self._took(created)
+        return True
+
+    async def _evidence(self, lease: Mapping[str, Any], first_read: bool) -> Evidence | None:
+        """The evidence that the holder of the live ``lease`` cannot write any more, as
+        :mod:`crewlet_operator.incarnation` says; None without (or without ``pod``)."""
+        own = self.config.pod
+        holder = Holder.of_lease(lease)
+        if own is None or holder is None:
+            return None
+        if first_read and holder.pod.same_container(own):
+            return Evidence.RESTARTED_HERE
+        if self._pods_denied:
+            return None
+        try:
+            pod = await self.client.get_or_none(POD, holder.pod.name, holder.pod.namespace)
+        except (ForbiddenError, UnauthorizedError) as denied:
+            self._pods_denied = True
+            self._log.warning(
+                "may not read the lease holder's Pod: a standby waits for its lease to expire; "
+                "grant get, list and watch on pods in its namespace",
+                pod_namespace=holder.pod.namespace,
+                error=denied.message or denied.reason,
+            )
+            return None
+        except CrewletError as exc:
+            self._log.debug("reading the lease holder's Pod failed", error=str(exc))
+            return None
+        acquired = (lease.get("spec") or {}).get("acquireTime")
+        return holder_gone(holder, acquired, pod)
+
+    def _record_holder(self, lease: dict[str, Any]) -> None:
+        """Record this replica's Pod on ``lease`` before it writes it as the holder."""
+        if self.config.pod is None:
+            return
+        record = Holder(self.config.identity, self.config.pod).annotation()
+        meta = lease.setdefault("metadata", {})
+        meta["annotations"] = {**(meta.get("annotations") or {}), HOLDER_ANNOTATION: record}
 
     def _took(self, lease: dict[str, Any]) -> None:
         """This replica's write made it the holder of ``lease``."""
@@ -622,23 +737,54 @@ class LeaderElector:
             self._observed_duration = float(spec.get("leaseDurationSeconds") or 0)
             if spec.get("holderIdentity") not in (None, "", self.config.identity):
                 self._other_renewed_at = self._observed_at
+        holder = Holder.of_lease(lease)
+        if holder is not None and holder.identity == self.config.identity:
+            holder = None
+        if (holder and holder.pod) != (self._holder and self._holder.pod):
+            self._holder_moved.set()
+        self._holder = holder
 
-    async def _watch(self, scope: Scope, *, denied: str) -> None:
-        """Wake the acquire loop whenever a Lease in ``scope`` changes (a release is taken at
-        once); ``denied`` is the warning, said once, when the watch is refused."""
+    async def _watch_holder(self) -> None:
+        """Wake the acquire loop whenever the Pod of the lease's other holder changes (or
+        goes), watching the Pod the holder last recorded on the Lease."""
+        while True:
+            self._holder_moved.clear()
+            holder = self._holder
+            if holder is None or self._pods_denied:
+                await self._holder_moved.wait()
+                continue
+            selector = f"metadata.name={holder.pod.name}"
+            watching = asyncio.create_task(
+                self._watch(
+                    POD,
+                    Scope(holder.pod.namespace, field_selector=selector),
+                    denied="may not watch the lease holder's Pod: its end is noticed a retry "
+                    "period late; grant list and watch on pods in its namespace",
+                ),
+                name="holder pod watch",
+            )
+            try:
+                await self._holder_moved.wait()
+            finally:
+                await cancel_and_wait(watching)
+
+    async def _watch(self, resource: Resource, scope: Scope, *, denied: str) -> None:
+        """Wake the acquire loop whenever an object of ``resource`` in ``scope`` changes (a
+        Lease's release is taken at once); ``denied`` is the warning, said once, when the watch
+        is refused."""
         # A watch loop, not a retry policy (no tenacity): a watch that ends (every 60 s) is
         # listed and watched again at once, a failure pauses one retry period, and it runs
         # until cancelled, with no attempt to count and no outcome to return.
         while True:
             try:
-                listed = await self.client.list(LEASE, scope)
+                listed = await self.client.list(resource, scope)
                 watching = WatchParams(
                     scope,
                     resource_version=listed.resource_version,
                     timeout_seconds=60,
                     inactivity_timeout=90,
                 )
-                async for _event in self.client.watch(LEASE, watching):
+                async for _event in self.client.watch(resource, watching):
                     self._changed.set()
             except (ForbiddenError, UnauthorizedError) as exc:
                 # Acquiring still works (it reads the Leases each retry period and when a lease

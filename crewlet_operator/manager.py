@@ -78,9 +78,11 @@ from crewlet_operator.cache import Cache, ClusterView, InformerOptions
 from crewlet_operator.controller import Builder, Controller, Narrowing
 from crewlet_operator.errors import HealthCheckFailed
 from crewlet_operator.errors import LeadershipLostError as LeadershipLostError  # noqa: PLC0414
+from crewlet_operator.incarnation import PodRef
 from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.mapper import RESTMapper
 from crewlet_operator.kube.resources import Resource
+from crewlet_operator.kube.retry import RetryPolicy
 from crewlet_operator.leader import LeaderElectionConfig, LeaderElector, default_identity
 from crewlet_operator.metrics import EventLoopLag
 from crewlet_operator.objects import KubeObject
@@ -99,6 +101,11 @@ __all__ = [
 ]
 
 log = structlog.get_logger("crewlet_operator.manager")
+
+LEASE_RETRIES = RetryPolicy(max_retries=0)
+"""The Lease client's: none. An elector retries each renewal every retry period until its
+renew deadline; a transport that retried a refused renewal for up to 10 s more, behind the
+``Retry-After`` of a throttled API server, would spend the deadline on one attempt."""
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -178,6 +185,16 @@ class ManagerOptions:
     manager's identity needs ``get``, ``list`` and ``watch`` on Leases in every namespace.
     None (the default): only its own Lease counts. Without leader election there is no Lease,
     and this has no effect."""
+    takeover_on_evidence: bool = True
+    """With leader election, let a standby take the lease before it expires on the API server's
+    word that its holder's process is gone (its Pod deleted, its container terminated or
+    restarted), and a process restarted in the same Pod take it back at once: a crash costs
+    about a second instead of the lease duration. The replica's Pod comes from the downward
+    API (``POD_NAMESPACE`` and ``POD_NAME``, with ``POD_UID`` and ``CONTAINER_NAME`` when set:
+    :meth:`~crewlet_operator.incarnation.PodRef.from_env`); without them it does nothing. Needs
+    ``get``, ``list`` and ``watch`` on Pods in the Lease's namespace (in the leader election
+    Role). :mod:`crewlet_operator.incarnation` says what counts as evidence, and its hazards.
+    Without evidence (a node lost, a partition) the lease's expiry still decides."""
     freeze_gc_after_sync: bool = True
     """Once the caches have synced, collect garbage once and move every object then alive out
     of the cyclic garbage collector's sight (:func:`gc.freeze`): the caches and indexes live as
@@ -279,9 +296,12 @@ class Manager:
         self.loop_lag = EventLoopLag()
         """Keeps ``crewlet_operator_event_loop_lag_seconds`` while the manager runs."""
         self.elector: LeaderElector | None = None
+        self._lease_client: Client | None = None
         if self.options.leader_election:
+            self.client.write_fence = self._check_leases
+            self._lease_client = self.client.with_own_connections(retries=LEASE_RETRIES)
             self.elector = LeaderElector(
-                self.client,
+                self._lease_client,
                 LeaderElectionConfig(
                     name=self.options.lease_name,
                     namespace=self.options.leader_election_namespace or default_namespace(),
@@ -291,6 +311,7 @@ class Manager:
                     retry_period=self.options.retry_period,
                     annotations=self._lease_annotations,
                     exclusive_labels=self.options.exclusive_lease_labels,
+                    pod=PodRef.from_env() if self.options.takeover_on_evidence else None,
                 ),
             )
         self.ring: RingMember | None = None
@@ -299,6 +320,7 @@ class Manager:
         if self.options.sharding is not None and self.elector is not None:
             self.ring = RingMember(
                 self.client,
+                self._lease_client or self.client,
                 self.cache,
                 self.cluster_view,
                 self.options.sharding,
@@ -383,6 +405,15 @@ class Manager:
         them as they are. ``Builder.with_checkpoint`` adds its
         :class:`~crewlet_operator.checkpoint.RestartCheckpoint` so."""
         self._lease_words.append(provider)
+
+    def _check_leases(self) -> None:
+        """The client's write fence: raise :class:`LeadershipLostError` when a Lease this
+        replica holds may have passed to another (its last renewal is older than the renew
+        deadline), so that a leader frozen past its lease writes nothing when it resumes."""
+        if self.elector is not None:
+            self.elector.check_may_write()
+        if self.ring is not None:
+            self.ring.elector.check_may_write()
 
     def _lease_annotations(self) -> Mapping[str, str]:
         merged: dict[str, str] = {}
@@ -623,14 +654,17 @@ class Manager:
 
     async def _shut_down(self, lost: bool) -> None:
         grace = self.options.graceful_shutdown_timeout
-        # Renewals end before the drain, as they always have: a leader that loses the lease
-        # while draining could not be stopped from writing any more.
-        await cancel_and_wait(*self._holding)
-        await cancel_and_wait(*self._background)
         if lost:
+            await cancel_and_wait(*self._holding)
+            await cancel_and_wait(*self._background)
             await asyncio.gather(*(c.abort() for c in self._running))
         else:
+            # The leases are renewed through the drain, which may outlast a lease: a leader
+            # that stopped renewing would have its work taken over while it still wrote. One
+            # that cannot renew any more writes nothing past its deadline (the client's fence).
+            await cancel_and_wait(*self._background)
             await asyncio.gather(*(c.stop(grace) for c in self._running))
+            await cancel_and_wait(*self._holding)
             for elector in reversed(self._electors):  # the leader's first
                 await elector.release()
         for runnable in reversed(self._started_runnables):
@@ -640,6 +674,8 @@ class Manager:
         await self.loop_lag.stop()
         await self.metrics.stop()
         await self.health.stop()
+        if self._lease_client is not None:
+            await self._lease_client.close()
         if self._froze_gc:  # what the stopped manager held may be collected again
             gc.unfreeze()
             self._froze_gc = False

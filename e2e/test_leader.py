@@ -10,9 +10,12 @@ import datetime
 import time
 from collections.abc import AsyncIterator
 
-from crewlet_operator import LEASE, NAMESPACE, Client, NotFoundError
+from operator_helpers import kubelet_reports, kubelet_time, replica_pod
+
+from crewlet_operator import LEASE, NAMESPACE, POD, Client, NotFoundError
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.envtest.wait import eventually
+from crewlet_operator.incarnation import Evidence, Holder, PodRef
 from crewlet_operator.leader import LeaderElectionConfig, LeaderElector, precedence
 from crewlet_operator.objects import micro_time
 
@@ -286,3 +289,129 @@ async def test_a_standby_of_the_same_install_is_not_blocked(
         await asyncio.wait_for(campaign, 30)
     finally:
         await cancel_and_wait(holding, campaign)
+
+
+# -- takeover on evidence: the holder's Pod, as the API server and the kubelet have it ----------
+
+EVIDENCE_LEASE = 30
+"""A lease long enough that a takeover before it expires is told from one after, by far."""
+
+
+def replica(client: Client, namespace: str, identity: str, pod: PodRef) -> LeaderElector:
+    return LeaderElector(
+        client,
+        LeaderElectionConfig(
+            "evidence",
+            namespace,
+            identity=identity,
+            lease_duration=EVIDENCE_LEASE,
+            renew_deadline=10,
+            retry_period=2,
+            pod=pod,
+        ),
+    )
+
+
+async def crashed_leader(client: Client, namespace: str, pod: PodRef) -> LeaderElector:
+    """A replica that acquired the lease in ``pod`` and then stopped renewing (a crash: no
+    release)."""
+    leader = replica(client, namespace, "crashed", pod)
+    await asyncio.wait_for(leader.acquire(), 30)
+    return leader
+
+
+async def leads_within(elector: LeaderElector, seconds: float) -> float:
+    """Seconds ``elector`` took to lead, failing past ``seconds`` (well before the lease)."""
+    began = time.monotonic()
+    await asyncio.wait_for(elector.acquire(), seconds)
+    return time.monotonic() - began
+
+
+async def test_a_standby_takes_the_lease_at_once_when_the_holders_pod_is_gone(
+    kube_client: Client, namespace: str
+) -> None:
+    first = await replica_pod(kube_client, namespace, "op-0")
+    second = await replica_pod(kube_client, namespace, "op-1")
+    await crashed_leader(kube_client, namespace, first)
+    lease = await kube_client.get(LEASE, "evidence", namespace)
+    assert Holder.of_lease(lease) == Holder("crashed", first), "the holder recorded its Pod"
+    standby = replica(kube_client, namespace, "standby", second)
+    campaign = asyncio.create_task(leads_within(standby, EVIDENCE_LEASE / 3))
+    await asyncio.sleep(3)  # a standby, watching the holder's Pod
+    assert not campaign.done(), "no evidence yet: the holder's container runs"
+    await kube_client.delete(POD, "op-0", namespace, grace_period_seconds=0)
+    await campaign
+    assert standby.taken_on is Evidence.POD_GONE
+    spec = (await kube_client.get(LEASE, "evidence", namespace))["spec"]
+    assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("standby", 1)
+
+
+async def test_a_standby_takes_the_lease_when_the_kubelet_reports_the_container_ended(
+    kube_client: Client, namespace: str
+) -> None:
+    first = await replica_pod(kube_client, namespace, "op-0")
+    second = await replica_pod(kube_client, namespace, "op-1")
+    await crashed_leader(kube_client, namespace, first)
+    standby = replica(kube_client, namespace, "standby", second)
+    campaign = asyncio.create_task(leads_within(standby, EVIDENCE_LEASE / 3))
+    await asyncio.sleep(1)
+    ended = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=1)
+    await kubelet_reports(
+        kube_client,
+        namespace,
+        "op-0",
+        {"waiting": {"reason": "CrashLoopBackOff"}},
+        terminated={"exitCode": 137, "finishedAt": kubelet_time(ended)},
+    )
+    await campaign
+    assert standby.taken_on is Evidence.CONTAINER_TERMINATED
+
+
+async def test_a_process_restarted_in_its_pod_takes_its_lease_back_at_once(
+    kube_client: Client, namespace: str
+) -> None:
+    pod = await replica_pod(kube_client, namespace, "op-0")
+    await crashed_leader(kube_client, namespace, pod)
+    restarted = replica(kube_client, namespace, "restarted", pod)  # a new identity, same Pod
+    await leads_within(restarted, 5)
+    assert restarted.taken_on is Evidence.RESTARTED_HERE
+
+
+async def test_without_evidence_a_standby_waits_for_the_lease(
+    kube_client: Client, namespace: str
+) -> None:
+    """The control: the holder's Pod is there and its container runs since before it acquired
+    (a frozen process, a lost node): the standby takes nothing before the lease expires, and a
+    process in another Pod's same-named container is no restart of it."""
+    first = await replica_pod(kube_client, namespace, "op-0")
+    second = await replica_pod(kube_client, namespace, "op-1")
+    await crashed_leader(kube_client, namespace, first)
+    standby = replica(kube_client, namespace, "standby", second)
+    with contextlib.suppress(TimeoutError):
+        await leads_within(standby, 8)
+    assert not standby.is_leader
+    spec = (await kube_client.get(LEASE, "evidence", namespace))["spec"]
+    assert spec["holderIdentity"] == "crashed"
+
+
+async def test_a_leader_that_finds_another_holder_stops_at_once(
+    kube_client: Client, namespace: str
+) -> None:
+    """The hazard of a Pod deleted while its process runs: a standby takes the lease on that
+    evidence, and the old leader, which still renews, stops at its next renewal (a retry
+    period) instead of at its renew deadline."""
+    first = await replica_pod(kube_client, namespace, "op-0")
+    second = await replica_pod(kube_client, namespace, "op-1")
+    leader = await crashed_leader(kube_client, namespace, first)
+    holding = asyncio.create_task(leader.hold())
+    standby = replica(kube_client, namespace, "standby", second)
+    campaign = asyncio.create_task(leads_within(standby, EVIDENCE_LEASE / 3))
+    await asyncio.sleep(1)
+    await kube_client.delete(POD, "op-0", namespace, grace_period_seconds=0)
+    await campaign
+    try:
+        # Its next renewal comes within a retry period (2 s); its deadline is 10 s away.
+        await asyncio.wait_for(asyncio.shield(holding), 5)
+    finally:
+        await cancel_and_wait(holding)
+    assert not leader.is_leader

@@ -58,6 +58,9 @@ class OfflineClient:
     def with_field_manager(self, field_manager: str) -> OfflineClient:
         return OfflineClient(field_manager)
 
+    def with_own_connections(self, **_: object) -> OfflineClient:
+        return OfflineClient(self.field_manager)
+
 
 def offline_client() -> Client:
     """An :class:`OfflineClient`, typed as the client a manager takes."""

@@ -1218,7 +1218,7 @@ def test_manager_cluster_role_is_what_the_operator_uses(render: Callable[..., li
     leader = one(docs, "Role", "crewlet-operator-leader-election-role")
     assert rules_of(leader) == crud("coordination.k8s.io", "leases") | {
         (g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")
-    }
+    } | {("", "pods", v) for v in ("get", "list", "watch")}
     auth = one(docs, "ClusterRole", "crewlet-operator-metrics-auth-role")
     assert rules_of(auth) == {
         ("authentication.k8s.io", "tokenreviews", "create"),

@@ -16,7 +16,8 @@ from crewlet_operator.kube import ListParams, WatchParams
 from crewlet_operator.kube.client import ObjectList, RawObjectList
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import SECRET
-from crewlet_operator.kube.transport import _lines
+from crewlet_operator.kube.retry import RetryPolicy
+from crewlet_operator.kube.transport import DEFAULT_TIMEOUT, _lines
 
 
 async def lines_of(chunks: list[bytes]) -> list[bytes]:
@@ -59,6 +60,28 @@ async def test_a_client_without_compression_asks_for_identity(compression: bool)
         await client.close()
     # Without the header aiohttp offers gzip and deflate, as client-go offers gzip.
     assert headers.get("Accept-Encoding") == (None if compression else "identity")
+
+
+async def test_a_client_of_its_own_connections_asks_as_the_same_user_apart() -> None:
+    """What the Lease is written through: the same server, credentials, headers and field
+    manager, over a pool of its own with its own retries; closing it leaves the other open."""
+    config = RestConfig(host="https://127.0.0.1:1", token="t", impersonate_user="someone")
+    client = Client(config, field_manager="widgets", compression=False)
+    leases = client.with_own_connections(retries=RetryPolicy(max_retries=0), timeout=3)
+    try:
+        assert leases.transport is not client.transport
+        assert (leases.host, leases.field_manager) == (client.host, "widgets")
+        assert leases.transport.retries == RetryPolicy(max_retries=0)
+        assert (leases.transport.timeout, client.transport.timeout) == (3, DEFAULT_TIMEOUT)
+        own = await leases.transport.headers("application/json")
+        theirs = await client.transport.headers("application/json")
+        assert own == theirs, "the same user, token, impersonation and encoding"
+        assert leases.transport._session is not client.transport._session
+        await leases.close()
+        assert not client.transport._session.closed
+    finally:
+        await client.close()
+        await leases.close()
 
 
 def list_page(items: list[bytes], resource_version: str, token: str | None) -> bytes:

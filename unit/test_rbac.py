@@ -105,15 +105,24 @@ def test_the_lease_is_written_in_its_namespace_and_read_everywhere_when_exclusiv
     rules = manager_rules(manager)
     assert rules.lease_namespace == "ops"
     assert [r.to_dict() for r in rules.lease] == [
-        rule("coordination.k8s.io", ["leases"], ["create", "get", "list", "update", "watch"])
+        rule("", ["pods"], ["get", "list", "watch"]),  # the holders' Pods: takeover_on_evidence
+        rule("coordination.k8s.io", ["leases"], ["create", "get", "list", "update", "watch"]),
     ]
     assert [r.to_dict() for r in rules.cluster] == [
         rule("coordination.k8s.io", ["leases"], ["list", "watch"])
     ]
+
     role, lease_role = manifests(manager, "widget")
     assert role["kind"] == "ClusterRole" and role["metadata"] == {"name": "widget"}
     assert lease_role["kind"] == "Role"
     assert lease_role["metadata"] == {"name": "widget-leader-election", "namespace": "ops"}
+
+
+def test_without_takeover_on_evidence_no_pod_is_read() -> None:
+    manager = new_manager(leader_election=True, takeover_on_evidence=False)
+    assert [r.to_dict() for r in manager_rules(manager).lease] == [
+        rule("coordination.k8s.io", ["leases"], ["create", "get", "list", "update", "watch"])
+    ]
 
 
 def test_a_sharded_manager_patches_and_deletes_its_rings_member_leases() -> None:
@@ -126,11 +135,12 @@ def test_a_sharded_manager_patches_and_deletes_its_rings_member_leases() -> None
         sharding=Sharding(resource=CONFIG_MAP, domain="example.com"),
     )
     assert [r.to_dict() for r in manager_rules(manager).lease] == [
+        rule("", ["pods"], ["get", "list", "watch"]),
         rule(
             "coordination.k8s.io",
             ["leases"],
             ["create", "delete", "get", "list", "patch", "update", "watch"],
-        )
+        ),
     ]
 
 

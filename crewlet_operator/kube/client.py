@@ -86,7 +86,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -255,6 +255,12 @@ class Client:
         self.field_manager = field_manager
         self.field_validation: FieldValidation | None = None
         """Sent as every write's ``fieldValidation``; None: the API server's default (Warn)."""
+        self.write_fence: Callable[[], None] | None = None
+        """Called just before each attempt of a write goes out (after every wait of its own):
+        what it raises is raised instead, and nothing is sent. A manager sets it on its client
+        to refuse the writes of a leader whose lease may have passed to another replica
+        (:meth:`~crewlet_operator.leader.LeaderElector.check_may_write`). Views made after it
+        is set keep it."""
         self.transport = Transport(
             config, user_agent=user_agent, timeout=timeout, compression=compression, retries=retries
         )
@@ -301,6 +307,21 @@ class Client:
         closes both. A manager writes through one under its name."""
         view = copy.copy(self)
         view.field_manager = field_manager
+        return view
+
+    def with_own_connections(
+        self, *, timeout: float | None = None, retries: RetryPolicy | None = None
+    ) -> Client:
+        """This client over connections of its own: the same API server, credentials, field
+        manager and discovery, but a pool of its own, with ``timeout`` and ``retries`` (the
+        client's own when None). For requests that must never wait behind the others, in the
+        pool or in their retries: a leader's renewals behind a burst of reconciles. Closing it
+        closes its own pool alone."""
+        view = copy.copy(self)
+        view.transport = self.transport.apart(
+            timeout=self.transport.timeout if timeout is None else timeout,
+            retries=self.transport.retries if retries is None else retries,
+        )
         return view
 
     def with_field_validation(self, mode: FieldValidation) -> Client:
@@ -362,8 +383,15 @@ class Client:
         """
         if self.field_validation and method in WRITE_METHODS:
             query = {"fieldValidation": self.field_validation, **(query or {})}
+        fence = self.write_fence if method != "GET" else None
         return await self.transport.request(
-            method, path, query=query, body=body, content_type=content_type, timeout=timeout
+            method,
+            path,
+            query=query,
+            body=body,
+            content_type=content_type,
+            timeout=timeout,
+            fence=fence,
         )
 
     # -- reads ---------------------------------------------------------------------------------

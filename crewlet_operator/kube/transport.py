@@ -16,7 +16,7 @@ import functools
 import re
 import ssl
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -71,6 +71,7 @@ class Transport:
         """The keyword arguments are :class:`~crewlet_operator.kube.client.Client`'s."""
         self.timeout = timeout
         self.retries = retries
+        self._made_of = (config, user_agent, compression)
         self._warned: set[str] = set()
         self._impersonation: Headers = []
         if isinstance(config, RestConfig):
@@ -89,12 +90,29 @@ class Transport:
         self._host_label = urlsplit(self.host).netloc
         self._user_agent = user_agent
         self._configuration = configuration
-        self._session = _session(configuration)
+        self._pool: aiohttp.ClientSession | None = None
         self._proxy, self._proxy_auth = _proxy(configuration, self.host)
+
+    def apart(self, *, timeout: float, retries: RetryPolicy) -> Transport:
+        """A transport to the same API server with the same credentials and headers, over a
+        connection pool of its own, with its own ``timeout`` and ``retries`` (close it apart)."""
+        config, user_agent, compression = self._made_of
+        return Transport(
+            config, user_agent=user_agent, timeout=timeout, compression=compression, retries=retries
+        )
+
+    @property
+    def _session(self) -> aiohttp.ClientSession:
+        """The connection pool, made at the first request (in the event loop that sends it):
+        a transport made apart for a manager that never runs costs nothing."""
+        if self._pool is None:
+            self._pool = _session(self._configuration)
+        return self._pool
 
     async def close(self) -> None:
         """Close the connection pool."""
-        await self._session.close()
+        if self._pool is not None:
+            await self._pool.close()
 
     async def headers(self, content_type: str, accept: str = JSON) -> CIMultiDict[str]:
         """The headers of a request: its types, the user agent, the credentials as they are
@@ -124,11 +142,18 @@ class Transport:
         body: Any = None,
         content_type: str = JSON,
         timeout: float | None = None,
+        fence: Callable[[], None] | None = None,
     ) -> Any:
         """:meth:`send`, with the answer decoded from JSON (None for an empty one)."""
         return _decode(
             await self.send(
-                method, path, query=query, body=body, content_type=content_type, timeout=timeout
+                method,
+                path,
+                query=query,
+                body=body,
+                content_type=content_type,
+                timeout=timeout,
+                fence=fence,
             )
         )
 
@@ -142,12 +167,15 @@ class Transport:
         content_type: str = JSON,
         timeout: float | None = None,
         accept: str = JSON,
+        fence: Callable[[], None] | None = None,
     ) -> bytes:
         """Send one request (``body`` as JSON) and return its answer's body, undecoded.
 
         Raises the most specific :class:`~crewlet_operator.errors.ApiError` for a failure
         status, and :class:`~crewlet_operator.errors.TransportError` when no answer arrives,
-        once the retry policy has given up (:mod:`crewlet_operator.kube.retry`).
+        once the retry policy has given up (:mod:`crewlet_operator.kube.retry`). ``fence`` is
+        called just before each attempt goes out, after the last wait: what it raises is raised
+        instead, and nothing is sent.
         """
         attempt = functools.partial(
             self._attempt,
@@ -158,6 +186,7 @@ class Transport:
             content_type=content_type,
             timeout=timeout,
             accept=accept,
+            fence=fence,
         )
         retrying = self.retries.retrying(method, functools.partial(self._count_retry, method))
         payload: bytes = await retrying(attempt)
@@ -173,9 +202,12 @@ class Transport:
         content_type: str,
         timeout: float | None,
         accept: str,
+        fence: Callable[[], None] | None,
     ) -> bytes:
         """One attempt of :meth:`send`."""
         headers = await self.headers(content_type, accept)
+        if fence is not None:
+            fence()
         started = time.monotonic()
         try:
             async with self._session.request(

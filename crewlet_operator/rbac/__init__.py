@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from crewlet_operator.kube.resources import (
     EVENT,
     LEASE,
+    POD,
     SUBJECT_ACCESS_REVIEW,
     TOKEN_REVIEW,
     Resource,
@@ -234,6 +235,10 @@ class RulesOptions(Protocol):
         """Whether its objects are sharded over the replicas (None: not)."""
 
     @property
+    def takeover_on_evidence(self) -> bool:
+        """Whether a standby reads the lease holder's Pod, to take its lease on evidence."""
+
+    @property
     def metrics_bind_address(self) -> str:
         """Where metrics are served; ``"0"`` when they are not."""
 
@@ -274,7 +279,9 @@ class ManagerRules:
 def manager_rules(manager: RulesHost) -> ManagerRules:
     """Every rule ``manager`` needs, merged and sorted (:func:`merge`): its controllers'
     declarations, the rules added to it, its own Lease (``get``, ``create`` and ``update`` to
-    acquire, renew and release it; ``list`` and ``watch`` on it to see a release at once), with
+    acquire, renew and release it; ``list`` and ``watch`` on it to see a release at once; and
+    with ``takeover_on_evidence``, ``get``, ``list`` and ``watch`` on the Pods there, the
+    holders'), with
     sharding the ring's member Leases beside it (``patch`` a dead member's will, ``delete`` its
     Lease once nothing leads to it), every namespace's Leases with ``exclusive_lease_labels``
     (``list`` and ``watch``), and the TokenReviews and SubjectAccessReviews of a secure metrics
@@ -285,6 +292,8 @@ def manager_rules(manager: RulesHost) -> ManagerRules:
     lease: list[PolicyRule] = []
     if options.leader_election:
         lease.append(PolicyRule.on(LEASE, "get", "create", "update", "list", "watch"))
+        if options.takeover_on_evidence:
+            lease.append(PolicyRule.on(POD, "get", "list", "watch"))
         if options.sharding is not None:
             lease.append(PolicyRule.on(LEASE, "patch", "delete"))
         if options.exclusive_lease_labels is not None:

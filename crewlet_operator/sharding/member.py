@@ -51,11 +51,14 @@ Loop = tuple[str, Callable[[], Coroutine[Any, Any, None]]]
 
 class RingMember:
     """A replica's membership of the ring ``sharding`` describes, for a manager ``name``,
-    whose leader Lease is ``leader`` (the members share its namespace and timings)."""
+    whose leader Lease is ``leader`` (the members share its namespace and timings). Its member
+    Lease is renewed through ``lease_client`` (the manager's connections for Leases), the rest
+    through ``client``."""
 
     def __init__(
         self,
         client: Client,
+        lease_client: Client,
         cache: Cache,
         view: ClusterView,
         sharding: Sharding,
@@ -72,7 +75,7 @@ class RingMember:
         self.name = member_name(name, leader.identity)
         """This replica's member name: its member Lease's."""
         self.elector = LeaderElector(
-            client,
+            lease_client,
             LeaderElectionConfig(
                 name=self.name,
                 namespace=leader.namespace,
@@ -81,6 +84,7 @@ class RingMember:
                 renew_deadline=leader.renew_deadline,
                 retry_period=leader.retry_period,
                 labels={self.labels.member: self.labels.ring},
+                pod=leader.pod,
             ),
         )
         """The member Lease (renewed, and fencing, as the leader's)."""
