@@ -64,9 +64,10 @@ __all__ = [
     "holder_gone",
 ]
 
-HOLDER_ANNOTATION = "leader.crewlet.ai/holder"
+HOLDER_ANNOTATION = "crewlet-operator/lease-holder"
 """On a Lease, the identity, Pod and container of the replica holding it (JSON), as that
-replica last wrote it."""
+replica last wrote it. The prefix names the library (any controller built on it writes it),
+not the operator."""
 
 
 @dataclass(frozen=True)

@@ -300,6 +300,8 @@ class LeaderElector:
         self._holder_moved = asyncio.Event()
         self._first_read = True
         self._pods_denied = False
+        self._displaced = False
+        """Set when a renewal found another replica holding the lease this one held."""
         self._renewed_from: float | None = None
         """When (monotonic) the last write of the lease this replica held began; None before
         it ever held it."""
@@ -438,7 +440,7 @@ class LeaderElector:
                     )
                     self._block(rival)
                     return
-            elif not self._holds:
+            elif self._displaced:
                 self._lead(False)
                 self._log.error(
                     "another replica holds the lease now; stepping down",
@@ -473,7 +475,7 @@ class LeaderElector:
         renewal = AsyncRetrying(
             retry=retry_if_result(lambda renewed: not renewed),
             wait=wait_fixed(self.config.retry_period),
-            stop=lambda state: time.monotonic() >= deadline or not self._holds,
+            stop=lambda state: time.monotonic() >= deadline or self._displaced,
             retry_error_callback=lambda state: False,
         )
         renewed: bool = await renewal(attempt)
@@ -629,6 +631,7 @@ class LeaderElector:
             if not self._holds:
                 evidence = await self._evidence(lease, first_read)
             if evidence is None:
+                self._displaced = self._holds
                 self._holds = False
                 return False
         transitions = int(spec.get("leaseTransitions") or 0)
@@ -717,6 +720,7 @@ class LeaderElector:
     def _took(self, lease: dict[str, Any]) -> None:
         """This replica's write made it the holder of ``lease``."""
         self._holds = True
+        self._displaced = False
         self._created = str((lease.get("metadata") or {}).get("creationTimestamp") or "")
 
     def _spec(self, acquired: str, renewed: str, transitions: int) -> dict[str, Any]:

@@ -201,6 +201,8 @@ DEFAULT_OBJECTS = {
     # Issue 47: no tenant writes a Lease that passes for an install's, or a will.
     ("ValidatingAdmissionPolicy", "crewlet-operator-leases"),
     ("ValidatingAdmissionPolicyBinding", "crewlet-operator-leases"),
+    # Issue 50: the renewals at the leader-election priority level, apart from the reconciles.
+    ("FlowSchema", "crewlet-operator-lease-renewals"),
 }
 
 FEATURE_OBJECTS = {

@@ -17,6 +17,7 @@ import re
 import ssl
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -219,6 +220,7 @@ class Transport:
                 proxy=self._proxy,
                 proxy_auth=self._proxy_auth,
                 timeout=aiohttp.ClientTimeout(total=timeout or self.timeout),
+                trace_request_ctx=fence,
             ) as response:
                 payload = await response.read()
                 status = response.status
@@ -356,6 +358,25 @@ def _tls_context(configuration: Configuration) -> ssl.SSLContext:
     return context
 
 
+async def _fence_on_connection(
+    session: aiohttp.ClientSession, context: SimpleNamespace, params: object
+) -> None:
+    """Call a request's fence (its ``trace_request_ctx``) once it has a connection, just
+    before it is written: a request that waited for a free connection (the pool full of
+    reconciles) while its process was frozen is fenced at the moment it would go out, not when
+    it began to wait. What the fence raises aborts the request, and the connection is let go."""
+    fence = context.trace_request_ctx
+    if callable(fence):
+        fence()
+
+
+def _fence_trace() -> aiohttp.TraceConfig:
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_end.append(_fence_on_connection)
+    trace.on_connection_reuseconn.append(_fence_on_connection)
+    return trace
+
+
 def _session(configuration: Configuration) -> aiohttp.ClientSession:
     """One connection pool to the API server, without ``trust_env``: that reads ~/.netrc and
     the proxy variables on two worker threads for every request, a large share of the client's
@@ -366,6 +387,7 @@ def _session(configuration: Configuration) -> aiohttp.ClientSession:
         ),
         trust_env=False,
         read_bufsize=2**21,  # one watch event may be ~1.5 MiB (etcd's request cap)
+        trace_configs=[_fence_trace()],
     )
 
 
