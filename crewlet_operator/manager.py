@@ -298,8 +298,10 @@ class Manager:
         self.elector: LeaderElector | None = None
         self._lease_client: Client | None = None
         if self.options.leader_election:
-            self.client.write_fence = self._check_leases
+            # Made before the fence is set, so that it has none: the Lease's own writes (its
+            # renewals, its release) are what the fence is judged by.
             self._lease_client = self.client.with_own_connections(retries=LEASE_RETRIES)
+            self.client.write_fence = self._check_leases
             self.elector = LeaderElector(
                 self._lease_client,
                 LeaderElectionConfig(
