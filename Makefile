@@ -77,7 +77,7 @@ e2e: venv bins ## Tests against a real local control plane (e2e/ and the example
 # list, through hack/api_reference.py's api_modules).
 API_MODULES := crewlet_operator crewlet_operator.kube.client crewlet_operator.manager \
 	crewlet_operator.errors crewlet_operator.crd crewlet_operator.rbac crewlet_operator.testing \
-	crewlet_operator.envtest crewlet_operator.envtest.pytest_plugin \
+	crewlet_operator.envtest crewlet_operator.envtest.pytest_plugin crewlet_operator.incarnation \
 	crewlet_operator.objects crewlet_operator.conditions crewlet_operator.diff \
 	crewlet_operator.fieldset crewlet_operator.predicate crewlet_operator.handler \
 	crewlet_operator.kube crewlet_operator.kube.mapper crewlet_operator.cache \
