@@ -36,12 +36,15 @@ from crewlet_operator.kube.retry import RetryPolicy
 from crewlet_operator.leader import LeaderElectionConfig, LeaderElector
 from crewlet_operator.manager import LEASE_RETRIES
 
-FLOW_SCHEMA = Resource("flowcontrol.apiserver.k8s.io", "v1", "FlowSchema", "flowschemas")
+FLOW_SCHEMA = Resource(
+    "flowcontrol.apiserver.k8s.io", "v1", "FlowSchema", "flowschemas", namespaced=False
+)
 PRIORITY_LEVEL = Resource(
     "flowcontrol.apiserver.k8s.io",
     "v1",
     "PriorityLevelConfiguration",
     "prioritylevelconfigurations",
+    namespaced=False,
 )
 RELEASE = "apf"
 FLOOD = 16
