@@ -27,6 +27,7 @@ from crewlet_operator import (
     CLUSTER_ROLE_BINDING,
     CONFIG_MAP,
     LEASE,
+    POD,
     ROLE,
     ROLE_BINDING,
     SERVICE_ACCOUNT,
@@ -37,12 +38,18 @@ from crewlet_operator import (
     find_condition,
 )
 from crewlet_operator._tasks import cancel_and_wait
+from crewlet_operator.cache import Cache, ClusterView
 from crewlet_operator.envtest import ControlPlane, install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import NotFoundError
+from crewlet_operator.kube.client import Scope
+from crewlet_operator.leader import LeaderElectionConfig, LeaderElector
 from crewlet_operator.metrics import REGISTRY
 from crewlet_operator.rbac import manifests
+from crewlet_operator.sharding import by_namespace
+from crewlet_operator.sharding.membership import Membership
 from crewlet_operator.sharding.ring import RingLabels, member_name
+from crewlet_operator.sharding.sharder import Sharder
 
 E2E = Path(__file__).resolve().parent
 EXAMPLES = E2E.parent / "examples"
@@ -50,6 +57,7 @@ sys.path.insert(0, str(E2E))
 sys.path.insert(0, str(EXAMPLES))
 
 import shardlet  # noqa: E402
+from operator_helpers import replica_pod  # noqa: E402
 from widgets import WIDGET  # noqa: E402
 
 LABELS = RingLabels(shardlet.DOMAIN, shardlet.NAME)
@@ -345,3 +353,64 @@ async def test_sharded_replicas_run_on_exactly_the_generated_roles_one_leaving(
         for resource, name in ((CLUSTER_ROLE_BINDING, cluster_role), (CLUSTER_ROLE, cluster_role)):
             with contextlib.suppress(NotFoundError):
                 await kube_client.delete(resource, name)
+
+
+async def test_a_member_whose_pod_is_gone_gets_its_will_without_waiting_for_its_lease(
+    kube_client: Client, namespace: str
+) -> None:
+    """Issue 50: a member crashed, or its Pod deleted, is found gone by the API server's word,
+    as a standby finds a leader gone, and the sharder writes its will at once rather than a
+    lease duration later. A live member whose Pod runs gets none."""
+    pods = {name: await replica_pod(kube_client, namespace, f"{name}-pod") for name in "ab"}
+    members = {}
+    for name, pod in pods.items():
+        elector = LeaderElector(
+            kube_client,
+            LeaderElectionConfig(
+                f"ring-{name}",
+                namespace,
+                identity=name,
+                lease_duration=60,  # long: only evidence makes it dead within the test
+                renew_deadline=10,
+                retry_period=2,
+                labels={LABELS.member: LABELS.ring},
+                pod=pod,
+            ),
+        )
+        await asyncio.wait_for(elector.acquire(), 30)  # then renews no more: "b" crashes
+        members[name] = elector.config.name
+    membership = Membership(kube_client, namespace, LABELS, retry_period=2, lease_duration=60)
+    view = ClusterView(kube_client, Cache(kube_client))
+    sharder = Sharder(
+        kube_client.with_field_manager("e2e-sharder"),
+        CONFIG_MAP,
+        view,
+        Scope(namespace),
+        labels=LABELS,
+        membership=membership,
+        key=by_namespace,
+        retry_period=2,
+        evidence=True,
+    )
+    sharder.watch()
+    await view.start()
+    try:
+
+        async def will_of(member: str) -> str | None:
+            lease = await kube_client.get(LEASE, member, namespace)
+            return (lease["metadata"].get("annotations") or {}).get(LABELS.heirs)
+
+        assert await membership.observe()
+        assert await membership.gone() == {}, "both Pods run: no evidence"
+        await sharder.shard_pass()
+        assert await will_of(members["b"]) is None
+        await kube_client.delete(POD, pods["b"].name, namespace, grace_period_seconds=0)
+        assert await membership.observe()
+        assert await sharder.shard_pass() >= 1
+        assert await will_of(members["b"]) == members["a"]
+        assert await will_of(members["a"]) is None
+        assert await membership.observe()
+        ring = membership.view()
+        assert ring is not None and ring.live == {members["a"]}, "a willed member is not live"
+    finally:
+        await view.stop()

@@ -163,6 +163,7 @@ class RingMember:
                 membership=self.membership,
                 key=self.sharding.key,
                 retry_period=self._retry_period,
+                evidence=self.elector.config.pod is not None,
             )
 
     def labels_for(self, obj: KubeObject) -> dict[str, str]:

@@ -10,8 +10,9 @@ import time
 import structlog
 
 from crewlet_operator.errors import CrewletError
+from crewlet_operator.incarnation import Evidence, Holder, holder_gone
 from crewlet_operator.kube.client import Client, Scope
-from crewlet_operator.kube.resources import LEASE
+from crewlet_operator.kube.resources import LEASE, POD
 from crewlet_operator.leader import RivalLeases
 from crewlet_operator.sharding.ring import RingLabels, RingView, will_heirs
 
@@ -70,6 +71,9 @@ class Membership:
         """The lists in a row that found a dead member without a will."""
         self.versions: dict[str, str] = {}
         """Each listed Lease's ``resourceVersion``, at which it was judged."""
+        self.holders: dict[str, tuple[Holder, str | None]] = {}
+        """The members whose Leases record their holder's Pod, with the Lease's
+        ``acquireTime``: what :meth:`gone` asks the API server about."""
         self.listed = Signal()
         """Emitted after every successful list: the live members and the wills may have
         changed. The member's slots, its fence on its own will and the sharder each subscribe."""
@@ -100,14 +104,43 @@ class Membership:
             if self._labels.heirs in (annotations := meta.get("annotations") or {})
         }
         self.versions = {str(meta.get("name")): str(meta.get("resourceVersion")) for meta in metas}
-        self._view = RingView(
-            live=frozenset(lease.name for lease in self._seen.live(now)),
-            leases=frozenset(self.versions),
-            wills=wills,
-        )
+        self.holders = {
+            str((lease.get("metadata") or {}).get("name")): (
+                holder,
+                (lease.get("spec") or {}).get("acquireTime"),
+            )
+            for lease in listed.items
+            if (holder := Holder.of_lease(lease)) is not None
+        }
+        # A member with a will writes nothing, even while it still renews: it is not live.
+        live = frozenset(lease.name for lease in self._seen.live(now)).difference(wills)
+        self._view = RingView(live=live, leases=frozenset(self.versions), wills=wills)
         self._awaiting_will = self._awaiting_will + 1 if self._view.unwilled() else 0
         self.listed.emit()
         return True
+
+    async def gone(self) -> dict[str, Evidence]:
+        """The live members whose holders the API server shows cannot write any more, at the
+        last list (:func:`~crewlet_operator.incarnation.holder_gone`): one list of the Pods in
+        the ring's namespace. Empty when it fails or none records its Pod."""
+        view = self._view
+        recorded = {m: h for m, h in self.holders.items() if view is not None and m in view.live}
+        if not recorded:
+            return {}
+        try:
+            pods = await self._client.list(POD, Scope(self.namespace))
+        except CrewletError as exc:
+            log.debug("listing the members' pods failed", error=str(exc))
+            return {}
+        by_name = {str((pod.get("metadata") or {}).get("name")): pod for pod in pods.items}
+        found = {}
+        for member, (holder, acquired) in recorded.items():
+            if holder.pod.namespace != self.namespace:
+                continue  # its Pods are not listed here
+            evidence = holder_gone(holder, acquired, by_name.get(holder.pod.name))
+            if evidence is not None:
+                found[member] = evidence
+        return found
 
     async def run(self) -> None:
         """Observe every ``retry_period`` until cancelled, and right after a live member's

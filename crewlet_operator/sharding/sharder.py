@@ -13,6 +13,7 @@ import structlog
 
 from crewlet_operator.cache import ClusterView, InformerOptions, MetadataOnly
 from crewlet_operator.errors import ConflictError, InvalidError, NotFoundError
+from crewlet_operator.incarnation import Evidence
 from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.resources import LEASE, Resource
 from crewlet_operator.objects import KubeObject, object_key
@@ -55,7 +56,11 @@ class Sharder:
         membership: Membership,
         key: Callable[[KubeObject], str],
         retry_period: float,
+        evidence: bool = False,
     ) -> None:
+        """``evidence``: write a live member's will at once when the API server shows its
+        process gone (its Pod deleted, its container ended: :mod:`crewlet_operator.incarnation`),
+        as a standby takes a leader's lease."""
         self._client = client
         self._resource = resource
         self._labels = labels
@@ -64,6 +69,8 @@ class Sharder:
         self._retry_period = retry_period
         self._view = view
         self._scope = scope
+        self._evidence = evidence
+        self._evidence_asked_at: float | None = None
         self._written: dict[str, str] = {}
         """The objects this sharder labelled, by key, with the version its decision read: a
         pass does not decide one again until the view shows it at another version. The view
@@ -106,8 +113,15 @@ class Sharder:
         view = self._membership.view()
         if view is None or not view.live:
             return 0
+        gone = await self._gone()
+        heirs = view.live.difference(gone)
+        dead: dict[str, Evidence | None] = dict.fromkeys(view.unwilled())
+        if heirs:
+            dead |= gone
         bequeathed = sum(
-            await asyncio.gather(*(self._bequeath(dead, view.live) for dead in view.unwilled()))
+            await asyncio.gather(
+                *(self._bequeath(member, heirs or view.live, why) for member, why in dead.items())
+            )
         )
         if bequeathed:
             await self._membership.observe()  # the heirs hold the dead members' objects now
@@ -149,9 +163,22 @@ class Sharder:
         forgotten = await asyncio.gather(*(self._forget(dead) for dead in forgettable))
         return bequeathed + sum(labelled) + sum(forgotten)
 
-    async def _bequeath(self, dead: str, live: frozenset[str]) -> bool:
+    async def _gone(self) -> dict[str, Evidence]:
+        """With ``evidence``, the live members the API server shows gone
+        (:meth:`Membership.gone`), asked once a list of the ring: a member whose process
+        crashed or whose Pod was deleted gets its will then, not a lease duration later."""
+        listed_at = self._membership.listed_at
+        if not self._evidence or listed_at == self._evidence_asked_at:
+            return {}
+        self._evidence_asked_at = listed_at
+        return await self._membership.gone()
+
+    async def _bequeath(
+        self, dead: str, live: frozenset[str], evidence: Evidence | None = None
+    ) -> bool:
         """Write ``dead``'s will, naming ``live``, while its Lease is at the version it was
-        judged dead by (refused otherwise: it changed, so it was not dead)."""
+        judged dead by (refused otherwise: it changed, so it was not dead). ``evidence``: why a
+        member that was live is dead."""
         version = self._membership.versions.get(dead, "")
         patch = {
             "metadata": {
@@ -165,7 +192,12 @@ class Sharder:
             )
         except (ConflictError, NotFoundError):
             return False
-        log.info("a member's will written", member=dead, heirs=sorted(live))
+        log.info(
+            "a member's will written",
+            member=dead,
+            heirs=sorted(live),
+            evidence=evidence.value if evidence is not None else None,
+        )
         return True
 
     async def _forget(self, dead: str) -> bool:
