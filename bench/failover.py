@@ -27,13 +27,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.cluster import PLATFORM, Cluster, Object
-from bench.daemon import LEASE, Daemon, until
+from bench.daemon import LEASE, Daemon, replica_pod, report_container, until
 from bench.progress import Progress
 from bench.report import Figure
 from bench.session import Session
 from crewlet_operator import LEASE as LEASE_RESOURCE
 from crewlet_operator import POD, ManagerOptions, Scope
-from crewlet_operator.incarnation import PodRef
 from crewlet_operator.kube import WatchParams
 from crewlet_operator.objects import resource_version
 from crewlet_operator_daemon.plan import MANAGER_NAME
@@ -74,41 +73,11 @@ async def _after_kill(cluster: Cluster, leader: Daemon, fault: Fault) -> None:
         # the leader acquired: a second after the kill, as a real restart takes.
         await asyncio.sleep(1.0)
         started = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-        await _report(cluster, pod, {"running": {"startedAt": started.isoformat()}}, restarts=1)
+        await report_container(
+            cluster.api, pod, {"running": {"startedAt": started.isoformat()}}, restarts=1
+        )
     elif fault is Fault.POD_DELETED:
         await cluster.api.delete(POD, pod.name, pod.namespace, grace_period_seconds=0)
-
-
-async def _report(cluster: Cluster, pod: PodRef, state: dict[str, Any], restarts: int = 0) -> None:
-    """Write the state of ``pod``'s container as its kubelet would."""
-    status = {
-        "name": pod.container,
-        "image": "bench.example.com/manager:1",
-        "imageID": "",
-        "ready": True,
-        "restartCount": restarts,
-        "state": state,
-    }
-    patch = {"status": {"phase": "Running", "containerStatuses": [status]}}
-    await cluster.api.patch(POD, pod.name, patch, pod.namespace, subresource="status")
-
-
-async def _replica_pod(cluster: Cluster, name: str) -> PodRef:
-    """A Pod for a replica in the platform namespace, its container running since long
-    before it acquires; no scheduler places it."""
-    created = await cluster.api.create(
-        POD,
-        {
-            "metadata": {"name": name, "namespace": PLATFORM},
-            "spec": {
-                "schedulerName": "bench-nobody",
-                "containers": [{"name": "manager", "image": "bench.example.com/manager:1"}],
-            },
-        },
-    )
-    pod = PodRef(PLATFORM, name, created["metadata"]["uid"], "manager")
-    await _report(cluster, pod, {"running": {"startedAt": "2026-01-01T00:00:00Z"}})
-    return pod
 
 
 @dataclass(frozen=True)
@@ -246,7 +215,7 @@ async def failover(session: Session) -> Figure:
     replicas: list[Daemon] = []
 
     async def started() -> Daemon:
-        pod = await _replica_pod(cluster, f"replica-{len(replicas)}")
+        pod = await replica_pod(cluster.api, f"replica-{len(replicas)}")
         replica = session.new_daemon("replica", pod=pod)
         replicas.append(replica)
         replica.start()

@@ -23,11 +23,13 @@ member Lease).
    convergence figure (:func:`bench.convergence.burst`): every one Accepted with its 13
    children, which includes the sharder's labelling of each.
 5. *Takeover*: a member that does not hold the leader Lease (the sharder stays) is killed
-   (SIGKILL), and right after, each Company labelled for it is changed (its
-   ``spec.seats.replicas``, as the capacity figure changes it, followed by its
-   :class:`~bench.capacity.Observer`). Measured from the kill: until its Lease carries its
-   will (the sharder writes it once the Lease has expired, :data:`LEASE_DURATION` after its
-   last renewal, which is reported too; from then on the heirs hold its Companies), until
+   (SIGKILL) and its Pod deleted (each replica runs "in" a Pod object no kubelet runs), and
+   right after, each Company labelled for it is changed (its ``spec.seats.replicas``, as the
+   capacity figure changes it, followed by its :class:`~bench.capacity.Observer`). Measured
+   from the kill: until its Lease carries its will (the sharder writes it once it finds the
+   Pod gone, at its next list of the ring; without that evidence, once the Lease has expired,
+   :data:`LEASE_DURATION` after its last renewal, which is reported too; from then on the
+   heirs hold its Companies), until
    every one of them is labelled for a live member (when the bench's watch saw the last
    relabel: the sharder relabels them for their heirs afterwards), and until each change has
    converged (``Accepted=True`` at the new generation, and the seats StatefulSet with the new
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import math
 import time
 from collections import Counter
@@ -52,13 +55,22 @@ from typing import Any, Self
 from bench.capacity import DEFAULT_REPLICAS, Change, Observer, next_replicas, send_change
 from bench.cluster import CREATE_CONCURRENCY, PLATFORM, each
 from bench.convergence import burst
-from bench.daemon import SHARDED, Daemon, Memory, cpu_seconds, idle, total, until
+from bench.daemon import (
+    SHARDED,
+    Daemon,
+    Memory,
+    cpu_seconds,
+    idle,
+    replica_pod,
+    total,
+    until,
+)
 from bench.failover import LEASE_DURATION, moment
 from bench.latency import percentile
 from bench.progress import Key
 from bench.report import MIB, Figure
 from bench.session import SETTLE, WRITTEN, Pass, Session, writes_between
-from crewlet_operator import LEASE, Client, TransportError
+from crewlet_operator import LEASE, POD, Client, TransportError
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache.informer import INITIAL_EVENTS_END
 from crewlet_operator.kube import WatchParams
@@ -70,10 +82,15 @@ from crewlet_operator_daemon.plan import MANAGER_NAME
 
 RING = RingLabels(SHARDING_DOMAIN, MANAGER_NAME)
 """The daemon's ring: ``shard.crewlet.ai/crewlet-operator`` on each Company and child."""
-TAKEOVER_LIMIT = LEASE_DURATION + 5.0
+TAKEOVER_LIMIT = 5.0
+"""Seconds from the kill to the will: its Pod deleted, the sharder finds it gone at its next
+list of the ring (every retry period, 2 s), and writes at once (the lease duration, 15 s, and
+more without that evidence)."""
+_PODS = itertools.count()
+"""The replicas' Pods' numbers."""
 TARGET = (
     f"a killed member's companies held by live members (its will written) <= "
-    f"{TAKEOVER_LIMIT:.0f} s after the kill (the lease duration + 5 s); per-replica steady RSS "
+    f"{TAKEOVER_LIMIT:.0f} s after the kill and its Pod's deletion; per-replica steady RSS "
     "with 3 replicas below the single replica's; every company converged"
 )
 SHARE_RATE = 5.0
@@ -220,13 +237,16 @@ async def _member(daemon: Daemon, timeout: float) -> tuple[float, str]:
 async def _ring(
     session: Session, shards: Shards, size: int
 ) -> tuple[list[Daemon], list[Replica], dict[str, int]]:
-    """Start ``size`` sharded replicas at once and follow each until its share is done (see
-    the module's docstring): the replicas (running), their figures, and the writes the API
-    server counted meanwhile (by verb and resource, Leases aside)."""
+    """Start ``size`` sharded replicas at once, each in a Pod of its own, and follow each until
+    its share is done (see the module's docstring): the replicas (running), their figures, and
+    the writes the API server counted meanwhile (by verb and resource, Leases aside)."""
     plane = session.cluster.plane
     timeout = session.scale.timeout + len(shards.members) / SHARE_RATE
     before = await asyncio.to_thread(plane.mutating_requests, WRITTEN)
-    daemons = [session.new_daemon("shard", sharding=True) for _ in range(size)]
+    daemons = []
+    for _ in range(size):
+        pod = await replica_pod(session.cluster.api, f"shard-{next(_PODS)}")
+        daemons.append(session.new_daemon("shard", sharding=True, pod=pod))
     for daemon in daemons:
         daemon.start()
     try:
@@ -292,6 +312,9 @@ async def _takeover(
         wall, killed = time.time(), time.monotonic()
         daemons[victim].kill()
         will = asyncio.create_task(_will_written(cluster.api, gone, timeout))
+        pod = daemons[victim].pod
+        assert pod is not None
+        await cluster.api.delete(POD, pod.name, pod.namespace, grace_period_seconds=0)
         changes = [
             Change(key, "update", killed, replicas=next_replicas(DEFAULT_REPLICAS)) for key in held
         ]
