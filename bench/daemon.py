@@ -16,12 +16,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
 from bench.cluster import PLATFORM
-from crewlet_operator import POD, Client
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.process import ManagedProcess
 from crewlet_operator.incarnation import PodRef, downward_environment
@@ -285,38 +283,3 @@ class Daemon:
         with contextlib.suppress(TimeoutError):
             await until(self.exited, timeout, f"{self.name} exit")
         self.process.stop()
-
-
-async def report_container(
-    client: Client, pod: PodRef, state: dict[str, Any], restarts: int = 0
-) -> None:
-    """Write the state of ``pod``'s container as its kubelet would (no kubelet runs it)."""
-    status = {
-        "name": pod.container,
-        "image": "bench.example.com/manager:1",
-        "imageID": "",
-        "ready": True,
-        "restartCount": restarts,
-        "state": state,
-    }
-    patch = {"status": {"phase": "Running", "containerStatuses": [status]}}
-    await client.patch(POD, pod.name, patch, pod.namespace, subresource="status")
-
-
-async def replica_pod(client: Client, name: str) -> PodRef:
-    """A Pod for a replica in the platform namespace, its container running since long before
-    it acquires a Lease; no scheduler places it (a replica started with it runs as a process
-    here, told of its Pod by the downward API's variables)."""
-    created = await client.create(
-        POD,
-        {
-            "metadata": {"name": name, "namespace": PLATFORM},
-            "spec": {
-                "schedulerName": "bench-nobody",
-                "containers": [{"name": "manager", "image": "bench.example.com/manager:1"}],
-            },
-        },
-    )
-    pod = PodRef(PLATFORM, name, created["metadata"]["uid"], "manager")
-    await report_container(client, pod, {"running": {"startedAt": "2026-01-01T00:00:00Z"}})
-    return pod

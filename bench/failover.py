@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.cluster import PLATFORM, Cluster, Object
-from bench.daemon import LEASE, Daemon, replica_pod, report_container, until
+from bench.daemon import LEASE, Daemon, until
 from bench.progress import Progress
 from bench.report import Figure
 from bench.session import Session
@@ -35,6 +35,7 @@ from crewlet_operator import LEASE as LEASE_RESOURCE
 from crewlet_operator import POD, ManagerOptions, Scope
 from crewlet_operator.kube import WatchParams
 from crewlet_operator.objects import resource_version
+from crewlet_operator.testing import kubelet_time, replica_pod, report_container
 from crewlet_operator_daemon.plan import MANAGER_NAME
 
 LEASE_DURATION = ManagerOptions(name=MANAGER_NAME).lease_duration
@@ -72,10 +73,8 @@ async def _after_kill(cluster: Cluster, leader: Daemon, fault: Fault) -> None:
         # The kubelet's stamp is whole seconds, and a restart is seen when it started after
         # the leader acquired: a second after the kill, as a real restart takes.
         await asyncio.sleep(1.0)
-        started = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-        await report_container(
-            cluster.api, pod, {"running": {"startedAt": started.isoformat()}}, restarts=1
-        )
+        running = {"running": {"startedAt": kubelet_time()}}
+        await report_container(cluster.api, pod, running, restarts=1)
     elif fault is Fault.POD_DELETED:
         await cluster.api.delete(POD, pod.name, pod.namespace, grace_period_seconds=0)
 
@@ -215,7 +214,7 @@ async def failover(session: Session) -> Figure:
     replicas: list[Daemon] = []
 
     async def started() -> Daemon:
-        pod = await replica_pod(cluster.api, f"replica-{len(replicas)}")
+        pod = await replica_pod(cluster.api, PLATFORM, f"replica-{len(replicas)}")
         replica = session.new_daemon("replica", pod=pod)
         replicas.append(replica)
         replica.start()

@@ -61,7 +61,6 @@ from bench.daemon import (
     Memory,
     cpu_seconds,
     idle,
-    replica_pod,
     total,
     until,
 )
@@ -76,6 +75,7 @@ from crewlet_operator.cache.informer import INITIAL_EVENTS_END
 from crewlet_operator.kube import WatchParams
 from crewlet_operator.objects import labels, name, namespace, resource_version
 from crewlet_operator.sharding.ring import RingLabels
+from crewlet_operator.testing import replica_pod
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY
 from crewlet_operator_daemon.cli import SHARDING_DOMAIN
 from crewlet_operator_daemon.plan import MANAGER_NAME
@@ -245,7 +245,7 @@ async def _ring(
     before = await asyncio.to_thread(plane.mutating_requests, WRITTEN)
     daemons = []
     for _ in range(size):
-        pod = await replica_pod(session.cluster.api, f"shard-{next(_PODS)}")
+        pod = await replica_pod(session.cluster.api, PLATFORM, f"shard-{next(_PODS)}")
         daemons.append(session.new_daemon("shard", sharding=True, pod=pod))
     for daemon in daemons:
         daemon.start()

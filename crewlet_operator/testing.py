@@ -25,6 +25,10 @@ change something, wait until the controller has caught up, check, stop the manag
 - :func:`eventually` waits for what must *become* true, :func:`consistently` checks what must
   *stay* true. Both take a probe, plain or async, and return what it returned, typed: mypy
   infers the result from the probe.
+- :func:`replica_pod` and :func:`report_container`: a Pod for a replica that runs as a process
+  of the test (told of its Pod by :func:`~crewlet_operator.incarnation.downward_environment`),
+  and its container's state written as its kubelet would: to test a takeover on evidence
+  (:mod:`crewlet_operator.incarnation`) where no kubelet runs.
 
 The API server the manager talks to comes from envtest: the pytest plugin
 :mod:`crewlet_operator.envtest.pytest_plugin` starts one local control plane for the session
@@ -49,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import inspect
 import math
 import time
@@ -57,15 +62,22 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar, overload
 
 from crewlet_operator.envtest.wait import eventually
+from crewlet_operator.incarnation import PodRef
+from crewlet_operator.kube.client import Client
+from crewlet_operator.kube.resources import POD
 from crewlet_operator.manager import Manager, ManagerOptions
 
 T = TypeVar("T")
 
 __all__ = [
+    "RUNNING_SINCE",
     "RunningManager",
     "consistently",
     "eventually",
+    "kubelet_time",
     "manager_options_for_tests",
+    "replica_pod",
+    "report_container",
     "run_manager",
 ]
 
@@ -208,3 +220,58 @@ async def consistently(
         if time.monotonic() >= deadline:
             return result
         await asyncio.sleep(interval)
+
+
+RUNNING_SINCE = "2026-01-01T00:00:00Z"
+"""When :func:`replica_pod`'s container started: before any replica acquired a Lease."""
+
+
+async def replica_pod(
+    client: Client, namespace: str, name: str, *, container: str = "manager"
+) -> PodRef:
+    """Create a Pod ``name`` for a replica that the test runs as a process, its container
+    reported running since :data:`RUNNING_SINCE`, and return what the downward API would tell
+    that replica. No scheduler places it (its ``schedulerName`` names none) and no kubelet runs
+    it: the test writes its status (:func:`report_container`) or deletes it."""
+    created = await client.create(
+        POD,
+        {
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "schedulerName": "no-scheduler",
+                "containers": [{"name": container, "image": "example.com/replica:1"}],
+            },
+        },
+    )
+    pod = PodRef(namespace, name, created["metadata"]["uid"], container)
+    await report_container(client, pod, {"running": {"startedAt": RUNNING_SINCE}})
+    return pod
+
+
+async def report_container(
+    client: Client,
+    pod: PodRef,
+    state: dict[str, Any],
+    last: dict[str, Any] | None = None,
+    *,
+    restarts: int = 0,
+) -> None:
+    """Write the state (and ``last`` state) of ``pod``'s container as its kubelet would, such
+    as ``{"terminated": {"exitCode": 137, "finishedAt": kubelet_time()}}``."""
+    status = {
+        "name": pod.container,
+        "image": "example.com/replica:1",
+        "imageID": "",
+        "ready": "running" in state,
+        "restartCount": restarts,
+        "state": state,
+        "lastState": last or {},
+    }
+    patch = {"status": {"phase": "Running", "containerStatuses": [status]}}
+    await client.patch(POD, pod.name, patch, pod.namespace, subresource="status")
+
+
+def kubelet_time(moment: datetime.datetime | None = None) -> str:
+    """``moment`` (now by default) as a kubelet stamps a container's state: whole seconds."""
+    moment = moment or datetime.datetime.now(datetime.UTC)
+    return moment.replace(microsecond=0).isoformat().replace("+00:00", "Z")

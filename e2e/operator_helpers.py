@@ -33,7 +33,6 @@ from crewlet_operator import (
     CUSTOM_RESOURCE_DEFINITION,
     NAMESPACE,
     NETWORK_POLICY,
-    POD,
     POD_DISRUPTION_BUDGET,
     ROLE,
     ROLE_BINDING,
@@ -620,48 +619,3 @@ def audited_writes(plane: ControlPlane, users: Iterable[str] | None = None) -> l
         )
     writes.sort(key=lambda w: w.received)
     return writes
-
-
-# -- the replicas' Pods, the tests being their kubelet --------------------------------------------
-
-STARTED = "2026-01-01T00:00:00Z"
-"""When the replicas' containers started: long before any of them acquired a Lease."""
-
-
-async def replica_pod(client: Client, namespace: str, name: str) -> PodRef:
-    """A Pod for a replica, its container ``manager`` running since :data:`STARTED`. No
-    scheduler places it (``schedulerName`` names none): the test is its kubelet."""
-    created = await client.create(
-        POD,
-        {
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "schedulerName": "e2e-nobody",
-                "containers": [{"name": "manager", "image": "e2e.example.com/manager:1"}],
-            },
-        },
-    )
-    await kubelet_reports(client, namespace, name, {"running": {"startedAt": STARTED}})
-    return PodRef(namespace, name, created["metadata"]["uid"], "manager")
-
-
-async def kubelet_reports(
-    client: Client, namespace: str, name: str, state: dict[str, object], **last: object
-) -> None:
-    """Write the state of the Pod's container ``manager`` (and its ``last`` one) as its kubelet
-    would."""
-    status = {"name": "manager", "image": "e2e.example.com/manager:1", "imageID": "", "ready": True}
-    status |= {"restartCount": 1 if last else 0, "state": state, "lastState": last}
-    await client.patch(
-        POD,
-        name,
-        {"status": {"phase": "Running", "containerStatuses": [status]}},
-        namespace,
-        subresource="status",
-    )
-
-
-def kubelet_time(moment: datetime.datetime | None = None) -> str:
-    """``moment`` (now by default) as a kubelet stamps a container's state: whole seconds."""
-    moment = moment or datetime.datetime.now(datetime.UTC)
-    return moment.replace(microsecond=0).isoformat().replace("+00:00", "Z")

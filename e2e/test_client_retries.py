@@ -35,19 +35,15 @@ from crewlet_operator.envtest.pki import CertificateAuthority
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import NotFoundError, TooManyRequestsError
 from crewlet_operator.kube import RetryPolicy
-from crewlet_operator.kube.resources import CONFIG_MAP, ROLE, ROLE_BINDING
+from crewlet_operator.kube.resources import (
+    CONFIG_MAP,
+    FLOW_SCHEMA,
+    PRIORITY_LEVEL_CONFIGURATION,
+    ROLE,
+    ROLE_BINDING,
+)
 from crewlet_operator.metrics import REGISTRY
 
-PRIORITY_LEVEL = Resource(
-    "flowcontrol.apiserver.k8s.io",
-    "v1",
-    "PriorityLevelConfiguration",
-    "prioritylevelconfigurations",
-    namespaced=False,
-)
-FLOW_SCHEMA = Resource(
-    "flowcontrol.apiserver.k8s.io", "v1", "FlowSchema", "flowschemas", namespaced=False
-)
 WEBHOOK = Resource(
     "admissionregistration.k8s.io",
     "v1",
@@ -139,7 +135,7 @@ async def throttled(
         },
     )
     await kube_client.create(
-        PRIORITY_LEVEL,
+        PRIORITY_LEVEL_CONFIGURATION,
         {
             "metadata": {"name": name},
             "spec": {
@@ -217,7 +213,7 @@ async def throttled(
         yield schema["metadata"]["uid"]
     finally:
         gate.open()
-        for resource in (WEBHOOK, FLOW_SCHEMA, PRIORITY_LEVEL):
+        for resource in (WEBHOOK, FLOW_SCHEMA, PRIORITY_LEVEL_CONFIGURATION):
             with contextlib.suppress(NotFoundError):
                 await kube_client.delete(resource, name)
 

@@ -36,9 +36,6 @@ from operator_helpers import (
     audited_writes,
     company,
     engine_class,
-    kubelet_reports,
-    kubelet_time,
-    replica_pod,
     say,
     wait_condition,
 )
@@ -47,6 +44,7 @@ from crewlet_operator import LEASE, POD, Client
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.incarnation import PodRef
+from crewlet_operator.testing import kubelet_time, replica_pod, report_container
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 
 LEASE_SECONDS = 15.0
@@ -198,10 +196,9 @@ async def test_a_standby_takes_over_at_once_when_the_kubelet_reports_the_contain
     leader.kill()
     holder, renewed = await last_renewal(client)
     await asyncio.sleep(1)  # the kubelet's stamp is whole seconds: one after the acquisition
-    await kubelet_reports(
+    await report_container(
         client,
-        PLATFORM,
-        pair.pods[leader.name].name,
+        pair.pods[leader.name],
         {"terminated": {"exitCode": 137, "finishedAt": kubelet_time()}},
     )
     acquired = await taken_by(client, standby, holder)

@@ -10,14 +10,13 @@ import datetime
 import time
 from collections.abc import AsyncIterator
 
-from operator_helpers import kubelet_reports, kubelet_time, replica_pod
-
 from crewlet_operator import LEASE, NAMESPACE, POD, Client, NotFoundError
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.incarnation import Evidence, Holder, PodRef
 from crewlet_operator.leader import LeaderElectionConfig, LeaderElector, precedence
 from crewlet_operator.objects import micro_time
+from crewlet_operator.testing import kubelet_time, replica_pod, report_container
 
 LEASE_SECONDS = 4
 LATENCY = 0.5
@@ -356,12 +355,12 @@ async def test_a_standby_takes_the_lease_when_the_kubelet_reports_the_container_
     campaign = asyncio.create_task(leads_within(standby, EVIDENCE_LEASE / 3))
     await asyncio.sleep(1)
     ended = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=1)
-    await kubelet_reports(
+    await report_container(
         kube_client,
-        namespace,
-        "op-0",
+        first,
         {"waiting": {"reason": "CrashLoopBackOff"}},
-        terminated={"exitCode": 137, "finishedAt": kubelet_time(ended)},
+        {"terminated": {"exitCode": 137, "finishedAt": kubelet_time(ended)}},
+        restarts=1,
     )
     await campaign
     assert standby.taken_on is Evidence.CONTAINER_TERMINATED

@@ -32,20 +32,11 @@ from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import TooManyRequestsError
+from crewlet_operator.kube.resources import FLOW_SCHEMA, PRIORITY_LEVEL_CONFIGURATION
 from crewlet_operator.kube.retry import RetryPolicy
 from crewlet_operator.leader import LeaderElectionConfig, LeaderElector
 from crewlet_operator.manager import LEASE_RETRIES
 
-FLOW_SCHEMA = Resource(
-    "flowcontrol.apiserver.k8s.io", "v1", "FlowSchema", "flowschemas", namespaced=False
-)
-PRIORITY_LEVEL = Resource(
-    "flowcontrol.apiserver.k8s.io",
-    "v1",
-    "PriorityLevelConfiguration",
-    "prioritylevelconfigurations",
-    namespaced=False,
-)
 RELEASE = "apf"
 FLOOD = 16
 """Reconcile-like requests in flight at once, all through the manager's main client."""
@@ -179,7 +170,7 @@ async def test_a_manager_whose_reconciles_are_refused_still_renews_its_lease(
     token = control_plane.request_token(namespace, name)
     async with (
         Client(control_plane.token_config(token), retries=RetryPolicy(max_retries=0)) as manager,
-        created(kube_client, PRIORITY_LEVEL, level),
+        created(kube_client, PRIORITY_LEVEL_CONFIGURATION, level),
         created(kube_client, FLOW_SCHEMA, catch_all),
     ):
         flooding = Flood(manager, namespace)

@@ -50,6 +50,7 @@ from crewlet_operator.sharding import by_namespace
 from crewlet_operator.sharding.membership import Membership
 from crewlet_operator.sharding.ring import RingLabels, member_name
 from crewlet_operator.sharding.sharder import Sharder
+from crewlet_operator.testing import replica_pod
 
 E2E = Path(__file__).resolve().parent
 EXAMPLES = E2E.parent / "examples"
@@ -57,7 +58,6 @@ sys.path.insert(0, str(E2E))
 sys.path.insert(0, str(EXAMPLES))
 
 import shardlet  # noqa: E402
-from operator_helpers import replica_pod  # noqa: E402
 from widgets import WIDGET  # noqa: E402
 
 LABELS = RingLabels(shardlet.DOMAIN, shardlet.NAME)
@@ -379,6 +379,11 @@ async def test_a_member_whose_pod_is_gone_gets_its_will_without_waiting_for_its_
         )
         await asyncio.wait_for(elector.acquire(), 30)  # then renews no more: "b" crashes
         members[name] = elector.config.name
+    # An object "b" holds: its Lease is kept (with its will) while an object leads to it.
+    await kube_client.create(
+        CONFIG_MAP,
+        {"metadata": {"name": "held", "namespace": namespace, "labels": {LABELS.shard: "ring-b"}}},
+    )
     membership = Membership(kube_client, namespace, LABELS, retry_period=2, lease_duration=60)
     view = ClusterView(kube_client, Cache(kube_client))
     sharder = Sharder(
@@ -395,6 +400,7 @@ async def test_a_member_whose_pod_is_gone_gets_its_will_without_waiting_for_its_
     sharder.watch()
     await view.start()
     try:
+        await view.wait_for_sync(30)
 
         async def will_of(member: str) -> str | None:
             lease = await kube_client.get(LEASE, member, namespace)

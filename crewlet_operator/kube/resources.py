@@ -95,6 +95,18 @@ PRIORITY_CLASS = Resource(
     "scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", namespaced=False
 )
 """PriorityClass, scheduling.k8s.io/v1, cluster-scoped."""
+FLOW_SCHEMA = Resource(
+    "flowcontrol.apiserver.k8s.io", "v1", "FlowSchema", "flowschemas", namespaced=False
+)
+"""FlowSchema, flowcontrol.apiserver.k8s.io/v1, cluster-scoped."""
+PRIORITY_LEVEL_CONFIGURATION = Resource(
+    "flowcontrol.apiserver.k8s.io",
+    "v1",
+    "PriorityLevelConfiguration",
+    "prioritylevelconfigurations",
+    namespaced=False,
+)
+"""PriorityLevelConfiguration, flowcontrol.apiserver.k8s.io/v1, cluster-scoped."""
 POD_DISRUPTION_BUDGET = Resource("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets")
 """PodDisruptionBudget, policy/v1, namespaced."""
 NETWORK_POLICY = Resource("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies")
