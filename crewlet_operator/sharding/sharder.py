@@ -167,8 +167,10 @@ class Sharder:
         """With ``evidence``, the live members the API server shows gone
         (:meth:`Membership.gone`), asked once a list of the ring: a member whose process
         crashed or whose Pod was deleted gets its will then, not a lease duration later."""
+        if not self._evidence:
+            return {}
         listed_at = self._membership.listed_at
-        if not self._evidence or listed_at == self._evidence_asked_at:
+        if listed_at == self._evidence_asked_at:
             return {}
         self._evidence_asked_at = listed_at
         return await self._membership.gone()
