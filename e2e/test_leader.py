@@ -10,7 +10,17 @@ import datetime
 import time
 from collections.abc import AsyncIterator
 
-from crewlet_operator import LEASE, NAMESPACE, POD, Client, NotFoundError
+import pytest
+
+from crewlet_operator import (
+    CONFIG_MAP,
+    LEASE,
+    NAMESPACE,
+    POD,
+    Client,
+    LeadershipLostError,
+    NotFoundError,
+)
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.incarnation import Evidence, Holder, PodRef
@@ -414,3 +424,27 @@ async def test_a_leader_that_finds_another_holder_stops_at_once(
     finally:
         await cancel_and_wait(holding)
     assert not leader.is_leader
+
+
+async def test_a_fenced_write_is_refused_at_each_step_before_it_goes_out(
+    kube_client: Client, namespace: str
+) -> None:
+    """The client's write fence is asked before the request waits, once it has a connection,
+    and as its first bytes are written (aiohttp writes them from a task of its own, a turn of
+    the loop later): a process frozen at any of those steps sends nothing when it resumes."""
+    for step in (1, 2, 3):
+        asked = 0
+
+        def fence(refuse_at: int = step) -> None:
+            nonlocal asked
+            asked += 1
+            if asked == refuse_at:
+                raise LeadershipLostError(f"refused at step {refuse_at}")
+
+        fenced = kube_client.with_field_manager("e2e-fenced")
+        fenced.write_fence = fence
+        name = f"fenced-{step}"
+        with pytest.raises(LeadershipLostError, match=f"step {step}"):
+            await fenced.create(CONFIG_MAP, {"metadata": {"name": name, "namespace": namespace}})
+        assert await kube_client.get_or_none(CONFIG_MAP, name, namespace) is None
+    assert kube_client.write_fence is None, "the view's fence is its own"

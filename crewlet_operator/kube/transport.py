@@ -28,7 +28,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from crewlet_operator import metrics
-from crewlet_operator.errors import TransportError, api_error
+from crewlet_operator.errors import CrewletError, TransportError, api_error
 from crewlet_operator.kube._kubernetes_asyncio import Configuration
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.params import QueryValue
@@ -228,6 +228,8 @@ class Transport:
                 warnings = response.headers.getall("Warning", ())
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             self._observe(method, "<error>", started)
+            if isinstance(exc.__cause__, CrewletError):  # the fence, raised as it was written
+                raise exc.__cause__ from None
             raise TransportError(f"{method} {path}: {exc!r}") from exc
         self._observe(method, str(status), started)
         if warnings:
@@ -358,13 +360,13 @@ def _tls_context(configuration: Configuration) -> ssl.SSLContext:
     return context
 
 
-async def _fence_on_connection(
-    session: aiohttp.ClientSession, context: SimpleNamespace, params: object
-) -> None:
-    """Call a request's fence (its ``trace_request_ctx``) once it has a connection, just
-    before it is written: a request that waited for a free connection (the pool full of
-    reconciles) while its process was frozen is fenced at the moment it would go out, not when
-    it began to wait. What the fence raises aborts the request, and the connection is let go."""
+async def _fence(session: aiohttp.ClientSession, context: SimpleNamespace, params: object) -> None:
+    """Call a request's fence (its ``trace_request_ctx``) once it has a connection, and again
+    just before its first bytes go out. aiohttp buffers a request's headers and writes them with
+    its body from a task of its own, a turn of the event loop later: a request that waited for
+    a free connection (the pool full of reconciles), or for that turn, while its process was
+    frozen is fenced at the moment it would go out, not when it began to wait. What the fence
+    raises aborts the request before anything is written, and the connection is let go."""
     fence = context.trace_request_ctx
     if callable(fence):
         fence()
@@ -372,8 +374,10 @@ async def _fence_on_connection(
 
 def _fence_trace() -> aiohttp.TraceConfig:
     trace = aiohttp.TraceConfig()
-    trace.on_connection_create_end.append(_fence_on_connection)
-    trace.on_connection_reuseconn.append(_fence_on_connection)
+    trace.on_connection_create_end.append(_fence)
+    trace.on_connection_reuseconn.append(_fence)
+    # Called before each chunk is written (the first carries the buffered headers).
+    trace.on_request_chunk_sent.append(_fence)
     return trace
 
 
