@@ -17,7 +17,7 @@ import base64
 import contextlib
 import json
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,8 +25,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import yaml
+from operator_helpers import own_control_plane
 
-from crewlet_operator.envtest import ControlPlane, binaries, install_crds, pki
+from crewlet_operator.envtest import USER_FIELD_MANAGER, ControlPlane, binaries, install_crds, pki
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import ForbiddenError, InvalidError, NotFoundError
 from crewlet_operator.kube import resources as r
@@ -154,6 +155,21 @@ def prometheus_operator_crds() -> list[Doc]:
     missing = set(PROMETHEUS_OPERATOR_CRDS) - set(crds)
     assert not missing, f"{missing} not in prometheus-operator-crds.yaml: run `make bins`"
     return [crds[name] for name in PROMETHEUS_OPERATOR_CRDS]
+
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A cluster of the module's own, as a fresh install finds one: on the session's plane,
+    a module before this one leaves the chart's ServiceAccount and roles in crewlet-operator-system
+    (applied as a manager's token needs them), which ``helm install`` refuses to adopt."""
+    with own_control_plane(tmp_path_factory.mktemp("chart")) as plane:
+        yield plane
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def kube_client(control_plane: ControlPlane) -> AsyncIterator[Client]:
+    async with Client(control_plane.admin_config(), field_manager=USER_FIELD_MANAGER) as client:
+        yield client
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
