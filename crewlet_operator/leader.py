@@ -187,6 +187,15 @@ class RivalLeases:
         live = [s.lease for s in self._seen.values() if s.expires_in(now) > 0]
         return sorted(live, key=lambda lease: lease.precedence)
 
+    def released(self, now: float, within: float) -> list[RivalLease]:
+        """The rivals with no holder that were seen to change within the last ``within``
+        seconds (seen for the first time: just now): released that recently."""
+        return [
+            s.lease
+            for s in self._seen.values()
+            if not s.lease.holder and now - s.changed_at < within
+        ]
+
     def expires_in(self, now: float) -> float | None:
         """Seconds until the first live rival expires, unless it changes; None if none is live."""
         left = [s.expires_in(now) for s in self._seen.values()]
@@ -366,6 +375,13 @@ class LeaderElector:
             await cancel_and_wait(*watchers)
         self._lead(True)
         self._log.info("acquired the lease; leading")
+
+    async def try_acquire(self) -> bool:
+        """One attempt to take the lease (or renew it), without leading: True when this replica
+        holds it now, and :meth:`acquire` then leads at once. A ring member claims a vacant
+        member Lease with it (:meth:`RingMember.claim
+        <crewlet_operator.sharding.member.RingMember.claim>`)."""
+        return await self._campaign()
 
     async def _campaign(self) -> bool:
         """One attempt to lead: True once this replica holds its lease and, with exclusive

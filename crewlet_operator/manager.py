@@ -203,8 +203,9 @@ class ManagerOptions:
     at that moment are not meant to last."""
     sharding: Sharding | None = None
     """Spread the objects of one primary kind over every replica instead of one active replica
-    and warm standbys: each replica holds a member Lease ``<name>-<hash>`` in the leader
-    election namespace and reconciles the objects labelled for it; the leader also assigns and
+    and warm standbys: each replica holds a member Lease (``<name>-<hash>``, or one of the
+    fixed ``<name>-member-<n>`` of ``Sharding.members``) in the leader election namespace and
+    reconciles the objects labelled for it; the leader also assigns and
     moves them (see :mod:`crewlet_operator.sharding`). Needs leader election; every replica
     runs its caches, so ``warm_standby`` has no effect. None (the default): one active
     replica."""
@@ -241,6 +242,9 @@ class Election:
     elector: LeaderElector
     controllers: list[Controller] = field(default_factory=list)
     loops: list[Loop] = field(default_factory=list)
+    claim: Callable[[], Awaitable[LeaderElector]] | None = None
+    """What chooses the Lease right before the campaign, when it is not known before (a ring
+    member's, of a fixed set): it replaces :attr:`elector`."""
 
 
 @dataclass
@@ -489,7 +493,11 @@ class Manager:
             with_caches += ring.loops
             elections.append(
                 Election(
-                    "member", ring.elector, list(sharded), [("own will", ring.fence_on_own_will)]
+                    "member",
+                    ring.elector,
+                    list(sharded),
+                    [("own will", ring.fence_on_own_will)],
+                    claim=ring.claim,
                 )
             )
         if elector is not None:
@@ -562,6 +570,8 @@ class Manager:
         following = self.cache.request_whole if self._warm and not self._running else None
         self._cold_campaigning = not self._warm
         try:
+            if election.claim is not None:
+                election.elector = await election.claim()
             await election.elector.acquire(following)
         finally:
             self._cold_campaigning = False

@@ -13,11 +13,15 @@ Asserted from the API server's records:
   them after the kill is converged by its new member, which writes none of their children the
   change leaves alone (a move rewrites nothing);
 - the audit log (each replica's user agent names it): for every Company and its children, the
-  writing replica changes only at a handoff (e2e/handoffs.py).
+  writing replica changes only at a handoff (e2e/handoffs.py);
+- with the chart's fixed member names (``--shard-members``), a rolling restart of the ring of
+  three, each new replica started before the old one stops as a Deployment's surge does, writes
+  no Company label and no child: each new replica takes the name the old one released.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -31,10 +35,12 @@ from operator_helpers import (
     MANAGER_NAMESPACE,
     Operator,
     admin_client,
+    audited_writes,
     chart_documents,
     company,
     engine_class,
     manager_kubeconfig,
+    manager_user,
     wait_condition,
     wait_converged,
 )
@@ -42,7 +48,7 @@ from operator_helpers import (
 from crewlet_operator import LEASE, SERVICE, SERVICE_ACCOUNT, STATEFUL_SET, Client, Scope
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.wait import eventually
-from crewlet_operator.sharding.ring import RingLabels, slot_of
+from crewlet_operator.sharding.ring import RingLabels, member_names, slot_of
 from crewlet_operator_daemon import naming
 from crewlet_operator_daemon.api.conditions import HOSTNAME_TAKEN
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
@@ -77,12 +83,16 @@ async def client(plane: ControlPlane) -> AsyncIterator[Client]:
         yield admin
 
 
+SHARDED_CHART = {"manager": {"sharding": {"enabled": True}, "replicas": REPLICAS}}
+WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+
+
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
 async def kubeconfig(
     plane: ControlPlane, client: Client, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     """The manager's token under the chart's RBAC and policy with sharding enabled."""
-    documents = chart_documents({"manager": {"sharding": {"enabled": True}}})
+    documents = chart_documents(SHARDED_CHART)
     return await manager_kubeconfig(
         client, plane, tmp_path_factory.mktemp("manager"), leader_election=True, documents=documents
     )
@@ -285,3 +295,98 @@ async def test_three_replicas_share_the_companies_and_pick_up_a_killed_ones(
         sharder=f"{MANAGER_NAME}-sharder",
     )
     assert violations == []
+
+
+def written_for(plural: str, ns: str, name: str) -> Key | None:
+    """The Company a write to ``plural`` ``ns``/``name`` is about (itself, or its child's),
+    or None."""
+    if plural == "companies":
+        return (ns, name)
+    kind = PLURALS.get(plural)
+    owners = naming.companies_named_by(kind, name) if kind else []
+    return (ns, owners[0]) if owners else None
+
+
+def chart_args() -> list[str]:
+    """The sharding flags the chart passes its manager (``manager.sharding.enabled``)."""
+    (deployment,) = [d for d in chart_documents(SHARDED_CHART) if d["kind"] == "Deployment"]
+    (manager,) = deployment["spec"]["template"]["spec"]["containers"]
+    return [a for a in manager["args"] if a.startswith(("--sharding", "--shard-members"))]
+
+
+@pytest.mark.filterwarnings(
+    "ignore::crewlet_operator.envtest.controlplane.EmptyAggregatedRolesWarning"
+)
+async def test_a_rolling_restart_of_the_ring_writes_no_company_label_and_no_child(
+    plane: ControlPlane, client: Client, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """The install page's rollout, as the chart's Deployment makes it (a surge of one): for each
+    replica, a new one starts and is Ready, then the old one is told to stop. The new one waits
+    as a standby while every member name is held, and takes the one the old one releases."""
+    args = chart_args()
+    assert args == ["--sharding", f"--shard-members={REPLICAS}"]
+    names = set(member_names(MANAGER_NAME, REPLICAS))
+    for ns, name in companies():
+        if await client.get_or_none(COMPANY, name, ns) is None:
+            await client.create(COMPANY, company(ns, name, CLASS))
+    started = 0
+
+    def start() -> Operator:
+        nonlocal started
+        started += 1
+        return Operator(
+            kubeconfig,
+            tmp_path,
+            name=f"rollout-{started}",
+            leader_elect=True,
+            lease_namespace=MANAGER_NAMESPACE,
+            args=args,
+        )
+
+    ring = [start() for _ in range(REPLICAS)]
+    everyone = list(ring)
+    try:
+        await eventually(
+            lambda: {ring_member(r) for r in ring} == names,
+            timeout=90,
+            message="each replica holds one of the fixed member names",
+        )
+
+        async def settled() -> bool:
+            held = await members_of(client)
+            return set(held.values()) == names
+
+        await eventually(settled, timeout=120, message="every company on a fixed member")
+        await wait_converged(client, companies(), timeout=240)
+        before = await members_of(client)
+        since = datetime.datetime.now(datetime.UTC)
+        for place, old in enumerate(list(ring)):
+            new = start()
+            everyone.append(new)
+            await eventually(new.ready, timeout=60, message="the new replica Ready")
+            assert ring_member(new) is None, "every name is held: it waits as a standby"
+            member = ring_member(old)
+            old.stop()
+
+            def took_its_name(new: Operator = new, member: str | None = member) -> bool:
+                return ring_member(new) == member
+
+            await eventually(took_its_name, timeout=30, message="it takes the old name")
+            ring[place] = new
+        # A change after the rollout is converged by the new ring, on the same labels.
+        ns, name = companies()[0]
+        await client.patch(COMPANY, name, {"spec": {"seats": {"replicas": 2}}}, ns)
+        await wait_converged(client, [(ns, name)], timeout=90)
+        await asyncio.sleep(3)  # three retry periods for a late write to show
+        assert await members_of(client) == before, "no company moved"
+        written = [
+            w
+            for w in audited_writes(plane, {manager_user(chart_documents(SHARDED_CHART))})
+            if w.received >= since
+            and w.verb in WRITES
+            and written_for(w.resource, w.namespace, w.name) not in (None, (ns, name))
+        ]
+        assert written == [], f"the rollout wrote {len(written)} times: {written[:5]}"
+    finally:
+        for replica in everyone:
+            replica.stop()

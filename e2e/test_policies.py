@@ -80,7 +80,14 @@ from crewlet_operator.reconcile import Request
 from crewlet_operator.sharding import by_namespace
 from crewlet_operator.sharding.gate import Gate
 from crewlet_operator.sharding.membership import Membership, Signal
-from crewlet_operator.sharding.ring import HashRing, RingLabels, RingView, member_name, slot_of
+from crewlet_operator.sharding.ring import (
+    HashRing,
+    RingLabels,
+    RingView,
+    member_name,
+    member_names,
+    slot_of,
+)
 from crewlet_operator.sharding.sharder import Sharder
 from crewlet_operator.sharding.slots import MemberSlots
 from crewlet_operator_daemon import ClusterFacts, Observed, desired_children
@@ -2834,7 +2841,7 @@ async def test_the_sharder_and_a_member_move_a_company_as_the_manager(
         slots = MemberSlots(
             RING, first, cast(Membership, ring), key=by_namespace, retry_period=1, settle=1
         )
-        gate = Gate(never, cast(Cache, member), COMPANY, RING, member=first, slots=slots)
+        gate = Gate(never, cast(Cache, member), COMPANY, RING, slots=slots)
         await admitted(RING_RULES, gate.reconcile(Request(namespace, ACME)))
         moved = await admitted(RING_RULES, labelled({SHARD: newcomer, DRAIN: None}))
     finally:
@@ -3387,6 +3394,10 @@ async def test_a_will_names_member_leases_only_and_never_changes(
     with contextlib.suppress(ApiError):
         await kube_client.create(r.LEASE, plain)
     await denied("will-names-members", will(heir, "not-a-member"), LEASES_POLICY, "on Lease")
+    # The chart's fixed member names (--shard-members) are member names too.
+    fixed = ",".join(member_names(MANAGER_NAME, 3))
+    await admitted("will-names-members", will(fixed))
+    await denied("will-names-members", will(f"{MANAGER_NAME}-member-x"), LEASES_POLICY, "not ")
     await admitted("will-names-members", will(f"{heir},{other}", dry_run=False))
     await denied(
         "will-never-changes",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -48,7 +49,7 @@ from crewlet_operator.metrics import REGISTRY
 from crewlet_operator.rbac import manifests
 from crewlet_operator.sharding import by_namespace
 from crewlet_operator.sharding.membership import Membership
-from crewlet_operator.sharding.ring import RingLabels, member_name
+from crewlet_operator.sharding.ring import RingLabels, member_name, member_names
 from crewlet_operator.sharding.sharder import Sharder
 from crewlet_operator.testing import replica_pod
 
@@ -420,3 +421,56 @@ async def test_a_member_whose_pod_is_gone_gets_its_will_without_waiting_for_its_
         assert ring is not None and ring.live == {members["a"]}, "a willed member is not live"
     finally:
         await view.stop()
+
+
+def with_fixed_names(client: Client, namespace: str, identity: str, members: int) -> Manager:
+    """A shardlet replica in this process, in a ring of ``members`` fixed member names."""
+    options = shardlet.options(namespace, identity)
+    assert options.sharding is not None
+    sharding = dataclasses.replace(options.sharding, members=members)
+    manager = Manager(client, dataclasses.replace(options, sharding=sharding))
+    shardlet.setup(manager)
+    return manager
+
+
+async def test_with_fixed_member_names_a_standby_takes_the_name_a_member_releases(
+    kube_client: Client, namespace: str, widgets_crd: None
+) -> None:
+    """``Sharding(members=1)``: a second replica finds the one name held and waits, holding no
+    Lease and writing nothing; when the first stops, it takes the name and its Widgets, which
+    keep their label, and converges a change made after."""
+    (name,) = member_names(shardlet.NAME, 1)
+    widgets = await write_widgets(kube_client, namespace, {})
+    first = with_fixed_names(kube_client, namespace, "first", 1)
+    first_running = asyncio.create_task(first.run(), name="first")
+    second = with_fixed_names(kube_client, namespace, "second", 1)
+    second_running: asyncio.Task[None] | None = None
+    try:
+        await eventually(
+            lambda: converged_for(kube_client, namespace, widgets, name),
+            timeout=60,
+            interval=0.5,
+            message="the first replica holds the one name and the Widgets",
+        )
+        assert first.member == name
+        second_running = asyncio.create_task(second.run(), name="second")
+        await asyncio.sleep(3)  # three retry periods of waiting
+        assert second.member != name
+        assert await kube_client.get_or_none(LEASE, second.member or "", namespace) is None
+        first.stop()
+        await asyncio.wait_for(first_running, 30)
+        await eventually(lambda: second.member == name, timeout=10, message="the name taken")
+        await kube_client.patch(WIDGET, widgets[0], {"spec": {"data": {"v": "after"}}}, namespace)
+        await eventually(
+            lambda: converged_for(kube_client, namespace, widgets, name),
+            timeout=60,
+            interval=0.5,
+            message="the second replica writes the Widgets under the same name",
+        )
+    finally:
+        for manager in (first, second):
+            manager.stop()
+        for task in (first_running, second_running):
+            if task is not None:
+                with contextlib.suppress(LeadershipLostError):
+                    await asyncio.wait_for(task, 30)

@@ -43,6 +43,7 @@ from crewlet_operator.sharding.ring import (
     RingLabels,
     RingView,
     member_name,
+    member_names,
     next_step,
     slot_of,
 )
@@ -546,7 +547,7 @@ async def test_the_gate_reconciles_only_its_members_objects_and_acknowledges_a_d
     async def inner(request: Request) -> None:
         reconciled.append(request.name)
 
-    gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, member="a", slots=all_slots())
+    gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, slots=all_slots())
     for name in ("mine", "theirs", "unassigned", "draining", "gone"):
         await gate.reconcile(Request("ns", name))
     assert reconciled == ["mine"]
@@ -587,7 +588,7 @@ async def test_the_gate_reconciles_what_a_will_leaves_to_its_member() -> None:
 
         slots = member_slots(Live("a", "b", wills={"dead": heirs}), member=member)
         slots.covered = frozenset(range(SLOTS))
-        gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, member=member, slots=slots)
+        gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, slots=slots)
         for name in ("willed", "unwilled"):
             await gate.reconcile(Request("ns", name))
     assert reconciled == [(heir, "willed")]
@@ -598,14 +599,14 @@ async def test_the_gate_reconciles_what_a_will_leaves_to_its_member() -> None:
     waiting.dead = frozenset({"dying"})
     slots = member_slots(waiting, member=heir)
     slots.covered = frozenset(range(SLOTS))
-    gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, member=heir, slots=slots)
+    gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, slots=slots)
     assert await gate.reconcile(Request("ns", "unwilled")) == Result(requeue_after=SLOT_WAIT)
     # A member whose own Lease carries a will (written by hand: a live member never gets one
     # from the sharder) writes nothing: its heirs do.
     cache.objects["mine"] = widget("mine", **{SHARD: heir, DRAIN: "true"})
     slots = member_slots(Live("a", "b", wills={heir: frozenset({other})}), member=heir)
     slots.covered = frozenset(range(SLOTS))
-    gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, member=heir, slots=slots)
+    gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, slots=slots)
     await gate.reconcile(Request("ns", "mine"))
     assert reconciled == [(heir, "willed")]
     assert client.patches == []
@@ -776,7 +777,7 @@ async def test_the_gate_waits_for_the_children_of_a_slot_it_does_not_hold() -> N
         reconciled.append(request.name)
 
     slots = member_slots(Live("a"))
-    gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, member="a", slots=slots)
+    gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, slots=slots)
     assert await gate.reconcile(Request("ns", "mine")) == Result(requeue_after=SLOT_WAIT)
     assert reconciled == []
     await slots.follow(now=0)
@@ -826,6 +827,58 @@ async def test_membership_judges_at_its_last_successful_list(
     client.fail = False
     assert await membership.observe()
     assert live(membership) == frozenset({"a"})
+
+
+async def test_a_released_member_of_fixed_names_stays_live_while_a_standby_may_claim_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sharding.members: a released member Lease keeps its slots for the vacancy (one retry
+    period), so the replica waiting to join takes its name before the sharder wills it."""
+    now = [100.0]
+    monkeypatch.setattr("crewlet_operator.sharding.membership.time.monotonic", lambda: now[0])
+    client = Recorder([lease("a", "t1"), lease("b", "t1")])
+    membership = Membership(
+        cast(Client, client), "ops", KEYS_R, retry_period=2, lease_duration=15, vacancy=2
+    )
+    assert await membership.observe()
+    assert live(membership) == frozenset({"a", "b"})
+    assert membership.vacant == frozenset()
+    now[0] = 101.0
+    client.leases = [lease("a", "t2"), lease("b", "t2", holder="")]
+    assert await membership.observe()
+    assert live(membership) == frozenset({"a", "b"}), "released just now: still its slots"
+    assert membership.vacant == frozenset({"b"}), "and free to claim"
+    now[0] = 103.0
+    client.leases = [lease("a", "t3"), lease("b", "t2", holder="")]
+    assert await membership.observe()
+    assert live(membership) == frozenset({"a"}), "unclaimed a vacancy later: dead"
+    view = membership.view()
+    assert view is not None and view.unwilled() == frozenset({"b"}), "its will is due"
+    client.leases = [lease("a", "t3"), lease("b", "t2", holder="", **{KEYS_R.heirs: "a"})]
+    assert await membership.observe()
+    assert membership.vacant == frozenset(), "a willed name is its heirs' until deleted"
+
+
+async def test_without_fixed_names_a_released_member_is_dead_at_once() -> None:
+    client = Recorder([lease("a", "t1"), lease("b", "t1", holder="")])
+    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=2, lease_duration=15)
+    assert await membership.observe()
+    assert live(membership) == frozenset({"a"})
+    assert membership.vacant == frozenset({"b"})
+
+
+def test_fixed_member_names_are_lease_names_and_label_values() -> None:
+    names = member_names("crewlet-operator", 3)
+    assert names == [
+        "crewlet-operator-member-0",
+        "crewlet-operator-member-1",
+        "crewlet-operator-member-2",
+    ]
+    long = member_names("x" * 80, 99999)
+    assert max(len(n) for n in long) <= 63
+    assert len(set(long)) == len(long)
+    with pytest.raises(ValueError, match="at least 1"):
+        Sharding(resource=CONFIG_MAP, domain="example.com", members=0)
 
 
 async def test_membership_lists_again_right_after_a_lease_would_expire(

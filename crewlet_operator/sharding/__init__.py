@@ -5,12 +5,16 @@ replica is then active. This is the one place the protocol is written down; the 
 hold its parts, and the manager runs them on its one run path, as it runs everything else.
 
 - **Membership** (:mod:`.membership`). Each replica holds a Lease of its own,
-  ``<name>-<hash of its identity>``, labelled ``sharding.<domain>/ring: <ring>``, acquired and
+  ``<name>-<hash of its identity>``, or with ``Sharding.members`` the first free one of the
+  fixed names ``<name>-member-<n>`` (:meth:`~.member.RingMember.claim`: a replica that finds
+  them all held waits, and takes the one a stopping replica releases, its objects with it, so a
+  rolling restart moves nothing), labelled ``sharding.<domain>/ring: <ring>``, acquired and
   renewed by a :class:`~crewlet_operator.leader.LeaderElector` (its timings, its fencing: a
   replica that cannot renew within ``renew_deadline`` stops writing at once, before its Lease
   may be judged expired). The Lease's name is the replica's *member* name. Every replica lists
   the ring's Leases each ``retry_period``; a member is live while its Lease has a holder and was
-  seen to change within its duration, judged at the last successful list
+  seen to change within its duration (a fixed name just released: for one more retry period,
+  while a waiting replica may take it), judged at the last successful list
   (:class:`~.ring.MemberState`: live, dead, willed, absent).
 - **Assignment** (:mod:`.sharder`). The replica holding the ordinary leader Lease is the
   *sharder*: it hashes each primary object's key (its namespace by default, so that a tenant's

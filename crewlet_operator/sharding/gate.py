@@ -30,7 +30,6 @@ class Gate:
         resource: Resource,
         labels: RingLabels,
         *,
-        member: str,
         slots: MemberSlots,
     ) -> None:
         self._reconcile = reconcile
@@ -38,7 +37,6 @@ class Gate:
         self._resource = resource
         self._shard = labels.shard
         self._drain = labels.drain
-        self._member = member
         self._slots = slots
 
     async def reconcile(self, request: Request) -> Result | None:
@@ -53,7 +51,7 @@ class Gate:
         meta = obj.get("metadata") or {}
         labels = meta.get("labels") or {}
         labelled = labels.get(self._shard)
-        if labelled == self._member:
+        if labelled == self._slots.member:
             if self._drain in labels:
                 await self._acknowledge(request, str(labels[self._drain]))
                 return None
@@ -71,7 +69,7 @@ class Gate:
         """Let the object go: clear both labels, while they still say this member and the
         drain (refused otherwise: the cache was behind, and the request is retried)."""
         patch = [
-            label_test(self._shard, self._member),
+            label_test(self._shard, self._slots.member),
             label_test(self._drain, drain),
             {"op": "remove", "path": label_path(self._shard)},
             {"op": "remove", "path": label_path(self._drain)},

@@ -16,6 +16,7 @@ manager what to run, and the manager runs it on its one run path, as it runs eve
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -35,9 +36,15 @@ from crewlet_operator.objects import KubeObject
 from crewlet_operator.rbac import PolicyRule
 from crewlet_operator.reconcile import ReconcileFunc
 from crewlet_operator.sharding.gate import Gate
-from crewlet_operator.sharding.membership import Membership
+from crewlet_operator.sharding.membership import VACANCY_PERIODS, Membership
 from crewlet_operator.sharding.options import Sharding
-from crewlet_operator.sharding.ring import MemberState, RingLabels, member_name, slot_of
+from crewlet_operator.sharding.ring import (
+    MemberState,
+    RingLabels,
+    member_name,
+    member_names,
+    slot_of,
+)
 from crewlet_operator.sharding.sharder import Sharder
 from crewlet_operator.sharding.slots import MemberSlots
 
@@ -72,24 +79,21 @@ class RingMember:
         self.sharding = sharding
         self.labels = RingLabels(sharding.domain, sharding.ring or name)
         """The ring's label keys."""
+        self._lease_client = lease_client
+        self._leader = leader
+        self._names = None if sharding.members is None else member_names(name, sharding.members)
         self.name = member_name(name, leader.identity)
-        """This replica's member name: its member Lease's."""
-        self.elector = LeaderElector(
-            lease_client,
-            LeaderElectionConfig(
-                name=self.name,
-                namespace=leader.namespace,
-                identity=leader.identity,
-                lease_duration=leader.lease_duration,
-                renew_deadline=leader.renew_deadline,
-                retry_period=leader.retry_period,
-                labels={self.labels.member: self.labels.ring},
-                pod=leader.pod,
-            ),
-        )
+        """This replica's member name: its member Lease's. With ``Sharding.members``, the one
+        it claims (:meth:`claim`); until then one of its own, which labels nothing."""
+        self.elector = self._elector(self.name)
         """The member Lease (renewed, and fencing, as the leader's)."""
         self.membership = Membership(
-            client, leader.namespace, self.labels, leader.retry_period, leader.lease_duration
+            client,
+            leader.namespace,
+            self.labels,
+            leader.retry_period,
+            leader.lease_duration,
+            vacancy=0.0 if self._names is None else VACANCY_PERIODS * leader.retry_period,
         )
         # Narrowing waits a lease duration: the objects of a member that joins move one by one.
         self.slots = MemberSlots(
@@ -136,7 +140,6 @@ class RingMember:
             self._cache,
             self.sharding.resource,
             self.labels,
-            member=self.name,
             slots=self.slots,
         )
         return gate.reconcile
@@ -171,6 +174,67 @@ class RingMember:
         return {self.labels.slot: str(slot_of(self.sharding.key(obj)))}
 
     # -- what runs ------------------------------------------------------------------------------
+    def _elector(self, name: str) -> LeaderElector:
+        """An elector of the member Lease ``name``, with the leader Lease's timings and Pod."""
+        leader = self._leader
+        return LeaderElector(
+            self._lease_client,
+            LeaderElectionConfig(
+                name=name,
+                namespace=leader.namespace,
+                identity=leader.identity,
+                lease_duration=leader.lease_duration,
+                renew_deadline=leader.renew_deadline,
+                retry_period=leader.retry_period,
+                labels={self.labels.member: self.labels.ring},
+                pod=leader.pod,
+            ),
+        )
+
+    async def claim(self) -> LeaderElector:
+        """The elector of the member Lease this replica campaigns for, before it campaigns.
+
+        Without ``Sharding.members``, its own (:attr:`elector`). With them, the first of the
+        fixed names that is free: never created, or released (:attr:`Membership.vacant
+        <crewlet_operator.sharding.membership.Membership.vacant>`), and with no will, which
+        leaves its objects to its heirs until the sharder deletes it. This replica takes it
+        at once, with its objects, which keep their labels. While every name is held it waits
+        as a standby, listing the ring's Leases four times a retry period: a rolling restart's
+        new replica takes the name its predecessor releases before the sharder may judge it
+        dead (:data:`~crewlet_operator.sharding.membership.VACANCY_PERIODS`). A name held
+        by a replica that died is taken only after its will and relabelling, when the sharder
+        deletes its Lease."""
+        if self._names is None:
+            return self.elector
+        waiting = False
+        while True:
+            if await self.membership.observe():
+                listed = self.membership.versions
+                for name in self._names:
+                    if name in listed and name not in self.membership.vacant:
+                        continue  # held, or willed
+                    if await self._take(name):
+                        return self.elector
+                if not waiting:
+                    waiting = True
+                    log.info("every member name is held: waiting for one", ring=self.labels.ring)
+            await asyncio.sleep(self._retry_period / 4)
+
+    async def _take(self, name: str) -> bool:
+        """Take the member Lease ``name`` and write as it; False when another replica did
+        first, or a will came with it."""
+        elector = self._elector(name)
+        if not await elector.try_acquire():
+            return False
+        if self.labels.heirs in elector.annotations_when_acquired:
+            await elector.release()  # the sharder found it dead first: its heirs' now
+            return False
+        with contextlib.suppress(KeyError):  # the name it had until now labels nothing
+            metrics.LEADER_ELECTION_MASTER_STATUS.remove(self.name)
+        self.name, self.elector = name, elector
+        await self.slots.rename(name)
+        return True
+
     async def start(self) -> None:
         """Report ``crewlet_operator_shard_member_status`` (a Runnable, with the caches), and
         have the sharder read the cluster view (which starts after)."""

@@ -16,7 +16,7 @@ from crewlet_operator.kube.resources import LEASE, POD
 from crewlet_operator.leader import RivalLeases
 from crewlet_operator.sharding.ring import RingLabels, RingView, will_heirs
 
-__all__ = ["EXPIRY_MARGIN", "WILL_LISTS", "Membership", "Signal"]
+__all__ = ["EXPIRY_MARGIN", "VACANCY_PERIODS", "WILL_LISTS", "Membership", "Signal"]
 
 log = structlog.get_logger("crewlet_operator.sharding")
 
@@ -47,7 +47,14 @@ class Membership:
     :class:`~crewlet_operator.leader.RivalLeases` (live while held and seen to change within
     its duration, by this process's monotonic clock), *at the last successful list*: a replica
     that cannot list never takes a live member for dead. The dead members' wills come with
-    the same list."""
+    the same list.
+
+    With ``vacancy`` (a ring of fixed member names), a member whose Lease was released (a
+    graceful stop) counts as live for that many more seconds: a replica waiting to join claims
+    the vacant Lease in that time, its name and its objects with it (:meth:`RingMember.claim
+    <crewlet_operator.sharding.member.RingMember.claim>`), so a rolling restart moves nothing;
+    unclaimed, it is dead at the next list after, and gets its will. Without (names of each
+    process's own, which nobody claims), a released Lease is dead at once."""
 
     def __init__(
         self,
@@ -56,11 +63,14 @@ class Membership:
         labels: RingLabels,
         retry_period: float,
         lease_duration: float,
+        *,
+        vacancy: float = 0.0,
     ) -> None:
         self._client = client
         self._labels = labels
         self._scope = Scope(namespace, label_selector=f"{labels.member}={labels.ring}")
         self._retry_period = retry_period
+        self._vacancy = vacancy
         # No Lease is named "": none is left out. The members share the timings of this one.
         self._seen = RivalLeases(namespace, "", lease_duration)
         self._view: RingView | None = None
@@ -74,6 +84,9 @@ class Membership:
         self.holders: dict[str, tuple[Holder, str | None]] = {}
         """The members whose Leases record their holder's Pod, with the Lease's
         ``acquireTime``: what :meth:`gone` asks the API server about."""
+        self.vacant: frozenset[str] = frozenset()
+        """The member Leases with no holder and no will at the last list: released, and
+        free to claim."""
         self.listed = Signal()
         """Emitted after every successful list: the live members and the wills may have
         changed. The member's slots, its fence on its own will and the sharder each subscribe."""
@@ -112,8 +125,17 @@ class Membership:
             for lease in listed.items
             if (holder := Holder.of_lease(lease)) is not None
         }
-        # A member with a will writes nothing, even while it still renews: it is not live.
-        live = frozenset(lease.name for lease in self._seen.live(now)).difference(wills)
+        self.vacant = frozenset(
+            str(meta.get("name"))
+            for lease, meta in zip(listed.items, metas, strict=True)
+            if not (lease.get("spec") or {}).get("holderIdentity")
+        ).difference(wills)
+        # A member with a will writes nothing, even while it still renews: it is not live. One
+        # just released is, while a replica may claim it.
+        live = frozenset(
+            lease.name
+            for lease in (*self._seen.live(now), *self._seen.released(now, self._vacancy))
+        ).difference(wills)
         self._view = RingView(live=live, leases=frozenset(self.versions), wills=wills)
         self._awaiting_will = self._awaiting_will + 1 if self._view.unwilled() else 0
         self.listed.emit()
@@ -161,6 +183,11 @@ class Membership:
             wait = min(wait, self._retry_period / 4)
         return wait
 
+
+VACANCY_PERIODS = 1.0
+"""How many retry periods a released member Lease of a ring of fixed names stays live, its slots
+and objects its own, for a replica waiting to join to claim it (a waiting replica lists the ring
+four times a period); then it is dead, and its will moves its objects."""
 
 WILL_LISTS = 8
 """How many lists a quarter period apart (two periods in all) wait for a dead member's will

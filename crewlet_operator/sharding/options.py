@@ -34,3 +34,15 @@ class Sharding:
     """The ring's name, in the labels; None (the default): the manager's name."""
     key: Callable[[KubeObject], str] = by_namespace
     """What an object is hashed by: its namespace (:func:`by_namespace`) unless told."""
+    members: int | None = None
+    """A fixed set of member names, ``<name>-member-0`` to ``<name>-member-<members - 1>``
+    (:func:`~crewlet_operator.sharding.ring.member_names`), each held by whichever replica takes
+    its Lease: one that finds them all held waits as a standby, and takes the first one
+    released. A rolling restart's new replica, started before the old one stops, so takes its
+    predecessor's name and objects, and no object moves (set it to the replica count). None
+    (the default): each replica joins under a name of its own, from its identity, and every
+    restart moves its objects twice."""
+
+    def __post_init__(self) -> None:
+        if self.members is not None and self.members < 1:
+            raise ValueError(f"members must be at least 1, not {self.members}")

@@ -274,6 +274,12 @@ def member_name(controller: str, identity: str) -> str:
     return f"{controller[:52]}-{digest}"
 
 
+def member_names(controller: str, members: int) -> list[str]:
+    """The fixed member names of ``controller``'s ring of ``members`` (``Sharding.members``),
+    in the order a joining replica tries them: at most 63 characters each."""
+    return [f"{controller[:48]}-member-{index}" for index in range(members)]
+
+
 def label_path(key: str) -> str:
     """The JSON pointer (RFC 6901) of the label ``key``."""
     return "/metadata/labels/" + key.replace("~", "~0").replace("/", "~1")

@@ -85,6 +85,22 @@ class MemberSlots:
         self._reconsider = membership.listed.subscribe()
         self._ring_listed = membership.listed.subscribe()
 
+    @property
+    def member(self) -> str:
+        """The member name this replica writes as: the one its objects are labelled for."""
+        return self._member
+
+    async def rename(self, member: str) -> None:
+        """Write as ``member`` from now on (a member Lease this replica claimed, before it
+        writes anything): its primary informers select that label, listed by the time this
+        returns."""
+        self._member = member
+        for informer, base in self._primaries:
+            informer.rescope(self.primary_scope(base, self._estates))
+        for informer, _ in self._primaries:
+            await informer.wait_for_scope()
+        self._reconsider.set()
+
     def scope(self, base: Scope, slots: frozenset[int]) -> Scope:
         """``base`` narrowed to ``slots`` (to none when empty: no slot is named ``none``)."""
         values = ",".join(str(slot) for slot in sorted(slots)) or "none"

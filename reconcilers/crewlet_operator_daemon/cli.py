@@ -141,6 +141,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             "on its share (default false: one active replica, the others warm standbys)"
         ),
     )
+    p.add_argument(
+        "--shard-members",
+        type=int,
+        default=None,
+        help=(
+            "with --sharding, a fixed set of member names, one a replica (the replica count): "
+            "a replica that finds them all held waits, and takes the one a stopping replica "
+            "releases, so a rolling restart moves no company (default: a name per process)"
+        ),
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--log-format", default="json", choices=["json", "console", "auto"])
     return p.parse_args(argv)
@@ -169,7 +179,11 @@ def manager_options(args: argparse.Namespace, identity: str | None = None) -> Ma
         metrics_cert_dir=Path(args.metrics_cert_dir) if args.metrics_cert_dir else None,
         health_probe_bind_address=args.health_probe_bind_address,
         max_concurrent_reconciles=args.max_concurrent_reconciles,
-        sharding=Sharding(resource=COMPANY, domain=SHARDING_DOMAIN) if args.sharding else None,
+        sharding=(
+            Sharding(resource=COMPANY, domain=SHARDING_DOMAIN, members=args.shard_members)
+            if args.sharding
+            else None
+        ),
     )
 
 
