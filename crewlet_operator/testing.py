@@ -227,21 +227,27 @@ RUNNING_SINCE = "2026-01-01T00:00:00Z"
 
 
 async def replica_pod(
-    client: Client, namespace: str, name: str, *, container: str = "manager"
+    client: Client,
+    namespace: str,
+    name: str,
+    *,
+    container: str = "manager",
+    service_account: str | None = None,
 ) -> PodRef:
     """Create a Pod ``name`` for a replica that the test runs as a process, its container
     reported running since :data:`RUNNING_SINCE`, and return what the downward API would tell
     that replica. No scheduler places it (its ``schedulerName`` names none) and no kubelet runs
-    it: the test writes its status (:func:`report_container`) or deletes it."""
+    it: the test writes its status (:func:`report_container`) or deletes it. With
+    ``service_account``, the Pod runs as it, so a token of it may be bound to the Pod
+    (:meth:`ControlPlane.request_token <crewlet_operator.envtest.ControlPlane.request_token>`)."""
+    spec: dict[str, Any] = {
+        "schedulerName": "no-scheduler",
+        "containers": [{"name": container, "image": "example.com/replica:1"}],
+    }
+    if service_account is not None:
+        spec["serviceAccountName"] = service_account
     created = await client.create(
-        POD,
-        {
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "schedulerName": "no-scheduler",
-                "containers": [{"name": container, "image": "example.com/replica:1"}],
-            },
-        },
+        POD, {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
     )
     pod = PodRef(namespace, name, created["metadata"]["uid"], container)
     await report_container(client, pod, {"running": {"startedAt": RUNNING_SINCE}})

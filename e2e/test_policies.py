@@ -72,6 +72,7 @@ from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import ApiError, ForbiddenError, InvalidError, NotFoundError
+from crewlet_operator.incarnation import HOLDER_ANNOTATION, Holder
 from crewlet_operator.kube import resources as r
 from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.config import RestConfig
@@ -90,6 +91,7 @@ from crewlet_operator.sharding.ring import (
 )
 from crewlet_operator.sharding.sharder import Sharder
 from crewlet_operator.sharding.slots import MemberSlots
+from crewlet_operator.testing import replica_pod
 from crewlet_operator_daemon import ClusterFacts, Observed, desired_children
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator_daemon.cli import LEASE_LABELS, SHARDING_DOMAIN
@@ -179,6 +181,7 @@ MANAGER_RULES: dict[str, tuple[str, str]] = {
     "will-never-changes": ("leases", "a will is written once, never changed or removed"),
     "will-names-members": ("leases", "a will names member Leases only, on a member Lease"),
     "ring-labels-manager-only": ("ring labels", "only the manager writes a Company's ring labels"),
+    "member-writes": ("member fence", "a Company's status from its member's Pod, or its heirs'"),
 }
 FORGERY_RULES = (
     "manager-exact",
@@ -186,6 +189,7 @@ FORGERY_RULES = (
     "will-never-changes",
     "will-names-members",
     "ring-labels-manager-only",
+    "member-writes",
 )
 """Rules tried outside the manager's table, by the tests of what a tenant can forge."""
 TENANT_RULES = {
@@ -3410,6 +3414,108 @@ async def test_a_will_names_member_leases_only_and_never_changes(
     await admitted(
         "will-never-changes", merge_patch(held, r.LEASE, dead, RELEASE_NS, renewal, SHARDER)
     )
+
+
+MEMBER_WRITES_POLICY = "crewlet-operator-member-writes"
+
+
+async def test_a_member_found_dead_writes_no_status_of_its_companies_by_the_api_servers_word(
+    kube_client: Client,
+    control_plane: ControlPlane,
+    client_for: ClientFor,
+    manager: Client,
+    namespace: str,
+) -> None:
+    """Issue 50: "a member frozen past its Lease is refused by the API server when it resumes".
+    Two replicas of the manager in Pods, each with the token its kubelet would project (bound to
+    its Pod), each holding a member Lease that records its Pod (as the library's elector
+    writes it). A Company labelled for the first: its status is the first's to write, not the
+    second's; once the leader writes a will on the first's Lease, the first's Pod may write it
+    no more (whatever its process believes), and its heir may. A token bound to no Pod is not
+    judged: the replica's own fence holds it."""
+    docs = await helm_template(SHARDED_VALUES)
+    await ensure_namespace(kube_client, RELEASE_NS)
+    if await kube_client.get_or_none(r.SERVICE_ACCOUNT, MANAGER, RELEASE_NS) is None:
+        await kube_client.create(
+            r.SERVICE_ACCOUNT, {"metadata": {"name": MANAGER, "namespace": RELEASE_NS}}
+        )
+    suffix = uuid.uuid4().hex[:6]
+    writers: dict[str, Client] = {}
+    leases: dict[str, str] = {}
+    for replica in ("first", "second"):
+        pod = await replica_pod(
+            kube_client, RELEASE_NS, f"manager-{replica}-{suffix}", service_account=MANAGER
+        )
+        token = control_plane.request_token(RELEASE_NS, MANAGER, pod=(pod.name, pod.uid))
+        writers[replica] = client_for(control_plane.token_config(token))
+        holding = f"{pod.name}_{uuid.uuid4()}"
+        leases[replica] = member_name(MANAGER_NAME, holding)
+        holder = Holder(holding, pod)
+        await kube_client.create(
+            r.LEASE,
+            {
+                "metadata": {
+                    "name": leases[replica],
+                    "namespace": RELEASE_NS,
+                    "labels": {RING.member: RING.ring},
+                    "annotations": {HOLDER_ANNOTATION: holder.annotation()},
+                },
+                "spec": {"holderIdentity": holding, "leaseDurationSeconds": 15},
+            },
+        )
+    unbound = client_for(
+        control_plane.token_config(control_plane.request_token(RELEASE_NS, MANAGER))
+    )
+    acme = company_doc(namespace)
+    await kube_client.create(COMPANY, acme)
+    # Labelled as the leader labels it (only the manager may: crewlet-operator-ring-labels).
+    labelled = {"metadata": {"labels": {RING.shard: leases["first"]}}}
+    await manager.patch(COMPANY, ACME, labelled, namespace)
+
+    def status(writer: Client) -> Coroutine[Any, Any, Doc]:
+        return writer.apply_status(
+            COMPANY,
+            {"metadata": identity(acme), "status": {"highestEngineVersion": HIGH_WATER}},
+            dry_run=True,
+            field_manager=MANAGER_NAME,
+        )
+
+    await apply_policies(kube_client, docs, MEMBER_WRITES_POLICY)
+    try:
+        await enforced(lambda: status(writers["second"]), MEMBER_WRITES_POLICY)
+        await admitted("member-writes", status(writers["first"]))
+        await denied(
+            "member-writes",
+            status(writers["second"]),
+            MEMBER_WRITES_POLICY,
+            f"is written by the replica holding the member Lease {RELEASE_NS}/{leases['first']}"
+            f": not by Pod manager-second-{suffix}",
+        )
+        await admitted("member-writes", status(unbound))
+        will = {"metadata": {"annotations": {RING.heirs: leases["second"]}}}
+        await kube_client.patch(r.LEASE, leases["first"], will, RELEASE_NS)
+
+        async def first_refused() -> bool:
+            try:
+                await status(writers["first"])
+            except InvalidError:
+                return True
+            return False
+
+        await eventually(first_refused, timeout=30, message="the will seen by the API server")
+        await denied(
+            "member-writes",
+            status(writers["first"]),
+            MEMBER_WRITES_POLICY,
+            f"the heirs of the member Lease {RELEASE_NS}/{leases['first']}, which carries a "
+            f"will: not by Pod manager-first-{suffix}, its holder when it was found dead",
+        )
+        await admitted("member-writes", status(writers["second"]))
+    finally:
+        await delete_policies(kube_client, MEMBER_WRITES_POLICY)
+        for lease in leases.values():
+            with contextlib.suppress(NotFoundError):
+                await kube_client.delete(r.LEASE, lease, RELEASE_NS)
 
 
 async def test_a_tenant_writes_no_ring_labels(

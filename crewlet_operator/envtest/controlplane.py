@@ -309,13 +309,29 @@ class ControlPlane:
         """The admin impersonating ServiceAccount ``namespace/name`` (it need not exist)."""
         return self.impersonation_config(f"system:serviceaccount:{namespace}:{name}")
 
-    def request_token(self, namespace: str, name: str, expiration_seconds: int = 3600) -> str:
-        """A real token for ServiceAccount ``namespace/name`` from the TokenRequest API."""
-        body = {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": expiration_seconds},
-        }
+    def request_token(
+        self,
+        namespace: str,
+        name: str,
+        expiration_seconds: int = 3600,
+        *,
+        pod: tuple[str, str] | None = None,
+    ) -> str:
+        """A real token for ServiceAccount ``namespace/name`` from the TokenRequest API.
+
+        With ``pod`` (the name and uid of a Pod of that ServiceAccount in ``namespace``), the
+        token is bound to that Pod, as the one a kubelet projects into it: the API server then
+        tells who writes by its Pod (``authentication.kubernetes.io/pod-name`` and ``pod-uid``
+        in the user's extra), and refuses the token once the Pod is gone."""
+        spec: dict[str, Any] = {"expirationSeconds": expiration_seconds}
+        if pod is not None:
+            spec["boundObjectRef"] = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": pod[0],
+                "uid": pod[1],
+            }
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
         path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token"
         answer = self.admin_request("POST", path, body)
         token: str = answer["status"]["token"]
