@@ -369,6 +369,61 @@ async def test_a_rescoped_informer_lists_its_new_scope_and_tells_what_came_and_w
         await stop(task)
 
 
+@pytest.mark.parametrize("stream_lists", [True, False])
+async def test_a_widened_informer_lists_only_what_was_added_at_its_own_version(
+    kube_client: Client, namespace: str, stream_lists: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An heir takes a dead member's slots: widen() lists the added selector alone, at the
+    resourceVersion the store is at, and the watch goes on in the whole scope from there, so a
+    change made to an object already held while the added list ran is still told, and what
+    the store held is not listed again."""
+    for name, slot in (("in-a", "a"), ("in-b", "b"), ("in-c", "c")):
+        await kube_client.create(CONFIG_MAP, labelled_config_map(name, namespace, {"slot": slot}))
+    options = InformerOptions(
+        scope=Scope(namespace, label_selector="slot in (a)"),
+        lists=Stream() if stream_lists else Pages(1),
+    )
+    informer = Informer(kube_client, CONFIG_MAP, options)
+    told = Told()
+    informer.add_handler(told)
+    task = await run_informer(informer)
+    listed: list[ListParams] = []
+    list_raw_pages = kube_client.list_raw_pages
+
+    def recording(resource: Resource, params: Any = None) -> AsyncIterator[RawObjectList]:
+        listed.append(ListParams.of(params))
+        return list_raw_pages(resource, params)
+
+    try:
+        assert set(told.objects) == {"in-a"}
+        relists = informer.relists
+        monkeypatch.setattr(kube_client, "list_raw_pages", recording)
+        informer.widen(
+            Scope(namespace, label_selector="slot in (a,b,c)"),
+            Scope(namespace, label_selector="slot in (b,c)"),
+        )
+        # A change to what the store holds, made before the watch resumes: told all the same.
+        await kube_client.apply(
+            CONFIG_MAP, labelled_config_map("in-a", namespace, {"slot": "a", "v": "2"})
+        )
+        await asyncio.wait_for(informer.wait_for_scope(), 30)
+        assert [(p.scope.label_selector, p.exact) for p in listed] == [("slot in (b,c)", True)]
+        assert listed[0].resource_version is not None
+        assert informer.relists == relists + 1
+        assert set(told.objects) == {"in-a", "in-b", "in-c"}
+
+        def changed() -> bool:
+            held = informer.store.get(f"{namespace}/in-a") or {}
+            return bool(held.get("metadata", {}).get("labels", {}).get("v") == "2")
+
+        await eventually(changed, message="the change made while the added slots were listed")
+        await kube_client.apply(CONFIG_MAP, labelled_config_map("in-d", namespace, {"slot": "c"}))
+        await eventually(lambda: "in-d" in told.objects, message="the whole scope's watch")
+        assert [p.scope.label_selector for p in listed] == ["slot in (b,c)"], "no relist"
+    finally:
+        await stop(task)
+
+
 async def test_rescopes_a_moment_apart_list_the_last_scope(
     kube_client: Client, namespace: str
 ) -> None:

@@ -632,12 +632,18 @@ class ChildInformer:
 
     def __init__(self) -> None:
         self.scopes: list[str | None] = []
+        self.added: list[str | None] = []
         self.listed = asyncio.Event()
         self.listed.set()
 
     def rescope(self, scope: Scope) -> None:
         self.scopes.append(scope.label_selector)
         self.listed.clear()
+
+    def widen(self, scope: Scope, added: Scope) -> None:
+        """A wider scope, of which only ``added`` is listed (recorded in :attr:`added`)."""
+        self.rescope(scope)
+        self.added.append(added.label_selector)
 
     async def wait_for_scope(self) -> None:
         await self.listed.wait()
@@ -706,6 +712,9 @@ async def test_a_member_caches_the_children_of_its_slots_widening_at_once() -> N
     primary.add(theirs)
     await finish(slots.follow(now=1), children)
     assert children.scopes[-1] == selector(ring | {slot_of(theirs)})
+    assert children.added == [selector(ring), selector(frozenset({slot_of(theirs)}))], (
+        "each widening lists only the slots it adds"
+    )
     assert slots.covers(obj)
 
 
@@ -729,6 +738,7 @@ async def test_a_members_cache_of_its_objects_widens_to_what_the_wills_leave_it(
     live.dead = frozenset({"v"})
     await finish(slots.follow_wills(), primary)
     assert primary.scopes[-1] == "app=web,shard.example.com/r in (a,v,w)"
+    assert primary.added[-1] == "app=web,shard.example.com/r in (v)", "v's objects alone listed"
 
 
 async def test_a_member_caches_the_children_of_what_it_inherits_alone() -> None:

@@ -217,6 +217,9 @@ class Informer:
         self.last_error: CrewletError | None = None
         """Why the latest list or watch failed; None once a list has succeeded since."""
         self._resource_version: str | None = None
+        self._widening: Scope | None = None
+        """What a :meth:`widen` added to the scope, to list alone at :attr:`_resource_version`
+        before the watch goes on in the whole scope from there; None when none is due."""
         self.streams_lists = isinstance(self.options.lists, Stream) and not self._metadata_only
         """Whether lists are streamed (WatchList): as the options say (never the metadata alone),
         and False once an API server refused it."""
@@ -294,8 +297,34 @@ class Informer:
         changes while the informer runs, such as a sharded member's slots."""
         if scope == self.options.scope:
             return
-        self.options = replace(self.options, scope=scope)
         self._resource_version = None
+        self._widening = None
+        self._end_attempt(scope)
+
+    def widen(self, scope: Scope, added: Scope) -> None:
+        """Like :meth:`rescope` to ``scope``, which selects every object of the current scope
+        and those ``added`` selects besides, but without listing again what the store holds:
+        ``added`` alone is listed, at the resourceVersion the store is at (one snapshot), and
+        the watch goes on in ``scope`` from that version. A member's informers of children take
+        a dead member's slots so, a list of those slots rather than of all it holds. A whole
+        list follows instead when the store is not at one version yet, when another change of
+        scope is under way, or when etcd no longer has that version (compacted)."""
+        if scope == self.options.scope:
+            return
+        if (
+            self._resource_version is None
+            or not self.has_whole
+            or not self._in_scope.is_set()
+            or self._widening is not None
+        ):
+            self.rescope(scope)
+            return
+        self._widening = added
+        self._end_attempt(scope)
+
+    def _end_attempt(self, scope: Scope) -> None:
+        """Take ``scope`` as the scope, not held yet, and end the list or watch under way."""
+        self.options = replace(self.options, scope=scope)
         self._in_scope.clear()
         # An attempt already ending (a rescope a moment ago) lists the latest scope anyway; its
         # timeout cannot be moved once expiring (asyncio raises), which stranded the caller.
@@ -348,6 +377,7 @@ class Informer:
             except GoneError:
                 self._log.info("watch resourceVersion expired; relisting")
                 self._resource_version = None
+                self._widening = None
             except (TransportError, ApiError, CrewletError, ValueError) as exc:
                 failures += 1
                 self.watch_failures += 1
@@ -359,7 +389,12 @@ class Informer:
                 await asyncio.sleep(delay)
 
     async def _list_and_watch(self, listing: bool) -> None:
-        """One attempt: list if ``listing`` (streamed, or in pages), then watch."""
+        """One attempt: list if ``listing`` (streamed, or in pages; what a :meth:`widen` added,
+        alone), then watch."""
+        if self._widening is not None and self._resource_version is not None:
+            await self._list_added(self._widening, self._resource_version)
+            await self._watch()
+            return
         if self._metadata_first and not self.has_whole:
             if not self.has_synced:
                 await self._relist(metadata=True)
@@ -384,17 +419,45 @@ class Informer:
         # Each item comes as its JSON, cut at its metadata for a lazy list, else decoded whole.
         async for page in self.client.list_raw_pages(self.resource, listing):
             version = page.resource_version
-            for item in page.items:
-                if partial:
-                    self._listed_one(
-                        partial_item_metadata(item, self.resource), seen, metadata=metadata
-                    )
-                elif lazy := self._lazy_lists and item_metadata(item, self.resource):
-                    self._listed_one(lazy[0], seen, lazy[1])
-                else:
-                    self._listed_one(decode_item(item, self.resource), seen)
-            page.items.clear()
+            self._listed_page(page.items, seen, partial, metadata)
         self._listed(seen, version, scope)
+
+    async def _list_added(self, added: Scope, version: str) -> None:
+        """What a :meth:`widen` added, listed in pages at ``version`` exactly (the version the
+        store is at), and stored beside what the store holds: the store is then what the whole
+        scope held at ``version``, and the watch goes on from there."""
+        scope = self.options.scope
+        listing = ListParams(
+            added,
+            page_size=self.options.lists.page_size,
+            resource_version=version,
+            exact=True,
+            metadata_only=self._metadata_only,
+        )
+        seen: set[str] = set()
+        async for page in self.client.list_raw_pages(self.resource, listing):
+            self._listed_page(page.items, seen, self._metadata_only, False)
+        self._widening = None
+        self.relists += 1
+        if scope == self.options.scope:
+            self._in_scope.set()
+        self._log.info("widened", scope=str(scope), listed=len(seen))
+
+    def _listed_page(
+        self, items: list[bytes], seen: set[str], partial: bool, metadata: bool
+    ) -> None:
+        """A page of a list: each item as its JSON, cut at its metadata for a lazy list (or
+        for a list of ``partial`` objects), else decoded whole; the page emptied after."""
+        for item in items:
+            if partial:
+                self._listed_one(
+                    partial_item_metadata(item, self.resource), seen, metadata=metadata
+                )
+            elif lazy := self._lazy_lists and item_metadata(item, self.resource):
+                self._listed_one(lazy[0], seen, lazy[1])
+            else:
+                self._listed_one(decode_item(item, self.resource), seen)
+        items.clear()
 
     async def _stream(self) -> None:
         """One watch that sends every object first, ends that with a bookmark, then watches.

@@ -58,7 +58,8 @@ class Scope:
 class ListParams:
     """A list: of the objects in ``scope``, ``page_size`` a page (0: all in one answer), at
     ``resource_version`` (None: the latest, read from etcd; ``"0"``: whatever the API server's
-    watch cache holds).
+    watch cache holds), and with ``exact``, at that very version: a snapshot that matches a
+    store already at it (410 Gone once etcd has compacted it).
 
     With ``metadata_only``, the API server sends each object's ``metadata`` alone, as a
     ``PartialObjectMetadataList`` (what controller-runtime's metadata-only caches list): each
@@ -70,6 +71,7 @@ class ListParams:
     page_size: int = 500
     resource_version: str | None = None
     metadata_only: bool = False
+    exact: bool = False
 
     @classmethod
     def of(cls, params: ListParams | Scope | str | None) -> ListParams:
@@ -93,6 +95,7 @@ class ListParams:
             "limit": self.page_size,
             "continue": continue_token,
             "resourceVersion": self.resource_version if continue_token is None else None,
+            "resourceVersionMatch": "Exact" if self.exact and continue_token is None else None,
         }
 
 

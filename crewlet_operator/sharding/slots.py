@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import replace
 from typing import Generic, TypeVar
 
@@ -109,9 +109,13 @@ class MemberSlots:
 
     def primary_scope(self, base: Scope, estates: frozenset[str]) -> Scope:
         """``base`` narrowed to the objects labelled for this member or for ``estates``."""
-        members = ",".join(sorted({self._member, *estates}))
-        term = f"{self._labels.shard} in ({members})"
-        return replace(base, label_selector=_and(base.label_selector, term))
+        return replace(
+            base, label_selector=_and(base.label_selector, self._in({self._member, *estates}))
+        )
+
+    def _in(self, members: Set[str]) -> str:
+        """The selector term of the objects labelled for ``members``."""
+        return f"{self._labels.shard} in ({','.join(sorted(members))})"
 
     def add_children(self, informer: Informer, base: Scope) -> None:
         """Keep ``informer`` (of a kind the sharded controller owns, created in
@@ -203,9 +207,17 @@ class MemberSlots:
         estates = frozenset() if view is None else view.estates(self._member) | view.unwilled()
         if estates == self._estates:
             return
+        added = estates - self._estates
+        widening = self._estates <= estates
         self._estates = estates
         for informer, base in self._primaries:
-            informer.rescope(self.primary_scope(base, estates))
+            if widening:  # only the new estates' objects are listed
+                added_scope = replace(
+                    base, label_selector=_and(base.label_selector, self._in(added))
+                )
+                informer.widen(self.primary_scope(base, estates), added_scope)
+            else:
+                informer.rescope(self.primary_scope(base, estates))
         for informer, _ in self._primaries:
             await informer.wait_for_scope()
         log.info("inheriting", estates=sorted(estates), member=self._member)
@@ -222,10 +234,14 @@ class MemberSlots:
         if wanted <= self._requested and now - self._wanted_since[1] < self._settle:
             return  # narrower: wait until it settles
         slots = wanted if wanted <= self._requested else wanted | self._requested
+        added, before = slots - self._requested, self._requested
         self._requested = slots
         self.covered = self.covered & slots
         for informer, base in self._children:
-            informer.rescope(self.scope(base, slots))
+            if before <= slots:  # wider: only the slots added are listed
+                informer.widen(self.scope(base, slots), self.scope(base, added))
+            else:
+                informer.rescope(self.scope(base, slots))
         for informer, _ in self._children:
             await informer.wait_for_scope()
         log.info("children cached for slots", slots=len(slots), member=self._member)
