@@ -162,9 +162,18 @@ def test_a_list_asks_for_its_resource_version_on_its_first_page_alone() -> None:
         "limit": 500,
         "continue": None,
         "resourceVersion": "0",
+        "resourceVersionMatch": None,
     }
     assert listing.query("next")["resourceVersion"] is None
     assert listing.query("next")["continue"] == "next"
+
+
+def test_an_exact_list_asks_for_that_version_on_its_first_page_alone() -> None:
+    """What Informer.widen lists: the added scope at the store's own version, a snapshot."""
+    listing = ListParams(Scope("ns"), resource_version="41", exact=True)
+    assert listing.query()["resourceVersion"] == "41"
+    assert listing.query()["resourceVersionMatch"] == "Exact"
+    assert listing.query("next")["resourceVersionMatch"] is None, "the token pins the version"
 
 
 def test_a_streaming_watch_asks_for_the_bookmark_that_ends_its_list() -> None:
