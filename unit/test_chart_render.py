@@ -344,6 +344,26 @@ def notes_of(values_file: Callable[[Values], Path], values: Values, release: str
     return " ".join(result.stdout.split("NOTES:", 1)[1].split())
 
 
+def test_with_sharding_a_rollout_starts_a_replica_before_it_stops_one(
+    render: Callable[..., list[Doc]],
+) -> None:
+    """docs/scaling.md: "The Deployment starts a new replica before it stops an old one", for
+    any replica count (Kubernetes' default of 25 % each stops one first from four replicas)."""
+
+    def deployment(values: Values) -> Doc:
+        (found,) = [d for d in render(values) if d["kind"] == "Deployment"]
+        return found
+
+    assert "strategy" not in deployment({})["spec"]
+    sharded = deployment({"manager": {"sharding": {"enabled": True}, "replicas": 5}})
+    assert sharded["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    (manager,) = sharded["spec"]["template"]["spec"]["containers"]
+    assert "--shard-members=5" in manager["args"]
+
+
 def test_notes_say_what_the_replicas_do_with_sharding_on_and_off(
     values_file: Callable[[Values], Path],
 ) -> None:
