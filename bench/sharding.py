@@ -341,6 +341,8 @@ async def _takeover(
         await until(converged, timeout, f"{gone}'s companies' changes converged", interval=0.2)
     renewed_before_kill = wall - moment(lease["spec"]["renewTime"]).timestamp()
     to_converged = sorted(c.converged() - killed for c in changes if c.failed is None)
+    # Each change from when it was sent: what the operator takes, apart from the bench's rate.
+    from_sent = sorted(c.converged() - c.sent for c in changes if c.failed is None)
     by_member = Counter(shards.members[key] for key in held)
     return {
         "killed": daemons[victim].name,
@@ -357,6 +359,8 @@ async def _takeover(
         "first_converged_s": round(to_converged[0], 2) if to_converged else None,
         "converged_p50_s": round(percentile(to_converged, 0.5), 2) if to_converged else None,
         "converged_s": round(to_converged[-1], 2) if to_converged else None,
+        "from_sent_p50_s": round(percentile(from_sent, 0.5), 2) if from_sent else None,
+        "from_sent_max_s": round(from_sent[-1], 2) if from_sent else None,
     }
 
 
@@ -463,5 +467,8 @@ def _line(data: dict[str, Any], one: Sequence[Replica], three: Sequence[Replica]
         f"after the kill, relabelled for its heirs from {takeover['first_relabelled_s']} s to "
         f"{takeover['relabelled_s']} s ({after_renewal} s after its last renewal), each one's "
         f"seats change converged from {takeover['first_converged_s']} s to "
-        f"{takeover['converged_s']} s after (p50 {takeover['converged_p50_s']} s)"
+        f"{takeover['converged_s']} s after (p50 {takeover['converged_p50_s']} s), "
+        f"{takeover['from_sent_max_s']} s at most after it was sent (p50 "
+        f"{takeover['from_sent_p50_s']} s; the changes went out over "
+        f"{takeover['changes_sent_s']} s)"
     )

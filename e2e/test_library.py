@@ -1129,6 +1129,7 @@ class LiveMembers:
     def __init__(self, *members: str) -> None:
         self.members = frozenset(members)
         self.listed = Signal()
+        self.last_join: float | None = None  # a ring that has not changed
 
     def view(self) -> RingView:
         wills = {"dead": self.members}

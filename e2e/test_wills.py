@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,6 +29,7 @@ from crewlet_operator import (
     CLUSTER_ROLE_BINDING,
     CONFIG_MAP,
     LEASE,
+    NAMESPACE,
     POD,
     ROLE,
     ROLE_BINDING,
@@ -43,7 +45,8 @@ from crewlet_operator.cache import Cache, ClusterView
 from crewlet_operator.envtest import ControlPlane, install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import NotFoundError
-from crewlet_operator.kube.client import Scope
+from crewlet_operator.incarnation import downward_environment
+from crewlet_operator.kube.client import Scope, WatchParams
 from crewlet_operator.leader import LeaderElectionConfig, LeaderElector
 from crewlet_operator.metrics import REGISTRY
 from crewlet_operator.rbac import manifests
@@ -474,3 +477,155 @@ async def test_with_fixed_member_names_a_standby_takes_the_name_a_member_release
             if task is not None:
                 with contextlib.suppress(LeadershipLostError):
                     await asyncio.wait_for(task, 30)
+
+
+async def test_with_fixed_member_names_a_process_restarted_in_its_pod_takes_its_name_back(
+    kube_client: Client, namespace: str, widgets_crd: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 50: "a process restarted in the same Pod re-acquires at once". A replica in a Pod
+    held the ring's one fixed name and crashed (its Lease, of a minute, renewed no more). Started
+    again in the same Pod and container, it takes the name back at once, long before the Lease
+    would expire, and writes the Widgets under it; no will is written."""
+    (name,) = member_names(shardlet.NAME, 1)
+    pod = await replica_pod(kube_client, namespace, "replica-pod")
+    crashed = LeaderElector(
+        kube_client,
+        LeaderElectionConfig(
+            name,
+            namespace,
+            identity="before-the-restart",
+            lease_duration=60,
+            renew_deadline=40,
+            retry_period=1,
+            labels={LABELS.member: LABELS.ring},
+            pod=pod,
+        ),
+    )
+    await asyncio.wait_for(crashed.acquire(), 30)  # then renews no more
+    widgets = await write_widgets(kube_client, namespace, {LABELS.shard: name})
+    for key, value in downward_environment(pod).items():
+        monkeypatch.setenv(key, value)
+    options = shardlet.options(namespace, "after-the-restart")
+    assert options.sharding is not None
+    restarted = Manager(
+        kube_client,
+        dataclasses.replace(
+            options,
+            lease_duration=60,
+            renew_deadline=40,
+            sharding=dataclasses.replace(options.sharding, members=1),
+        ),
+    )
+    shardlet.setup(restarted)
+    running = asyncio.create_task(restarted.run(), name="restarted")
+    try:
+        await eventually(
+            lambda: restarted.member == name, timeout=20, message="its name taken back"
+        )
+        lease = await kube_client.get(LEASE, name, namespace)
+        assert lease["spec"]["holderIdentity"] == "after-the-restart"
+        assert LABELS.heirs not in (lease["metadata"].get("annotations") or {})
+        await eventually(
+            lambda: converged_for(kube_client, namespace, widgets, name),
+            timeout=30,
+            interval=0.5,
+            message="the Widgets written under the same name",
+        )
+    finally:
+        restarted.stop()
+        with contextlib.suppress(LeadershipLostError):
+            await asyncio.wait_for(running, 30)
+        await cancel_and_wait(running)
+
+
+async def test_replicas_joining_within_the_settle_time_label_each_widget_once_drain_none(
+    kube_client: Client, namespace: str, widgets_crd: None
+) -> None:
+    """A settled start: three replicas, each started once the one before has joined the ring.
+    The first leads and shards, but decides nothing until no member has joined for the settle
+    time (10 s here, :attr:`Sharding.settle`), so each Widget (one in each of six namespaces,
+    six slots) is labelled once, for the member it stays with, and none is drained: without
+    the wait the first would take them all, and drain the others' share after."""
+    spaces = []
+    for _ in range(6):
+        created = await kube_client.create(
+            NAMESPACE, {"metadata": {"generateName": f"{namespace[:50]}-"}}
+        )
+        spaces.append(created["metadata"]["name"])
+    for space in spaces:
+        await kube_client.create(
+            WIDGET, {"metadata": {"name": "w", "namespace": space}, "spec": {"data": {"v": "1"}}}
+        )
+    listed = await kube_client.list(WIDGET)
+    seen: dict[str, list[tuple[str | None, str | None]]] = {space: [] for space in spaces}
+
+    async def watch() -> None:
+        params = WatchParams(Scope(), resource_version=listed.resource_version)
+        async for event in kube_client.watch(WIDGET, params):
+            meta = event.object.get("metadata") or {}
+            if meta.get("namespace") in seen:
+                labels = meta.get("labels") or {}
+                seen[meta["namespace"]].append((labels.get(LABELS.shard), labels.get(LABELS.drain)))
+
+    identities = ("first", "second", "third")
+    members = {member_name(shardlet.NAME, identity) for identity in identities}
+
+    async def labelled_and_ready() -> bool:
+        for space in spaces:
+            item = await kube_client.get(WIDGET, "w", space)
+            ready = find_condition((item.get("status") or {}).get("conditions"), "Ready")
+            if (item["metadata"].get("labels") or {}).get(LABELS.shard) not in members or (
+                ready is None or ready.get("status") != "True"
+            ):
+                return False
+        return True
+
+    def settling(identity: str) -> Manager:
+        options = shardlet.options(namespace, identity)
+        assert options.sharding is not None
+        sharding = dataclasses.replace(options.sharding, settle=10.0)
+        manager = Manager(kube_client, dataclasses.replace(options, sharding=sharding))
+        shardlet.setup(manager)
+        return manager
+
+    async def joined(identity: str) -> bool:
+        lease = await kube_client.get_or_none(
+            LEASE, member_name(shardlet.NAME, identity), namespace
+        )
+        return lease is not None and (lease.get("spec") or {}).get("holderIdentity") == identity
+
+    watcher = asyncio.create_task(watch())
+    replicas = [settling(identity) for identity in identities]
+
+    def first_leads() -> bool:
+        return replicas[0].is_leader
+
+    running: list[asyncio.Task[None]] = []
+    try:
+        for identity, replica in zip(identities, replicas, strict=True):
+            running.append(asyncio.create_task(replica.run(), name=identity))
+            await eventually(
+                functools.partial(joined, identity), timeout=30, message=f"{identity} joined"
+            )
+            if replica is replicas[0]:
+                await eventually(first_leads, timeout=30, message="the first leads")
+                await asyncio.sleep(3)  # its passes: without the wait, they label every Widget
+        await eventually(
+            labelled_and_ready, timeout=60, interval=0.5, message="every Widget labelled"
+        )
+        await asyncio.sleep(3)  # anything still to move would have begun to
+    finally:
+        await cancel_and_wait(watcher)
+        for replica in replicas:
+            replica.stop()
+        for task in running:
+            with contextlib.suppress(LeadershipLostError):
+                await asyncio.wait_for(task, 30)
+        for space in spaces:
+            with contextlib.suppress(NotFoundError):
+                await kube_client.delete(WIDGET, "w", space)
+            await kube_client.delete(NAMESPACE, space)
+    drained = {space: states for space, states in seen.items() if any(d for _, d in states)}
+    assert drained == {}, "a Widget was drained"
+    shards = {space: {s for s, _ in states if s is not None} for space, states in seen.items()}
+    assert all(len(labels) == 1 for labels in shards.values()), shards

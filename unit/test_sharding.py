@@ -47,7 +47,7 @@ from crewlet_operator.sharding.ring import (
     next_step,
     slot_of,
 )
-from crewlet_operator.sharding.sharder import SHARDER_WRITES, Sharder
+from crewlet_operator.sharding.sharder import HOLD_AT_MOST, SHARDER_WRITES, Sharder
 from crewlet_operator.sharding.slots import SLOT_WAIT, MemberSlots
 
 KEYS = [f"tenant-{i}" for i in range(3000)]
@@ -955,7 +955,14 @@ class ViewStandIn:
         return self.synced
 
 
-def sharder_over(client: Recorder, membership: Membership, objects: int, **labels: str) -> Sharder:
+def sharder_over(
+    client: Recorder,
+    membership: Membership,
+    objects: int,
+    *,
+    settle: float = 0.0,
+    labels: dict[str, str] | None = None,
+) -> Sharder:
     """A sharder whose cache holds ``objects`` Widgets with ``labels``, each in a namespace of
     its own (``ns-<i>``)."""
     view = ViewStandIn()
@@ -968,10 +975,11 @@ def sharder_over(client: Recorder, membership: Membership, objects: int, **label
         membership=membership,
         key=by_namespace,
         retry_period=1,
+        settle=settle,
     )
     sharder.watch()
     for i in range(objects):
-        obj = widget(f"w{i}", **labels)
+        obj = widget(f"w{i}", **(labels or {}))
         obj["metadata"] = {**obj["metadata"], "namespace": f"ns-{i}"}  # type: ignore[dict-item]
         view.put(obj)
     return sharder
@@ -1002,7 +1010,7 @@ async def test_the_sharder_writes_a_dead_members_will_then_relabels_and_forgets_
         return {}
 
     client.patch = bequeathed  # type: ignore[method-assign]
-    sharder = sharder_over(client, membership, 20, **{SHARD: "dead"})
+    sharder = sharder_over(client, membership, 20, labels={SHARD: "dead"})
     assert await sharder.shard_pass() == 1 + 20 + 1
     will = client.patches[0]
     assert will == (
@@ -1028,7 +1036,7 @@ async def test_before_the_view_has_listed_everything_the_sharder_writes_wills_an
     client.leases[2] = lease("gone", "t0", holder="", **{heirs: "a"})
     membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1, lease_duration=15)
     assert await membership.observe()
-    sharder = sharder_over(client, membership, 3, **{SHARD: "dead"})
+    sharder = sharder_over(client, membership, 3, labels={SHARD: "dead"})
     cast(ViewStandIn, sharder._view).synced = False
     assert await sharder.shard_pass() == 1  # the will; its objects wait for the will's list
     assert [name for name, _ in client.patches] == ["dead"]
@@ -1036,6 +1044,76 @@ async def test_before_the_view_has_listed_everything_the_sharder_writes_wills_an
     cast(ViewStandIn, sharder._view).synced = True
     assert await sharder.shard_pass() >= 1
     assert client.deleted == [("gone", "gone-t0")]
+
+
+async def test_the_sharder_decides_nothing_until_no_member_has_joined_for_the_settle_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A settled start: the members found at the sharder's first list joined then, and one that
+    joins later unsettles the ring again. Until it settles the sharder writes no will and no
+    label; then the will names every member, and the objects go to their members once, with no
+    drain. A member that dies does not unsettle it: its will is written at once."""
+    now = [100.0]
+    monkeypatch.setattr("crewlet_operator.sharding.membership.time.monotonic", lambda: now[0])
+    client = Recorder([lease("a", "t1"), lease("b", "t1"), lease("dead", "t0", holder="")])
+    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1, lease_duration=15)
+    assert await membership.observe()
+    sharder = sharder_over(client, membership, 30, settle=4, labels={SHARD: "dead"})
+    now[0] = 102.0
+    client.leases.append(lease("c", "t1"))
+    assert await membership.observe()
+    assert membership.last_join == 102.0
+    now[0] = 105.0
+    assert await sharder.shard_pass() == 0, "c joined 3 s ago: the ring is still changing"
+    assert client.patches == []
+
+    async def bequeathed(
+        resource: object, name: str, patch: Any, namespace: str | None = None, **_: object
+    ) -> dict[str, object]:
+        client.patches.append((name, patch))
+        if name == "dead":
+            client.leases[2] = lease("dead", "t0", holder="", **{KEYS_R.heirs: "a,b,c"})
+        return {}
+
+    client.patch = bequeathed  # type: ignore[method-assign]
+    now[0] = 106.0
+    assert await membership.observe()
+    assert await sharder.shard_pass() == 1 + 30, "settled: the will, then each object once"
+    assert client.patches[0][1]["metadata"]["annotations"] == {KEYS_R.heirs: "a,b,c"}
+    ring = HashRing(["a", "b", "c"])
+    relabelled = {name: patch[1]["value"] for name, patch in client.patches[1:]}
+    assert relabelled == {f"w{i}": ring.slot_owner(slot_of(f"ns-{i}")) for i in range(30)}
+
+    client.patches.clear()
+    now[0] = 118.0  # c has not renewed for 16 s: dead, and the ring does not wait for it
+    client.leases = [lease("a", "t2"), lease("b", "t2"), lease("c", "t1")]
+    assert await membership.observe()
+    assert live(membership) == frozenset({"a", "b"})
+    assert await sharder.shard_pass() >= 1
+    assert client.patches[0][0] == "c", "a death is not a join: the will at once"
+
+
+async def test_a_ring_that_keeps_growing_is_waited_for_a_bounded_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A member joining every 3 s never leaves the ring settled for 4 s: the sharder waits
+    :data:`HOLD_AT_MOST` settle periods in a row, then decides anyway."""
+    now = [100.0]
+    monkeypatch.setattr("crewlet_operator.sharding.membership.time.monotonic", lambda: now[0])
+    client = Recorder([lease("m0", "t1")])
+    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1, lease_duration=15)
+    assert await membership.observe()
+    sharder = sharder_over(client, membership, 5, settle=4)
+    waited = []
+    for joiner in range(1, 10):
+        now[0] += 3
+        client.leases = [lease(f"m{i}", f"t{joiner}") for i in range(joiner + 1)]  # renewed
+        assert await membership.observe()
+        if await sharder.shard_pass():
+            break
+        waited.append(now[0])
+    assert waited[-1] - waited[0] < HOLD_AT_MOST * 4 <= now[0] - waited[0]
+    assert len(client.patches) == 5, "every object assigned once the wait ran out"
 
 
 async def test_the_sharder_does_not_decide_again_on_labels_it_wrote_over() -> None:

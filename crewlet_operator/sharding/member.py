@@ -45,7 +45,7 @@ from crewlet_operator.sharding.ring import (
     member_names,
     slot_of,
 )
-from crewlet_operator.sharding.sharder import Sharder
+from crewlet_operator.sharding.sharder import SETTLE_PERIODS, Sharder
 from crewlet_operator.sharding.slots import MemberSlots
 
 __all__ = ["RingMember"]
@@ -167,6 +167,11 @@ class RingMember:
                 key=self.sharding.key,
                 retry_period=self._retry_period,
                 evidence=self.elector.config.pod is not None,
+                settle=(
+                    SETTLE_PERIODS * self._retry_period
+                    if self.sharding.settle is None
+                    else self.sharding.settle
+                ),
             )
 
     def labels_for(self, obj: KubeObject) -> dict[str, str]:
@@ -203,22 +208,34 @@ class RingMember:
         new replica takes the name its predecessor releases before the sharder may judge it
         dead (:data:`~crewlet_operator.sharding.membership.VACANCY_PERIODS`). A name held
         by a replica that died is taken only after its will and relabelling, when the sharder
-        deletes its Lease."""
+        deletes its Lease; but a process restarted in the Pod (and container) that held a
+        name takes that name back at once, its objects with it, as a restarted leader takes
+        back its lease, unless the sharder wrote its will first."""
         if self._names is None:
             return self.elector
         waiting = False
         while True:
             if await self.membership.observe():
-                listed = self.membership.versions
-                for name in self._names:
-                    if name in listed and name not in self.membership.vacant:
-                        continue  # held, or willed
+                listed, view = self.membership.versions, self.membership.view()
+                wills = view.wills if view is not None else {}
+                # Its own name first: a process restarted in its Pod takes back the name it
+                # held (the elector's evidence, restarted here), unless a will came first.
+                for name in sorted(self._names, key=lambda n: not self._held_here(n)):
+                    free = name not in listed or name in self.membership.vacant
+                    if name in wills or not (free or self._held_here(name)):
+                        continue
                     if await self._take(name):
                         return self.elector
                 if not waiting:
                     waiting = True
                     log.info("every member name is held: waiting for one", ring=self.labels.ring)
             await asyncio.sleep(self._retry_period / 4)
+
+    def _held_here(self, name: str) -> bool:
+        """Whether the member Lease ``name`` was last held from this replica's Pod and
+        container, at the last list: by this process before a restart."""
+        own, held = self._leader.pod, self.membership.holders.get(name)
+        return own is not None and held is not None and held[0].pod.same_container(own)
 
     async def _take(self, name: str) -> bool:
         """Take the member Lease ``name`` and write as it; False when another replica did

@@ -90,6 +90,9 @@ class Membership:
         self.listed = Signal()
         """Emitted after every successful list: the live members and the wills may have
         changed. The member's slots, its fence on its own will and the sharder each subscribe."""
+        self._joined: dict[str, float] = {}
+        """Each live member, with the list (monotonic seconds) that first found it live since
+        it was last found not live; those live at this replica's first list, with that list."""
 
     @property
     def namespace(self) -> str:
@@ -137,9 +140,19 @@ class Membership:
             for lease in (*self._seen.live(now), *self._seen.released(now, self._vacancy))
         ).difference(wills)
         self._view = RingView(live=live, leases=frozenset(self.versions), wills=wills)
+        self._joined = {member: self._joined.get(member, now) for member in live}
         self._awaiting_will = self._awaiting_will + 1 if self._view.unwilled() else 0
         self.listed.emit()
         return True
+
+    @property
+    def last_join(self) -> float | None:
+        """When (monotonic seconds) the last list found a member live that the list before did
+        not: a member joined (or came back). None while no member is live. Every member live at
+        this replica's first list joined then, as far as it knows: it cannot tell a ring that is
+        still starting from one that has run for days (:class:`~.sharder.Sharder` waits for a
+        settled ring by it)."""
+        return max(self._joined.values(), default=None)
 
     async def gone(self) -> dict[str, Evidence]:
         """The live members whose holders the API server shows cannot write any more, at the

@@ -43,6 +43,12 @@ class Sharding:
     (the default): each replica joins under a name of its own, from its identity, and every
     restart moves its objects twice."""
 
+    settle: float | None = None
+    """Seconds in which no member may have joined before the leader assigns or moves an
+    object (a settled ring: :meth:`~crewlet_operator.sharding.sharder.Sharder.settled`), so that
+    replicas started together get each object once. None (the default): two retry periods
+    (:data:`~crewlet_operator.sharding.sharder.SETTLE_PERIODS`); 0: decide at once."""
+
     def __post_init__(self) -> None:
         if self.members is not None and self.members < 1:
             raise ValueError(f"members must be at least 1, not {self.members}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,13 +31,24 @@ from crewlet_operator.sharding.ring import (
     will_text,
 )
 
-__all__ = ["SHARDER_WRITES", "Sharder"]
+__all__ = ["HOLD_AT_MOST", "SETTLE_PERIODS", "SHARDER_WRITES", "Sharder"]
 
 log = structlog.get_logger("crewlet_operator.sharding")
 
 SHARDER_WRITES = 32
 """Label writes the sharder has in flight at once: a takeover of 3,320 objects took 174 s one
 at a time on the bench's API server."""
+
+
+SETTLE_PERIODS = 2.0
+"""Retry periods with no member joining before the sharder decides (a settled ring): the
+replicas of a ring that start together join within a period or two of each other, and a
+decision made before the last one joins is undone by a drain of a third of the objects, three
+writes each (bench/NOTES.md, "A settled start")."""
+
+HOLD_AT_MOST = 4.0
+"""Settle periods the sharder waits at most in a row for a settled ring: a ring that keeps
+growing (a scale-up one replica at a time) still gets its wills and new objects their members."""
 
 
 class Sharder:
@@ -57,10 +69,12 @@ class Sharder:
         key: Callable[[KubeObject], str],
         retry_period: float,
         evidence: bool = False,
+        settle: float = 0.0,
     ) -> None:
         """``evidence``: write a live member's will at once when the API server shows its
         process gone (its Pod deleted, its container ended: :mod:`crewlet_operator.incarnation`),
-        as a standby takes a leader's lease."""
+        as a standby takes a leader's lease. ``settle``: decide nothing (no will, no label)
+        until no member has joined for that many seconds (:meth:`settled`); 0, decide at once."""
         self._client = client
         self._resource = resource
         self._labels = labels
@@ -71,6 +85,9 @@ class Sharder:
         self._scope = scope
         self._evidence = evidence
         self._evidence_asked_at: float | None = None
+        self._settle = settle
+        self._held_since: float | None = None
+        """Since when (monotonic seconds) the passes have waited for the ring to settle."""
         self._written: dict[str, str] = {}
         """The objects this sharder labelled, by key, with the version its decision read: a
         pass does not decide one again until the view shows it at another version. The view
@@ -111,7 +128,7 @@ class Sharder:
         will names, once the view has listed every object (before, an object not listed yet
         may lead to one)."""
         view = self._membership.view()
-        if view is None or not view.live:
+        if view is None or not view.live or not self.settled(time.monotonic()):
             return 0
         gone = await self._gone()
         heirs = view.live.difference(gone)
@@ -162,6 +179,25 @@ class Sharder:
         forgettable = view.wills.keys() - on_paths - named if listed else set()
         forgotten = await asyncio.gather(*(self._forget(dead) for dead in forgettable))
         return bequeathed + sum(labelled) + sum(forgotten)
+
+    def settled(self, now: float) -> bool:
+        """Whether the ring has settled at ``now``: no member joined in the last ``settle``
+        seconds (:attr:`Membership.last_join <.membership.Membership.last_join>`), or the passes
+        have waited :data:`HOLD_AT_MOST` times that already. A member that dies does not unsettle
+        it: its will is written at once, naming the members live then. A member that joins does:
+        a will or label decided just before it came would be undone by a drain (three writes an
+        object), where waiting leaves the objects with their members, or unassigned (nothing
+        writes them) for a few seconds."""
+        joined = self._membership.last_join
+        if joined is None or now - joined >= self._settle:
+            if self._held_since is not None:
+                log.info("the ring settled; sharding", waited=round(now - self._held_since, 2))
+            self._held_since = None
+            return True
+        if self._held_since is None:
+            self._held_since = now
+            log.info("waiting for the ring to settle", seconds=self._settle)
+        return now - self._held_since >= HOLD_AT_MOST * self._settle
 
     async def _gone(self) -> dict[str, Evidence]:
         """With ``evidence``, the live members the API server shows gone
