@@ -159,6 +159,7 @@ def test_a_list_asks_for_its_resource_version_on_its_first_page_alone() -> None:
     assert listing.query() == {
         "labelSelector": None,
         "fieldSelector": "metadata.name=a",
+        "shardSelector": None,
         "limit": 500,
         "continue": None,
         "resourceVersion": "0",

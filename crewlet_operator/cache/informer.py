@@ -168,7 +168,7 @@ class InformerOptions:
     """
 
     scope: Scope = field(default_factory=Scope)
-    """The objects listed and watched: a namespace, a label and a field selector."""
+    """The objects listed and watched: a namespace, a label and a field selector, a shard."""
     transform: Transform | None = None
     deferred_transform: Transform | None = None
     indexers: dict[str, IndexFunc] = field(default_factory=dict)
@@ -223,6 +223,9 @@ class Informer:
         self.streams_lists = isinstance(self.options.lists, Stream) and not self._metadata_only
         """Whether lists are streamed (WatchList): as the options say (never the metadata alone),
         and False once an API server refused it."""
+        self.shard_ignored = False
+        """Whether the API server sent an object outside the scope's shard (its
+        ``ShardedListAndWatch`` gate is off): such objects are left out here."""
         self.relists = 0
         self.watch_failures = 0
         """Lists and watches that failed (including silent watches the watchdog ended)."""
@@ -501,6 +504,8 @@ class Informer:
         ``raw`` (a lazy list), ``listed`` is the object's metadata and ``raw`` the whole
         object's JSON, which its reads transform. With ``metadata`` (a metadata-first list),
         ``listed`` is all that is known of the object: its metadata."""
+        if not self._of_shard(listed):
+            return
         obj = listed if raw is not None or metadata else self._transform(listed)
         key = object_key(obj)
         seen.add(key)
@@ -560,7 +565,7 @@ class Informer:
     def _apply(self, event: WatchEvent) -> None:
         """One change of a watch: stored, told to the handlers, and where to resume."""
         rv = resource_version(event.object)
-        if event.type != "BOOKMARK":
+        if event.type != "BOOKMARK" and self._of_shard(event.object):
             obj = self._deferred(self._transform(event.object))
             if event.type in ("ADDED", "MODIFIED"):
                 old = self.store.put(obj)
@@ -572,6 +577,21 @@ class Informer:
                 gone = self.store.delete(object_key(obj))
                 self._emit_delete(gone if gone is not None else obj)
         self._resource_version = rv or self._resource_version
+
+    def _of_shard(self, obj: KubeObject) -> bool:
+        """Whether ``obj`` is of the scope's shard (any, without one). An API server that does
+        not serve shard selectors sends every object: the first other one says so, once."""
+        shard = self.options.scope.shard
+        if shard is None or shard.matches(obj):
+            return True
+        if not self.shard_ignored:
+            self.shard_ignored = True
+            self._log.warning(
+                "the API server sends objects outside the shard selector (its "
+                "ShardedListAndWatch feature gate is off): this informer leaves them out",
+                shard=shard.query(),
+            )
+        return False
 
     def _transform(self, obj: KubeObject) -> KubeObject:
         if self._metadata_only:  # a watch's PartialObjectMetadata, as a list's items are

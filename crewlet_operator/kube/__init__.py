@@ -2,7 +2,7 @@
 
 from crewlet_operator.kube.client import Client, ObjectList, RawObjectList, WatchEvent
 from crewlet_operator.kube.config import RestConfig
-from crewlet_operator.kube.params import ListParams, Scope, WatchParams
+from crewlet_operator.kube.params import ListParams, Scope, ShardSelector, WatchParams
 from crewlet_operator.kube.resources import Resource
 from crewlet_operator.kube.retry import RetryPolicy
 
@@ -15,6 +15,7 @@ __all__ = [
     "RestConfig",
     "RetryPolicy",
     "Scope",
+    "ShardSelector",
     "WatchEvent",
     "WatchParams",
 ]

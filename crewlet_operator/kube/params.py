@@ -11,11 +11,18 @@ namespace's name) for the defaults::
         ...
     async for event in client.watch(POD, WatchParams(scope, resource_version=version)):
         ...
+
+A :class:`ShardSelector` in the scope asks the API server for one shard of the objects
+(server-side sharded list and watch, Kubernetes 1.36 on, alpha: the ``ShardedListAndWatch``
+feature gate), and tells the objects of that shard from the others where the API server sends
+them all.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, Literal
 
 __all__ = [
     "METADATA_ACCEPT",
@@ -23,7 +30,9 @@ __all__ = [
     "ListParams",
     "QueryValue",
     "Scope",
+    "ShardSelector",
     "WatchParams",
+    "fnv1a_64",
 ]
 
 QueryValue = str | int | bool | None
@@ -35,15 +44,89 @@ METADATA_ACCEPT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 """A watch's Accept for each event's object as its metadata alone (``PartialObjectMetadata``)."""
 
 
+HASHES = 1 << 64
+"""The size of the space a shard selector's field hashes into: 64-bit FNV-1a."""
+_FNV_OFFSET, _FNV_PRIME = 0xCBF29CE484222325, 0x100000001B3
+
+
+def fnv1a_64(value: str) -> int:
+    """64-bit FNV-1a of ``value``'s UTF-8 bytes, as the API server hashes a shard selector's
+    field (Go's ``hash/fnv``; five lines, not a dependency)."""
+    hashed = _FNV_OFFSET
+    for byte in value.encode():
+        hashed = ((hashed ^ byte) * _FNV_PRIME) % HASHES
+    return hashed
+
+
+ShardField = Literal["object.metadata.namespace", "object.metadata.uid"]
+"""The fields the API server shards by."""
+
+
+@dataclass(frozen=True)
+class ShardSelector:
+    """One shard of a kind's objects: those whose ``field`` (the namespace by default, so that
+    a namespace's objects stay together; or the uid) hashes into one of ``ranges``, each a
+    ``[start, end)`` of 64-bit FNV-1a values (``end`` at most 2**64). :meth:`part` cuts the
+    space into equal parts, as static shards of a controller would::
+
+        Scope(shard=ShardSelector.part(0, 3))  # replica 0 of 3
+
+    The API server honours it with its ``ShardedListAndWatch`` gate on (alpha since 1.36) and
+    sends every object without; an informer keeps the shard's objects alone either way
+    (:meth:`matches`).
+    """
+
+    ranges: tuple[tuple[int, int], ...]
+    field: ShardField = "object.metadata.namespace"
+
+    def __post_init__(self) -> None:
+        if not self.ranges:
+            raise ValueError("a shard selector needs at least one range")
+        for start, end in self.ranges:
+            if not 0 <= start < end <= HASHES:
+                raise ValueError(f"a shard range is 0 <= start < end <= 2**64, not {start}, {end}")
+
+    @classmethod
+    def part(
+        cls, index: int, count: int, field: ShardField = "object.metadata.namespace"
+    ) -> ShardSelector:
+        """Part ``index`` of ``count`` equal, contiguous parts of the hash space."""
+        if not 0 <= index < count:
+            raise ValueError(f"part {index} of {count}: 0 <= index < count")
+        return cls(((HASHES * index // count, HASHES * (index + 1) // count),), field)
+
+    def query(self) -> str:
+        """The ``shardSelector`` parameter: ``shardRange(<field>, '0x<start>', '0x<end>')``,
+        the ranges joined by ``||``."""
+        return " || ".join(
+            f"shardRange({self.field}, '0x{start:016x}', '0x{end:016x}')"
+            for start, end in self.ranges
+        )
+
+    def matches(self, obj: Mapping[str, Any]) -> bool:
+        """Whether ``obj`` (an object, or its metadata's holder) is of this shard."""
+        meta = obj.get("metadata") or {}
+        value = meta.get("namespace" if self.field == "object.metadata.namespace" else "uid")
+        hashed = fnv1a_64(str(value or ""))
+        return any(start <= hashed < end for start, end in self.ranges)
+
+
 @dataclass(frozen=True)
 class Scope:
     """Which objects of a kind a list or a watch sees: those in ``namespace`` (every namespace,
     or a cluster-scoped kind, when None) that match both selectors, each in the API server's
-    syntax (``"app=web,tier!=db"``, ``"metadata.name=acme"``; None matches every object)."""
+    syntax (``"app=web,tier!=db"``, ``"metadata.name=acme"``; None matches every object), and
+    of ``shard`` (None: of every shard)."""
 
     namespace: str | None = None
     label_selector: str | None = None
     field_selector: str | None = None
+    shard: ShardSelector | None = None
+
+    @property
+    def shard_query(self) -> str | None:
+        """The ``shardSelector`` parameter, if any."""
+        return self.shard.query() if self.shard is not None else None
 
     @classmethod
     def of(cls, scope: Scope | str | None) -> Scope:
@@ -92,6 +175,7 @@ class ListParams:
         return {
             "labelSelector": self.scope.label_selector,
             "fieldSelector": self.scope.field_selector,
+            "shardSelector": self.scope.shard_query,
             "limit": self.page_size,
             "continue": continue_token,
             "resourceVersion": self.resource_version if continue_token is None else None,
@@ -149,5 +233,6 @@ class WatchParams:
             "resourceVersion": self.resource_version,
             "labelSelector": self.scope.label_selector,
             "fieldSelector": self.scope.field_selector,
+            "shardSelector": self.scope.shard_query,
             "timeoutSeconds": self.timeout_seconds,
         }
