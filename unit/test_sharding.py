@@ -47,7 +47,12 @@ from crewlet_operator.sharding.ring import (
     next_step,
     slot_of,
 )
-from crewlet_operator.sharding.sharder import HOLD_AT_MOST, SHARDER_WRITES, Sharder
+from crewlet_operator.sharding.sharder import (
+    HOLD_AT_MOST,
+    RELABELS_A_PASS,
+    SHARDER_WRITES,
+    Sharder,
+)
 from crewlet_operator.sharding.slots import SLOT_WAIT, MemberSlots
 
 KEYS = [f"tenant-{i}" for i in range(3000)]
@@ -1196,6 +1201,32 @@ async def test_the_sharder_writes_its_labels_several_at_a_time() -> None:
     assert len(assigned) == objects
     assert all(meta["resourceVersion"] == "7" for meta in assigned.values())
     assert {meta["labels"][SHARD] for meta in assigned.values()} == {"a", "b"}
+
+
+async def test_a_pass_relabels_a_dead_members_objects_after_the_rest_and_a_share_at_a_time() -> (
+    None
+):
+    """Relabelling a dead member's objects for their heirs is bookkeeping (the heirs write them
+    by the will already): a pass makes :data:`RELABELS_A_PASS` of them at most, after its other
+    writes, so a new object's first label does not wait behind thousands, and asks for another
+    pass right after for the rest."""
+    heirs = KEYS_R.heirs
+    client = Recorder([lease("a", "t1"), lease("dead", "t0", holder="", **{heirs: "a"})])
+    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1, lease_duration=15)
+    assert await membership.observe()
+    willed = RELABELS_A_PASS + 10
+    sharder = sharder_over(client, membership, willed, labels={SHARD: "dead"})
+    new = widget("new")
+    new["metadata"] = {**cast(dict[str, object], new["metadata"]), "namespace": "ns-new"}
+    cast(ViewStandIn, sharder._view).put(new)
+    sharder._pass_due.clear()
+    assert await sharder.shard_pass() == 1 + RELABELS_A_PASS
+    assert client.patches[0][0] == "new", "the new object's first label comes first"
+    assert sharder._pass_due.is_set(), "another pass follows at once"
+    sharder._pass_due.clear()
+    assert await sharder.shard_pass() == 10
+    assert not sharder._pass_due.is_set()
+    assert {name for name, _ in client.patches} == {"new"} | {f"w{i}" for i in range(willed)}
 
 
 def test_the_sharders_writes_test_the_labels_they_were_decided_on() -> None:

@@ -23,6 +23,7 @@ from crewlet_operator.sharding.ring import (
     Assign,
     Drain,
     RingLabels,
+    RingView,
     Step,
     label_path,
     label_test,
@@ -31,7 +32,7 @@ from crewlet_operator.sharding.ring import (
     will_text,
 )
 
-__all__ = ["HOLD_AT_MOST", "SETTLE_PERIODS", "SHARDER_WRITES", "Sharder"]
+__all__ = ["HOLD_AT_MOST", "RELABELS_A_PASS", "SETTLE_PERIODS", "SHARDER_WRITES", "Sharder"]
 
 log = structlog.get_logger("crewlet_operator.sharding")
 
@@ -39,6 +40,13 @@ SHARDER_WRITES = 32
 """Label writes the sharder has in flight at once: a takeover of 3,320 objects took 174 s one
 at a time on the bench's API server."""
 
+
+RELABELS_A_PASS = 4 * SHARDER_WRITES
+"""Relabels of dead members' objects for their heirs that one pass makes at most, after its
+other writes; the passes that follow at once make the rest. They are bookkeeping (the heirs
+write those objects by the will already): 4,030 of them held a pass for 52 s, and a new
+object's first label with it, while the users' changes of the takeover waited on the same API
+server (bench/NOTES.md, "Relabels a pass")."""
 
 SETTLE_PERIODS = 2.0
 """Retry periods with no member joining before the sharder decides (a settled ring): the
@@ -126,7 +134,8 @@ class Sharder:
         of thousands would wait a round trip each: bench/NOTES.md, "Sharding"), then the
         deletion of the Leases of the dead members no object's label leads to and no other
         will names, once the view has listed every object (before, an object not listed yet
-        may lead to one)."""
+        may lead to one). A dead member's objects are relabelled for their heirs after every
+        other write, :data:`RELABELS_A_PASS` a pass."""
         view = self._membership.view()
         if view is None or not view.live or not self.settled(time.monotonic()):
             return 0
@@ -144,11 +153,28 @@ class Sharder:
             await self._membership.observe()  # the heirs hold the dead members' objects now
             view = self._membership.view() or view
         listed = self._view.has_synced(self._resource)  # read first: what follows may be more
-        steps = []
-        on_paths: set[str] = set()  # the members an object's label leads through
-        # A decision reads an object's ring labels and slot alone: made once a pass for each
-        # (there are at most a few members' times 2 times SLOTS of them, against 10,000s of
-        # objects).
+        steps, on_paths = self._plan(view)
+        writes = asyncio.Semaphore(SHARDER_WRITES)
+
+        async def write(key: str, placed: Placed, step: Assign | Drain) -> bool:
+            async with writes:
+                return await self._write(key, placed, step)
+
+        labelled = await asyncio.gather(*(write(*planned) for planned in steps))
+        # A Lease another will names is kept until that will's own Lease is gone: the heirs of
+        # a will never change (RingView.heirs), whatever the order of the deletions.
+        named = {heir for dead, heirs in view.wills.items() for heir in heirs if heir != dead}
+        forgettable = view.wills.keys() - on_paths - named if listed else set()
+        forgotten = await asyncio.gather(*(self._forget(dead) for dead in forgettable))
+        return bequeathed + sum(labelled) + sum(forgotten)
+
+    def _plan(self, view: RingView) -> tuple[list[Planned], set[str]]:
+        """A pass's label writes, and the members an object's label leads through. A decision
+        reads an object's ring labels and slot alone: made once a pass for each (a few members
+        times 2 times SLOTS of them, against 10,000s of objects)."""
+        steps: list[Planned] = []
+        relabels: list[Planned] = []  # a dead member's objects, for their heirs
+        on_paths: set[str] = set()
         decided: dict[tuple[str | None, bool, int], Step] = {}
         written, self._written = self._written, {}
         for key, placed in self._placed.by_key.items():
@@ -163,22 +189,11 @@ class Sharder:
                     on_paths.update(view.path(placed.shard, placed.slot))
             if written.get(key) == placed.version:
                 self._written[key] = placed.version  # the view has not shown the write yet
-                continue
-            if step is not None:
-                steps.append((key, placed, step))
-        writes = asyncio.Semaphore(SHARDER_WRITES)
-
-        async def write(key: str, placed: Placed, step: Assign | Drain) -> bool:
-            async with writes:
-                return await self._write(key, placed, step)
-
-        labelled = await asyncio.gather(*(write(*planned) for planned in steps))
-        # A Lease another will names is kept until that will's own Lease is gone: the heirs of
-        # a will never change (RingView.heirs), whatever the order of the deletions.
-        named = {heir for dead, heirs in view.wills.items() for heir in heirs if heir != dead}
-        forgettable = view.wills.keys() - on_paths - named if listed else set()
-        forgotten = await asyncio.gather(*(self._forget(dead) for dead in forgettable))
-        return bequeathed + sum(labelled) + sum(forgotten)
+            elif step is not None:
+                (relabels if placed.shard in view.wills else steps).append((key, placed, step))
+        if len(relabels) > RELABELS_A_PASS:
+            self._pass_due.set()  # the rest in the next pass, right after this one
+        return steps + relabels[:RELABELS_A_PASS], on_paths
 
     def settled(self, now: float) -> bool:
         """Whether the ring has settled at ``now``: no member joined in the last ``settle``
@@ -294,6 +309,10 @@ class Sharder:
         if drain in labels:
             ops += [label_test(drain, labels[drain]), {"op": "remove", "path": label_path(drain)}]
         return ops, "json"
+
+
+Planned = tuple[str, "Placed", Assign | Drain]
+"""A label write a pass plans: the object's key, what the sharder read of it, and the step."""
 
 
 @dataclass(frozen=True, slots=True)
