@@ -195,6 +195,10 @@ class ManagerOptions:
     ``get``, ``list`` and ``watch`` on Pods in the Lease's namespace (in the leader election
     Role). :mod:`crewlet_operator.incarnation` says what counts as evidence, and its hazards.
     Without evidence (a node lost, a partition) the lease's expiry still decides."""
+    pod: PodRef | None = None
+    """The replica's Pod, for ``takeover_on_evidence``; None (the default): the downward API's
+    (:meth:`PodRef.from_env <crewlet_operator.incarnation.PodRef.from_env>`). A test that runs
+    replicas in one process gives each its own."""
     freeze_gc_after_sync: bool = True
     """Once the caches have synced, collect garbage once and move every object then alive out
     of the cyclic garbage collector's sight (:func:`gc.freeze`): the caches and indexes live as
@@ -317,7 +321,9 @@ class Manager:
                     retry_period=self.options.retry_period,
                     annotations=self._lease_annotations,
                     exclusive_labels=self.options.exclusive_lease_labels,
-                    pod=PodRef.from_env() if self.options.takeover_on_evidence else None,
+                    pod=(self.options.pod or PodRef.from_env())
+                    if self.options.takeover_on_evidence
+                    else None,
                 ),
             )
         self.ring: RingMember | None = None

@@ -45,7 +45,6 @@ from crewlet_operator.cache import Cache, ClusterView
 from crewlet_operator.envtest import ControlPlane, install_crds, load_crds
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import NotFoundError
-from crewlet_operator.incarnation import downward_environment
 from crewlet_operator.kube.client import Scope, WatchParams
 from crewlet_operator.leader import LeaderElectionConfig, LeaderElector
 from crewlet_operator.metrics import REGISTRY
@@ -480,7 +479,7 @@ async def test_with_fixed_member_names_a_standby_takes_the_name_a_member_release
 
 
 async def test_with_fixed_member_names_a_process_restarted_in_its_pod_takes_its_name_back(
-    kube_client: Client, namespace: str, widgets_crd: None, monkeypatch: pytest.MonkeyPatch
+    kube_client: Client, namespace: str, widgets_crd: None
 ) -> None:
     """Issue 50: "a process restarted in the same Pod re-acquires at once". A replica in a Pod
     held the ring's one fixed name and crashed (its Lease, of a minute, renewed no more). Started
@@ -503,8 +502,6 @@ async def test_with_fixed_member_names_a_process_restarted_in_its_pod_takes_its_
     )
     await asyncio.wait_for(crashed.acquire(), 30)  # then renews no more
     widgets = await write_widgets(kube_client, namespace, {LABELS.shard: name})
-    for key, value in downward_environment(pod).items():
-        monkeypatch.setenv(key, value)
     options = shardlet.options(namespace, "after-the-restart")
     assert options.sharding is not None
     restarted = Manager(
@@ -513,6 +510,7 @@ async def test_with_fixed_member_names_a_process_restarted_in_its_pod_takes_its_
             options,
             lease_duration=60,
             renew_deadline=40,
+            pod=pod,
             sharding=dataclasses.replace(options.sharding, members=1),
         ),
     )
