@@ -425,12 +425,19 @@ async def test_a_member_whose_pod_is_gone_gets_its_will_without_waiting_for_its_
         await view.stop()
 
 
-def with_fixed_names(client: Client, namespace: str, identity: str, members: int) -> Manager:
-    """A shardlet replica in this process, in a ring of ``members`` fixed member names."""
-    options = shardlet.options(namespace, identity)
-    assert options.sharding is not None
-    sharding = dataclasses.replace(options.sharding, members=members)
-    manager = Manager(client, dataclasses.replace(options, sharding=sharding))
+def replica(
+    client: Client,
+    namespace: str,
+    identity: str,
+    sharding: dict[str, Any] | None = None,
+    **options: Any,
+) -> Manager:
+    """A shardlet replica in this process (not started), its options and its ``Sharding``
+    changed as given."""
+    given = shardlet.options(namespace, identity)
+    assert given.sharding is not None
+    ring = dataclasses.replace(given.sharding, **(sharding or {}))
+    manager = Manager(client, dataclasses.replace(given, sharding=ring, **options))
     shardlet.setup(manager)
     return manager
 
@@ -443,9 +450,9 @@ async def test_with_fixed_member_names_a_standby_takes_the_name_a_member_release
     keep their label, and converges a change made after."""
     (name,) = member_names(shardlet.NAME, 1)
     widgets = await write_widgets(kube_client, namespace, {})
-    first = with_fixed_names(kube_client, namespace, "first", 1)
+    first = replica(kube_client, namespace, "first", {"members": 1})
     first_running = asyncio.create_task(first.run(), name="first")
-    second = with_fixed_names(kube_client, namespace, "second", 1)
+    second = replica(kube_client, namespace, "second", {"members": 1})
     second_running: asyncio.Task[None] | None = None
     try:
         await eventually(
@@ -502,19 +509,15 @@ async def test_with_fixed_member_names_a_process_restarted_in_its_pod_takes_its_
     )
     await asyncio.wait_for(crashed.acquire(), 30)  # then renews no more
     widgets = await write_widgets(kube_client, namespace, {LABELS.shard: name})
-    options = shardlet.options(namespace, "after-the-restart")
-    assert options.sharding is not None
-    restarted = Manager(
+    restarted = replica(
         kube_client,
-        dataclasses.replace(
-            options,
-            lease_duration=60,
-            renew_deadline=40,
-            pod=pod,
-            sharding=dataclasses.replace(options.sharding, members=1),
-        ),
+        namespace,
+        "after-the-restart",
+        {"members": 1},
+        lease_duration=60,
+        renew_deadline=40,
+        pod=pod,
     )
-    shardlet.setup(restarted)
     running = asyncio.create_task(restarted.run(), name="restarted")
     try:
         await eventually(
@@ -578,14 +581,6 @@ async def test_replicas_joining_within_the_settle_time_label_each_widget_once_dr
                 return False
         return True
 
-    def settling(identity: str) -> Manager:
-        options = shardlet.options(namespace, identity)
-        assert options.sharding is not None
-        sharding = dataclasses.replace(options.sharding, settle=10.0)
-        manager = Manager(kube_client, dataclasses.replace(options, sharding=sharding))
-        shardlet.setup(manager)
-        return manager
-
     async def joined(identity: str) -> bool:
         lease = await kube_client.get_or_none(
             LEASE, member_name(shardlet.NAME, identity), namespace
@@ -593,19 +588,19 @@ async def test_replicas_joining_within_the_settle_time_label_each_widget_once_dr
         return lease is not None and (lease.get("spec") or {}).get("holderIdentity") == identity
 
     watcher = asyncio.create_task(watch())
-    replicas = [settling(identity) for identity in identities]
+    replicas = [replica(kube_client, namespace, i, {"settle": 10.0}) for i in identities]
 
     def first_leads() -> bool:
         return replicas[0].is_leader
 
     running: list[asyncio.Task[None]] = []
     try:
-        for identity, replica in zip(identities, replicas, strict=True):
-            running.append(asyncio.create_task(replica.run(), name=identity))
+        for identity, started in zip(identities, replicas, strict=True):
+            running.append(asyncio.create_task(started.run(), name=identity))
             await eventually(
                 functools.partial(joined, identity), timeout=30, message=f"{identity} joined"
             )
-            if replica is replicas[0]:
+            if started is replicas[0]:
                 await eventually(first_leads, timeout=30, message="the first leads")
                 await asyncio.sleep(3)  # its passes: without the wait, they label every Widget
         await eventually(
@@ -614,8 +609,8 @@ async def test_replicas_joining_within_the_settle_time_label_each_widget_once_dr
         await asyncio.sleep(3)  # anything still to move would have begun to
     finally:
         await cancel_and_wait(watcher)
-        for replica in replicas:
-            replica.stop()
+        for manager in replicas:
+            manager.stop()
         for task in running:
             with contextlib.suppress(LeadershipLostError):
                 await asyncio.wait_for(task, 30)
