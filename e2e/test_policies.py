@@ -2765,6 +2765,7 @@ class Ring:
     def __init__(self, *live: str) -> None:
         self.members = frozenset(live)
         self.listed = Signal()
+        self.last_join: float | None = None  # a ring that has not changed
 
     def view(self) -> RingView:
         return RingView(live=self.members, leases=self.members)
