@@ -67,8 +67,12 @@ unit: venv tools promtool ## Tests that need no API server (the chart's tests ru
 promtool: ## Build promtool for the alerts' tests (once, minutes, into ~/.cache/crewlet-operator/bin/tools)
 	bash hack/go-tool.sh promtool
 
+.PHONY: jaeger
+jaeger: ## Build Jaeger, the tracing test's OTLP receiver (once, minutes, into ~/.cache/crewlet-operator/bin/tools)
+	bash hack/go-tool.sh jaeger > /dev/null
+
 .PHONY: e2e
-e2e: venv bins ## Tests against a real local control plane (e2e/ and the examples' suites), but the release-grade ones
+e2e: venv bins jaeger ## Tests against a real local control plane (e2e/ and the examples' suites), but the release-grade ones
 	$(BIN)/python -m pytest e2e examples -q -m "not release" -n $(E2E_WORKERS) --dist loadfile $(DURATIONS)
 
 # The library's public modules: the package (its public face), the modules whose docstrings
@@ -83,7 +87,7 @@ API_MODULES := crewlet_operator crewlet_operator.kube.client crewlet_operator.ma
 	crewlet_operator.kube crewlet_operator.kube.mapper crewlet_operator.cache \
 	crewlet_operator.workqueue crewlet_operator.ratelimit crewlet_operator.controller \
 	crewlet_operator.checkpoint crewlet_operator.leader crewlet_operator.writes \
-	crewlet_operator.serving crewlet_operator.metrics
+	crewlet_operator.serving crewlet_operator.metrics crewlet_operator.tracing
 DOCS_VENV := build/docs-venv
 
 # The site is built from the wheel installed into a virtualenv of its own, run from outside the

@@ -29,7 +29,8 @@ such as ``name`` and ``labels``), ``diff`` and ``fieldset`` (what an apply would
 ``RetryPolicy``), ``kube.client`` (what the calls return), ``kube.mapper``, ``cache``
 (informers, stores, the cluster view), ``workqueue``, ``ratelimit``, ``controller``,
 ``manager``, ``checkpoint``, ``leader``, ``writes`` (a controller's own writes), ``serving``,
-``metrics`` (its ``REGISTRY``), ``errors`` (the rest of the hierarchy), ``sharding``, ``rbac``,
+``metrics`` (its ``REGISTRY``), ``tracing`` (a span per reconcile, OpenTelemetry's
+environment), ``errors`` (the rest of the hierarchy), ``sharding``, ``rbac``,
 ``envtest`` (a real local control plane for tests).
 """
 

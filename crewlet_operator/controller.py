@@ -43,6 +43,7 @@ from crewlet_operator.reconcile import (
     as_reconcile_func,
     declared_model,
 )
+from crewlet_operator.tracing import Trigger, Triggers, reconcile_failed, reconcile_span
 from crewlet_operator.workqueue import NORMAL_PRIORITY, FairQueue, QueueShutDown
 
 __all__ = [
@@ -87,6 +88,11 @@ class Controller:
     priority, so one namespace's burst does not delay another namespace's request by more than
     one of its own (:mod:`.workqueue`). A function returning a constant puts every request in
     one line, in the queue's order alone.
+
+    Each reconcile is a span while a tracer provider records (:mod:`crewlet_operator.tracing`),
+    from the event that queued it. ``trace_annotation`` names the annotation a user's change
+    may carry a W3C ``traceparent`` in, to make the reconcile's span a child of the user's
+    trace; None (the default) reads none: the library has no domain of its own to name one in.
     """
 
     def __init__(
@@ -100,6 +106,7 @@ class Controller:
         rate_limiter: RateLimiter[Request] | None = None,
         need_leader_election: bool = True,
         fairness_key: FairnessKey = by_namespace,
+        trace_annotation: str | None = None,
     ) -> None:
         if max_concurrent_reconciles < 1:
             raise ValueError("max_concurrent_reconciles must be at least 1")
@@ -111,6 +118,9 @@ class Controller:
         self.reserved_workers = reserved_workers
         self.need_leader_election = need_leader_election
         self._reconcile = as_reconcile_func(reconciler)
+        self._fairness_key = fairness_key
+        self.triggers: Triggers[Request] = Triggers(trace_annotation)
+        """The event that queued each request waiting, while a tracer records."""
         # Paused until the workers start: on a standby replica the informers fill the queue
         # long before anything is served, and waiting then must not age the keys (an initial
         # list's would otherwise outrank what is created after the takeover).
@@ -151,7 +161,13 @@ class Controller:
         ``predicates`` (and for the objects of the initial list, at low priority, unless
         ``initial`` is false: see :class:`~crewlet_operator.handler.EnqueueHandler`)."""
         informer = self.cache.informer(resource, options)
-        handler = self.enqueue_handler(mapper, predicates, initial=initial, priority=priority)
+        handler = self.enqueue_handler(
+            mapper,
+            predicates,
+            initial=initial,
+            priority=priority,
+            watch=f"{resource.plural}.{resource.group}" if resource.group else resource.plural,
+        )
         informer.add_handler(handler)
         self._informers.append(informer)
         self.rbac_rules.append(PolicyRule.on(resource, *READ_VERBS))
@@ -168,10 +184,12 @@ class Controller:
         *,
         initial: bool = True,
         priority: Priority = NORMAL_PRIORITY,
+        watch: str = "",
     ) -> EnqueueHandler:
         """A handler that maps events to this controller's requests and queues them at
-        ``priority`` (and tells :meth:`touch`): for informers the controller does not declare
-        itself, such as :class:`~crewlet_operator.cache.named.NamedObjects`."""
+        ``priority`` (and tells :meth:`touch`, and a trace the ``watch`` they came from): for
+        informers the controller does not declare itself, such as
+        :class:`~crewlet_operator.cache.named.NamedObjects`."""
         return EnqueueHandler(
             self.queue,
             mapper,
@@ -179,6 +197,8 @@ class Controller:
             initial=initial,
             touched=self.touch,
             priority=priority,
+            triggers=self.triggers,
+            watch=watch,
         )
 
     def touch(self, requests: Iterable[Request]) -> None:
@@ -259,11 +279,12 @@ class Controller:
                 request = await self.queue.get(urgent_only=urgent_only)
             except QueueShutDown:
                 return
+            trigger = self.triggers.take(request)
             if self._stopping:  # shut down while waiting: leave the rest to the next leader
                 self.queue.done(request)
                 return
             try:
-                await self.reconcile_once(request)
+                await self.reconcile_once(request, trigger)
             finally:
                 self.queue.done(request)
             # A reconcile that finds nothing to do may never suspend, and a queued request is
@@ -272,21 +293,33 @@ class Controller:
             # starve (a leader lost its lease so, at the end of a pass over 10,000).
             await asyncio.sleep(0)
 
-    async def reconcile_once(self, request: Request) -> None:
-        """Reconcile one request and act on the outcome (requeue, backoff or forget)."""
+    async def reconcile_once(self, request: Request, trigger: Trigger | None = None) -> None:
+        """Reconcile one request and act on the outcome (requeue, backoff or forget);
+        ``trigger``, the event that queued it, for its span."""
         active = metrics.ACTIVE_WORKERS.labels(controller=self.name)
         active.inc()
         started = time.monotonic()
         result_label = "success"
-        with structlog.contextvars.bound_contextvars(
-            controller=self.name,
-            namespace=request.namespace,
-            name=request.name,
-            reconcileID=str(uuid.uuid4()),
+        reconcile_id = str(uuid.uuid4())
+        with (
+            structlog.contextvars.bound_contextvars(
+                controller=self.name,
+                namespace=request.namespace,
+                name=request.name,
+                reconcileID=reconcile_id,
+            ),
+            reconcile_span(
+                self.name,
+                request,
+                reconcile_id=reconcile_id,
+                trigger=trigger,
+                fairness_key=self._fairness_key(request),
+            ) as span,
         ):
             try:
                 result = await self._reconcile(request)
             except TerminalError as exc:
+                reconcile_failed(span, exc, terminal=True)
                 result_label = "error"
                 self._failed.add(request)
                 metrics.TERMINAL_RECONCILE_ERRORS.labels(controller=self.name).inc()
@@ -296,6 +329,7 @@ class Controller:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                reconcile_failed(span, exc, terminal=False)
                 result_label = "error"
                 self._failed.add(request)
                 metrics.RECONCILE_ERRORS.labels(controller=self.name).inc()
@@ -329,6 +363,7 @@ class Controller:
                     time.monotonic() - started
                 )
                 metrics.RECONCILE_TOTAL.labels(controller=self.name, result=result_label).inc()
+                span.set_attribute("crewlet.result", result_label)
                 log.debug("reconciled", result=result_label)
                 if request in self._first_pass:
                     self._first_pass.discard(request)
@@ -491,16 +526,19 @@ class Builder:
         rate_limiter: RateLimiter[Request] | None = None,
         need_leader_election: bool | None = None,
         fairness_key: FairnessKey | None = None,
+        trace_annotation: str | None = None,
     ) -> Builder:
         """Controller options (workers, workers reserved for requests somebody waits for, rate
         limiter, whether it runs only on the leader, the tenant of a request for the queue's
-        fairness): see :class:`Controller`."""
+        fairness, the annotation a change's ``traceparent`` is read from): see
+        :class:`Controller`."""
         given = {
             "max_concurrent_reconciles": max_concurrent_reconciles,
             "reserved_workers": reserved_workers,
             "rate_limiter": rate_limiter,
             "need_leader_election": need_leader_election,
             "fairness_key": fairness_key,
+            "trace_annotation": trace_annotation,
         }
         self._options.update({k: v for k, v in given.items() if v is not None})
         return self

@@ -9,6 +9,7 @@ from crewlet_operator.objects import KubeObject, name, namespace
 from crewlet_operator.owners import owner_key_of
 from crewlet_operator.predicate import Predicate
 from crewlet_operator.reconcile import Request
+from crewlet_operator.tracing import Triggers, enabled
 from crewlet_operator.workqueue import LOW_PRIORITY, NORMAL_PRIORITY, FairQueue
 
 __all__ = [
@@ -65,6 +66,10 @@ class EnqueueHandler:
     changed for a request since the process started (see :meth:`Controller.touch
     <crewlet_operator.controller.Controller.touch>`). The requests are mapped as it iterates
     them, so it iterates them during the call, or not at all when it has no use for them.
+
+    ``triggers``, when given, records while a tracer records which event queued each request
+    (the reconcile's span names it: :mod:`crewlet_operator.tracing`), under ``watch``, the
+    watched resource's name.
     """
 
     def __init__(
@@ -76,6 +81,8 @@ class EnqueueHandler:
         initial: bool = True,
         touched: Callable[[Iterable[Request]], None] | None = None,
         priority: Priority = NORMAL_PRIORITY,
+        triggers: Triggers[Request] | None = None,
+        watch: str = "",
     ) -> None:
         self.queue = queue
         self.mapper = mapper
@@ -83,11 +90,16 @@ class EnqueueHandler:
         self.initial = initial
         self.touched = touched
         self.priority = priority
+        self.triggers = triggers
+        self.watch = watch
 
-    def _enqueue(self, obj: KubeObject, priority: int | None = None) -> None:
+    def _enqueue(self, obj: KubeObject, event: str, priority: int | None = None) -> None:
         if priority is None:
             priority = self.priority(obj) if callable(self.priority) else self.priority
+        triggers = self.triggers if self.triggers is not None and enabled() else None
         for request in self.mapper(obj):
+            if triggers is not None:
+                triggers.note(request, self.watch, event, obj, priority)
             self.queue.add(request, priority)
 
     def _touch(self, obj: KubeObject) -> None:
@@ -106,18 +118,19 @@ class EnqueueHandler:
         if not initial:
             self._touch(obj)
         if all(p.create(obj) for p in self.predicates):
-            self._enqueue(obj, LOW_PRIORITY if initial else None)
+            self._enqueue(obj, "listed" if initial else "added", LOW_PRIORITY if initial else None)
 
     def on_update(self, old: KubeObject, new: KubeObject) -> None:
         """Enqueue for both versions: a changed owner or label must reach the old mapping too."""
         self._touch(old)
         self._touch(new)
         if all(p.update(old, new) for p in self.predicates):
-            self._enqueue(old)
-            self._enqueue(new)
+            # The new version first: a trace names the version that asked for the reconcile.
+            self._enqueue(new, "updated")
+            self._enqueue(old, "updated")
 
     def on_delete(self, obj: KubeObject) -> None:
         """Enqueue for a deleted object."""
         self._touch(obj)
         if all(p.delete(obj) for p in self.predicates):
-            self._enqueue(obj)
+            self._enqueue(obj, "deleted")

@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,9 +91,11 @@ class Operator:
         lease_namespace: str = PLATFORM,
         args: Sequence[str] = (),
         pod: PodRef | None = None,
+        environment: Mapping[str, str] | None = None,
     ) -> None:
         """``pod``: the Pod it runs in, as the chart's downward API says (none by default, even
-        when the tests themselves run in a Pod: a standby would take over on its evidence)."""
+        when the tests themselves run in a Pod: a standby would take over on its evidence);
+        ``environment``: variables set for it besides."""
         log_dir.mkdir(parents=True, exist_ok=True)
         self.name = name
         self.metrics_port, self.health_port = free_port(), free_port()
@@ -114,7 +116,7 @@ class Operator:
                 *args,
             ],
             log_dir,
-            environment=downward_environment(pod),
+            environment={**downward_environment(pod), **(environment or {})},
         )
         self.process.start()
         self.pid = self.process.pid

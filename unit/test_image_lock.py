@@ -39,18 +39,25 @@ def pins() -> dict[str, tuple[str, int]]:
 
 def needed(distribution: str) -> dict[str, list[Requirement]]:
     """What ``distribution`` needs on the image's platform, transitively, by name: its
-    requirements as the installed distributions declare them (no extras)."""
+    requirements as the installed distributions declare them, with the extras each names
+    (the daemon takes the library's tracing)."""
     seen: dict[str, list[Requirement]] = {}
-    todo = [distribution]
+    todo: list[tuple[str, frozenset[str]]] = [(distribution, frozenset())]
+    done: set[tuple[str, frozenset[str]]] = set()
     while todo:
-        name = todo.pop()
+        name, extras = todo.pop()
+        if (name, extras) in done:
+            continue
+        done.add((name, extras))
         for text in importlib.metadata.requires(name) or []:
             requirement = Requirement(text)
-            if requirement.marker is not None and not requirement.marker.evaluate(IMAGE):
+            marker = requirement.marker
+            if marker is not None and not any(
+                marker.evaluate({**IMAGE, "extra": extra}) for extra in ("", *extras)
+            ):
                 continue
             key = canonicalize_name(requirement.name)
-            if key not in seen:
-                todo.append(key)
+            todo.append((key, frozenset(requirement.extras)))
             seen.setdefault(key, []).append(requirement)
     return seen
 

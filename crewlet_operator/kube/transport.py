@@ -33,6 +33,7 @@ from crewlet_operator.kube._kubernetes_asyncio import Configuration
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.params import QueryValue
 from crewlet_operator.kube.retry import RetryPolicy, retry_after_seconds
+from crewlet_operator.tracing import answered, request_span
 
 log = structlog.get_logger("crewlet_operator.kube.client")
 
@@ -190,8 +191,14 @@ class Transport:
             fence=fence,
         )
         retrying = self.retries.retrying(method, functools.partial(self._count_retry, method))
-        payload: bytes = await retrying(attempt)
-        return payload
+        with request_span(method, path) as span:
+            try:
+                payload: bytes = await retrying(attempt)
+            finally:
+                if span is not None:  # tenacity's count of the attempts made
+                    tries = int(retrying.statistics.get("attempt_number", 1))
+                    span.set_attribute("crewlet.retries", max(0, tries - 1))
+            return payload
 
     async def _attempt(
         self,
@@ -232,6 +239,7 @@ class Transport:
                 raise exc.__cause__ from None
             raise TransportError(f"{method} {path}: {exc!r}") from exc
         self._observe(method, str(status), started)
+        answered(status)
         if warnings:
             self._warn(method, path, warnings)
         if status >= 400:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -24,9 +25,13 @@ from crewlet_operator import (
     default_identity,
 )
 from crewlet_operator.manager import default_namespace
+from crewlet_operator.tracing import configure_from_environment
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY
 from crewlet_operator_daemon.controller import CrewletControllers
 from crewlet_operator_daemon.plan import MANAGER_NAME, ClusterFacts
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
 
 SUPPORTED_MINOR = "37"
 """The Kubernetes minor the operator is tested against (the install page supports one)."""
@@ -239,10 +244,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point."""
     args = parse_args(argv)
     configure_logging(args.log_level, args.log_format)
-    # asyncio's own loop. uvloop was measured and left out: it took a fifth less CPU in a
-    # burst, but held more memory over 10,000 companies, and memory is what a replica is sized
-    # by. Measurements: bench/NOTES.md, "asyncio's loop, not uvloop".
-    return asyncio.run(run(args))
+    tracing = start_tracing()
+    try:
+        # asyncio's own loop. uvloop was measured and left out: it took a fifth less CPU in a
+        # burst, but held more memory over 10,000 companies, and memory is what a replica is
+        # sized by. Measurements: bench/NOTES.md, "asyncio's loop, not uvloop".
+        return asyncio.run(run(args))
+    finally:
+        if tracing is not None:
+            tracing.shutdown()  # sends the spans still batched
+
+
+def start_tracing() -> TracerProvider | None:
+    """Trace each reconcile as OpenTelemetry's environment variables ask (off when they are
+    unset: :func:`crewlet_operator.tracing.configure_from_environment`). Variables it cannot
+    follow are logged and leave tracing off: traces are for looking, and an operator that stops
+    on them would leave every company unmanaged."""
+    try:
+        provider = configure_from_environment("crewlet-operator")
+    except ValueError as error:
+        log.error("tracing is off: its environment asks what is not supported", error=str(error))
+        return None
+    if provider is not None:
+        log.info("tracing reconciles", exporter=os.environ.get("OTEL_TRACES_EXPORTER", "otlp"))
+    return provider
 
 
 if __name__ == "__main__":

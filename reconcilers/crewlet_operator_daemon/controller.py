@@ -242,8 +242,11 @@ class CrewletControllers:
         )
         # Namespaces take turns in the queue (the library's default fairness key): one tenant's
         # burst of new companies delays another tenant's verdict by one of its own.
+        # A user's change may carry its trace into the company's reconcile.
         return (
-            builder.with_options(reserved_workers=VERDICT_WORKERS)
+            builder.with_options(
+                reserved_workers=VERDICT_WORKERS, trace_annotation=naming.TRACE_ANNOTATION
+            )
             .with_checkpoint(self.checkpoint)
             .complete(self.reconcile_company)
         )

@@ -42,6 +42,9 @@ SECRETS_HASH_ANNOTATION = "crewlet.ai/secrets-hash"
 Environment variables from Secrets are read once, at container start; without a restart a
 rotated model key would never reach a running engine.
 """
+TRACE_ANNOTATION = "crewlet.ai/traceparent"
+"""On a Company, a W3C ``traceparent`` (``00-<trace id>-<span id>-01``) its author's tool sets
+with a change: the reconcile of that change is then a span of the author's trace."""
 
 DATA_VOLUME = "data"
 """The data StatefulSet's volume claim template; its claim is ``data-<company>-data-0``."""

@@ -9,6 +9,8 @@ from collections import deque
 from collections.abc import Iterator
 from types import TracebackType
 
+from crewlet_operator.tracing import waiting
+
 CHILD_APPLIES_IN_FLIGHT = 32
 """Children applies and Events in flight at once, across every worker; status writes and the
 admission's dry runs take no slot. Enough for a burst to keep up with the API server's best
@@ -61,7 +63,8 @@ class Slots:
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
-            await waiter
+            with waiting("an apply slot"):
+                await waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
                 self.release()  # woken, then cancelled before it ran: pass the slot on
