@@ -54,6 +54,7 @@ DOCUMENTS = {
 }
 DEFINITIONS = (
     "io.k8s.api.core.v1.Affinity",
+    "io.k8s.api.core.v1.EnvVar",
     "io.k8s.api.core.v1.LocalObjectReference",
     "io.k8s.api.core.v1.PodSecurityContext",
     "io.k8s.api.core.v1.Probe",

@@ -563,6 +563,23 @@ def test_sharding_passes_the_flag_only_when_enabled(render: Callable[..., list[D
     assert deployment["spec"]["replicas"] == 2
 
 
+def test_manager_env_adds_the_tracing_variables_after_the_pods_own(
+    render: Callable[..., list[Doc]], refused: Callable[[Values], str]
+) -> None:
+    """manager.env: OpenTelemetry's variables reach the daemon (crewlet_operator.tracing reads
+    them); none by default, and an entry that is no EnvVar is refused at render time."""
+    downward = ["POD_NAMESPACE", "POD_NAME", "POD_UID", "CONTAINER_NAME"]
+    assert [e["name"] for e in manager_container(render())["env"]] == downward
+    tracing: list[dict[str, Any]] = [
+        {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://collector.tracing:4318"},
+        {"name": "OTEL_SERVICE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    ]
+    env = manager_container(render({"manager": {"env": tracing}}))["env"]
+    assert [e["name"] for e in env] == [*downward, *(e["name"] for e in tracing)]
+    assert env[len(downward) :] == tracing
+    assert "nmae" in refused({"manager": {"env": [{"nmae": "OTEL_SERVICE_NAME"}]}})
+
+
 def test_image_tag_and_digest(render: Callable[..., list[Doc]]) -> None:
     tagged = manager_container(render({"image": {"repository": "r.example/op", "tag": "dev"}}))
     assert tagged["image"] == "r.example/op:dev"

@@ -39,6 +39,7 @@ PAGES: dict[str, str] = {
     "docs/metrics.md": "Metrics",
     "docs/scaling.md": "Scaling the operator",
     "docs/security.md": "Security: what the operator's token can do",
+    "docs/tracing.md": "Tracing",
     "RELEASING.md": "Releasing",
     "CHANGELOG.md": "Changelog",
     "CONTRIBUTING.md": "Contributing",
