@@ -61,9 +61,17 @@ INSTRUMENTATION = "crewlet_operator"
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
+_tracer: tuple[trace.TracerProvider, trace.Tracer] | None = None
+
+
 def tracer() -> trace.Tracer:
-    """The library's tracer, from the global tracer provider as it is now."""
-    return trace.get_tracer(INSTRUMENTATION)
+    """The library's tracer, from the global tracer provider as it is now: made once for each
+    provider (the SDK builds a new one, scope and all, at each ``get_tracer``)."""
+    global _tracer  # noqa: PLW0603 (one cached tracer, replaced with its provider)
+    provider = trace.get_tracer_provider()
+    if _tracer is None or _tracer[0] is not provider:
+        _tracer = (provider, provider.get_tracer(INSTRUMENTATION))
+    return _tracer[1]
 
 
 def enabled() -> bool:
