@@ -119,7 +119,7 @@ prometheus: ## Build Prometheus for the dashboard's test (once, minutes, into ~/
 	bash hack/go-tool.sh prometheus > /dev/null
 
 .PHONY: bench
-bench: venv bins ## Measure the figures bench/README.md sets targets for (BENCH_SCALE=small for a quick run; FIGURES="resync memory" for some)
+bench: venv bins jaeger ## Measure the figures bench/README.md sets targets for (BENCH_SCALE=small for a quick run; FIGURES="resync memory" for some)
 	$(BIN)/python -m bench $(FIGURES)
 
 .PHONY: run

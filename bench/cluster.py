@@ -13,7 +13,7 @@ import asyncio
 import base64
 import contextlib
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -185,9 +185,14 @@ class Cluster:
 
         await each(names, create, CREATE_CONCURRENCY)
 
-    async def create_company(self, company: CompanyRef) -> Object:
-        """Create it; return it as created (with its uid)."""
-        created = await self.api.create(COMPANY, company.manifest())
+    async def create_company(
+        self, company: CompanyRef, annotations: Mapping[str, str] | None = None
+    ) -> Object:
+        """Create it (with ``annotations``); return it as created (with its uid)."""
+        manifest = company.manifest()
+        if annotations:
+            manifest["metadata"]["annotations"] = dict(annotations)
+        created = await self.api.create(COMPANY, manifest)
         self.per_class[company.class_name] += 1
         return created
 

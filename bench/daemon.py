@@ -13,7 +13,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,7 +142,7 @@ def process_memory(pid: int) -> Memory:
 class Daemon:
     """One operator process; ``profile`` runs it under cProfile (the profile is written on a
     graceful stop), ``sharding`` with ``--sharding`` (a member of the ring), ``pod`` in a Pod
-    (its downward API's variables)."""
+    (its downward API's variables), ``environment`` with those variables besides."""
 
     def __init__(
         self,
@@ -153,6 +153,7 @@ class Daemon:
         profile: bool = False,
         sharding: bool = False,
         pod: PodRef | None = None,
+        environment: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
         self.pod = pod
@@ -177,7 +178,9 @@ class Daemon:
         ]
         if sharding:
             command.append("--sharding")
-        self.process = ManagedProcess(name, command, log_dir, downward_environment(pod))
+        self.process = ManagedProcess(
+            name, command, log_dir, {**downward_environment(pod), **(environment or {})}
+        )
         self.idle_controller = SHARDED if sharding else None
         """The controller whose queue tells that it is idle: with sharding, the sharded one
         (the others run on the leader alone, and a follower's queues of them fill unserved);

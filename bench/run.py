@@ -2,9 +2,9 @@
 as a separate process, and print the figures (each one's target: bench/README.md).
 
 Figures, in the order they are printed: convergence, resync, memory, latency, fairness,
-failover, startup (all of them unless some are named), and peers, capacity and sharding (only
-when named). The queue figure, also only when named, needs no control plane: it runs first, in
-this process, and alone it starts none.
+failover, startup (all of them unless some are named), and peers, capacity, tracing and
+sharding (only when named). The queue figure, also only when named, needs no control plane: it
+runs first, in this process, and alone it starts none.
 ``BENCH_SCALE=small`` runs smaller sizes. Results go to ``bench/results/<timestamp>.json``;
 logs (operator, control plane, cProfile output with ``--profile``) to
 ``bench/results/<timestamp>/``.
@@ -18,7 +18,17 @@ import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from bench import capacity, convergence, failover, fairness, latency, queue, restarts, sharding
+from bench import (
+    capacity,
+    convergence,
+    failover,
+    fairness,
+    latency,
+    queue,
+    restarts,
+    sharding,
+    tracing,
+)
 from bench.peers import figure as peers
 from bench.report import RESULTS, Figure, Results, failed
 from bench.scale import from_environment
@@ -38,6 +48,7 @@ FIGURES: dict[str, tuple[FigureFunc, str]] = {
     "peers": (peers.peers, peers.TARGET),
     "capacity": (capacity.capacity, capacity.TARGET),
     "sharding": (sharding.sharding, sharding.TARGET),
+    "tracing": (tracing.tracing, tracing.TARGET),
 }
 LOCAL: dict[str, tuple[LocalFunc, str]] = {
     "queue": (queue.queue, queue.TARGET),
@@ -54,18 +65,23 @@ RUN_ORDER = (
     "fairness",
     "startup",
     "memory",
+    "tracing",
     "sharding",
 )
 """Each figure builds on the world the previous ones left. Peers and capacity run first, as
 they need an empty world (and leave it empty); failover next, while every replica starts in
 seconds; resync restarts the operator the convergence figure left; memory reads what the
-operator processes measured on the way to 10,000 Companies; sharding last, as it leaves every
-child labelled for a member of its rings (an unsharded operator would apply each again)."""
-DEFAULT = tuple(name for name in FIGURES if name not in ("peers", "capacity", "sharding"))
+operator processes measured on the way to 10,000 Companies; tracing after it, as it restarts
+the operator with and without tracing; sharding last, as it leaves every child labelled for a
+member of its rings (an unsharded operator would apply each again)."""
+DEFAULT = tuple(
+    name for name in FIGURES if name not in ("peers", "capacity", "sharding", "tracing")
+)
 """What runs unless figures are named: not peers, which builds two more operators (Go and a
 kopf virtualenv, from the network the first time) and adds minutes to the run, nor capacity,
 which needs the Go one too, nor sharding, whose rings apply every child of the 10,000 again
-(twice) and take longer than the rest of the run."""
+(twice) and take longer than the rest of the run, nor tracing, which adds 2,410 Companies and
+a Jaeger."""
 NAMES = (*FIGURES, *LOCAL)
 
 

@@ -112,6 +112,8 @@ class Session:
     """Companies that may lack children (the latency figure's backlog), as created."""
     floor_workers: int | None = None
     """The concurrency of the convergence figure's best floor at its largest burst."""
+    environment: dict[str, str] = field(default_factory=dict)
+    """Variables the daemons started from now on run with (the tracing figure's OTEL_*)."""
     _daemons: int = 0
 
     def __post_init__(self) -> None:
@@ -136,6 +138,7 @@ class Session:
             profile=self.profile,
             sharding=sharding,
             pod=pod,
+            environment=self.environment,
         )
 
     async def stop_operator(self, quiesce: bool = True) -> None:

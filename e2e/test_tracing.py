@@ -11,18 +11,12 @@ Secret the company's class references.
 from __future__ import annotations
 
 import base64
-import json
-import os
 import secrets
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import pytest_asyncio
-import yaml
 from operator_helpers import (
     PLATFORM,
     Operator,
@@ -35,104 +29,27 @@ from operator_helpers import (
 
 from crewlet_operator import SECRET, Client, Scope
 from crewlet_operator.envtest import ControlPlane
-from crewlet_operator.envtest.controlplane import free_port
-from crewlet_operator.envtest.process import ManagedProcess
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator_daemon.naming import TRACE_ANNOTATION
+from hack.jaeger import Jaeger, Span, parent_of, tags
 
 TENANT = "traced"
 SERVICE = "crewlet-operator-e2e"
-Span = dict[str, Any]
-
-
-def jaeger_binary() -> Path:
-    cache = Path(os.environ.get("CREWLET_CACHE", Path.home() / ".cache" / "crewlet-operator"))
-    found = Path(os.environ.get("CREWLET_TOOLS_DIR", cache / "bin" / "tools")) / "jaeger"
-    if not found.is_file():
-        pytest.fail(f"Jaeger is missing at {found}: build it with `make jaeger`")
-    return found
-
-
-@dataclass
-class Jaeger:
-    """A Jaeger process: OTLP in over gRPC and HTTP, its query API out, spans in memory."""
-
-    grpc: int
-    http: int
-    query: int
-
-    def trace(self, trace_id: str) -> list[Span]:
-        """The spans of ``trace_id`` that have arrived so far."""
-        try:
-            found = self._get(f"/api/traces/{trace_id}")
-        except urllib.error.HTTPError as error:
-            if error.code == 404:
-                return []
-            raise
-        return [span for data in found.get("data") or [] for span in data["spans"]]
-
-    def everything(self) -> str:
-        """Every trace of the daemon's service it holds, as its JSON text."""
-        return json.dumps(self._get(f"/api/traces?service={SERVICE}&limit=10000"))
-
-    def _get(self, path: str) -> dict[str, Any]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.query}{path}", timeout=5) as answer:
-            return json.loads(answer.read())  # type: ignore[no-any-return]
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
 async def jaeger(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Jaeger]:
-    binary = jaeger_binary()
-    directory = tmp_path_factory.mktemp("jaeger")
-    ports = Jaeger(grpc=free_port(), http=free_port(), query=free_port())
-    config = {
-        "service": {
-            "extensions": ["jaeger_storage", "jaeger_query"],
-            "pipelines": {
-                "traces": {"receivers": ["otlp"], "exporters": ["jaeger_storage_exporter"]}
-            },
-            # Its own metrics would take a fixed port; a test has no use for them.
-            "telemetry": {"metrics": {"level": "none"}},
-        },
-        "extensions": {
-            "jaeger_storage": {"backends": {"memory": {"memory": {"max_traces": 100000}}}},
-            "jaeger_query": {
-                "storage": {"traces": "memory"},
-                "http": {"endpoint": f"127.0.0.1:{ports.query}"},
-                "grpc": {"endpoint": f"127.0.0.1:{free_port()}"},
-            },
-        },
-        "receivers": {
-            "otlp": {
-                "protocols": {
-                    "grpc": {"endpoint": f"127.0.0.1:{ports.grpc}"},
-                    "http": {"endpoint": f"127.0.0.1:{ports.http}"},
-                }
-            }
-        },
-        "exporters": {"jaeger_storage_exporter": {"trace_storage": "memory"}},
-    }
-    (directory / "jaeger.yaml").write_text(yaml.safe_dump(config))
-    process = ManagedProcess(
-        "jaeger", [str(binary), f"--config=file:{directory / 'jaeger.yaml'}"], directory
-    )
-    process.start()
     try:
-
-        def answers() -> bool:
-            if not process.running():
-                raise AssertionError(f"Jaeger exited: {process.log_tail(40)}")
-            try:
-                ports.everything()
-            except OSError:
-                return False
-            return True
-
-        await eventually(answers, timeout=60, message="Jaeger's query API answers")
-        yield ports
+        receiver = Jaeger(tmp_path_factory.mktemp("jaeger"))
+    except FileNotFoundError as missing:
+        pytest.fail(str(missing))
+    receiver.start()
+    try:
+        await eventually(receiver.answers, timeout=60, message="Jaeger's query API answers")
+        yield receiver
     finally:
-        process.stop(timeout=10)
+        receiver.stop()
 
 
 # A plane of its own, without workloads: a company of no seats needs no pods.
@@ -148,24 +65,12 @@ async def admin(plane: ControlPlane) -> AsyncIterator[Client]:
         yield client
 
 
-def tags(span: Span) -> dict[str, Any]:
-    return {tag["key"]: tag["value"] for tag in span.get("tags") or []}
-
-
-def parent_of(span: Span) -> str | None:
-    for reference in span.get("references") or []:
-        if reference.get("refType") == "CHILD_OF":
-            return str(reference["spanID"])
-    return None
-
-
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
 async def test_a_companys_reconcile_is_a_span_of_its_authors_trace(
     plane: ControlPlane, admin: Client, jaeger: Jaeger, tmp_path: Path, protocol: str
 ) -> None:
-    port = jaeger.grpc if protocol == "grpc" else jaeger.http
     environment = {
-        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.endpoint(protocol),
         "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
         "OTEL_SERVICE_NAME": SERVICE,
         "OTEL_BSP_SCHEDULE_DELAY": "200",
@@ -226,7 +131,7 @@ async def test_a_companys_reconcile_is_a_span_of_its_authors_trace(
         # The Secret's value is copied into the company's namespace by that reconcile, and is
         # nowhere in any trace.
         await eventually(lambda: _copied(admin, key_value), timeout=60, message="the key copied")
-        assert key_value not in jaeger.everything()
+        assert key_value not in jaeger.everything(SERVICE)
     finally:
         operator.stop()
 

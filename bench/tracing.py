@@ -1,0 +1,201 @@
+"""Figure: tracing (issue 51). What a reconcile's trace costs, and where a quiet tenant's verdict
+spends its time, read from the traces themselves.
+
+1. **Cost**: a burst of N Companies (the convergence figure's largest) with tracing off, then
+   another with every reconcile traced over OTLP to a real Jaeger (hack/jaeger.py): the seconds
+   until the last one converged and the operator's CPU seconds, on against off.
+2. **Stages**, with tracing on: :data:`BURST` Companies created over the busy tenants'
+   namespaces (ten to a namespace), then :data:`PROBES` probe Companies one every
+   :data:`PROBE_INTERVAL` seconds in a quiet namespace of their own while the burst's children
+   are written, each with a ``traceparent`` in its trace annotation. Each probe's create ->
+   Accepted is cut, from the spans of its trace, into: the create answered and its event queued
+   (``event``), the queue (``queued``), the reconcile's work before its verdict (``work``, the
+   apply-slot waits inside it beside), the status write (``status``), and the verdict reaching
+   the bench's watch (``seen``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import math
+import secrets
+import time
+from typing import Any
+
+from bench.convergence import burst
+from bench.daemon import until
+from bench.latency import percentile
+from bench.progress import Progress
+from bench.report import Figure
+from bench.session import Session
+from crewlet_operator_daemon.naming import TRACE_ANNOTATION
+from hack.jaeger import Jaeger, Span, parent_of, tags
+
+TARGET_COST = 1.05
+TARGET_QUIET = 1.0
+TARGET = (
+    f"convergence traced <= {TARGET_COST}x untraced; a quiet tenant's worst create -> "
+    f"Accepted < {TARGET_QUIET:.0f} s under a burst of 400"
+)
+BURST = 400
+PROBES = 10
+PROBE_INTERVAL = 0.3
+PATIENCE = 60.0
+"""Seconds the probes are waited for after the last one's create."""
+SERVICE = "crewlet-operator-bench"
+STAGES = ("event", "queued", "work", "status", "seen")
+
+
+async def tracing(session: Session) -> Figure:
+    jaeger = Jaeger(session.run_dir)
+    jaeger.start()
+    try:
+        await until(_answers(jaeger), session.scale.timeout, "Jaeger answers")
+        size = session.scale.convergence[-1]
+        await session.stop_operator()
+        session.environment = {}
+        off = await burst(session, "untraced", size)
+        await session.stop_operator()
+        session.environment = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.endpoint(),
+            "OTEL_SERVICE_NAME": SERVICE,
+        }
+        on = await burst(session, "traced", size)
+        probes = await _quiet_tenant(session, jaeger)
+        await session.stop_operator()
+    finally:
+        session.environment = {}
+        jaeger.stop()
+    cost = on["operator_s"] / off["operator_s"]
+    cpu = on["operator_cpu_s"] / off["operator_cpu_s"]
+    totals = sorted(p["total"] for p in probes)
+    worst = max(probes, key=lambda p: p["total"])
+    by_stage = {
+        stage: {
+            "p50_s": round(percentile(sorted(p[stage] for p in probes), 0.5), 3),
+            "max_s": round(max(p[stage] for p in probes), 3),
+        }
+        for stage in (*STAGES, "slot_waits")
+    }
+    line = (
+        f"{size} companies converged in {on['operator_s']} s traced, {off['operator_s']} s "
+        f"untraced ({cost:.3f}x; operator CPU {on['operator_cpu_s']} s against "
+        f"{off['operator_cpu_s']} s, {cpu:.2f}x); a quiet tenant under a burst of {BURST}: "
+        f"create -> Accepted p50 {percentile(totals, 0.5):.2f} s, worst {totals[-1]:.2f} s = "
+        + " + ".join(f"{stage} {worst[stage]:.2f}" for stage in STAGES)
+        + "; by stage p50/max: "
+        + ", ".join(f"{stage} {v['p50_s']:.2f}/{v['max_s']:.2f}" for stage, v in by_stage.items())
+    )
+    return Figure(
+        "tracing",
+        line,
+        TARGET,
+        cost <= TARGET_COST and totals[-1] < TARGET_QUIET,
+        {
+            "companies": size,
+            "untraced": off,
+            "traced": on,
+            "cost_ratio": round(cost, 3),
+            "operator_cpu_ratio": round(cpu, 3),
+            "quiet_tenant": {
+                "burst": BURST,
+                "probes": probes,
+                "p50_s": round(percentile(totals, 0.5), 3),
+                "p99_s": round(percentile(totals, 0.99), 3),
+                "max_s": round(totals[-1], 3),
+                "stages": by_stage,
+            },
+        },
+    )
+
+
+def _answers(jaeger: Jaeger) -> Any:
+    async def probe() -> bool:
+        return jaeger.answers()
+
+    return probe
+
+
+async def _quiet_tenant(session: Session, jaeger: Jaeger) -> list[dict[str, float]]:
+    """The probes' create -> Accepted, each cut into its stages from its trace."""
+    cluster = session.cluster
+    await session.operator()
+    busy = cluster.allocate("trace-busy", BURST)
+    probes = [
+        dataclasses.replace(ref, namespace="trace-quiet")
+        for ref in cluster.allocate("trace-quiet", PROBES)
+    ]
+    await cluster.create_namespaces([*busy, *probes])
+    traces = {ref.key: secrets.token_hex(16) for ref in probes}
+    sent: dict[tuple[str, str], float] = {}
+    # Wall-clock time minus the monotonic clock's: spans carry the first, Progress the second.
+    offset = time.time() - time.monotonic()
+    async with Progress(cluster.api, [r.key for r in (*busy, *probes)]) as progress:
+        await cluster.create_companies(busy)
+        started = time.monotonic()
+        for i, ref in enumerate(probes):
+            await asyncio.sleep(max(0.0, started + i * PROBE_INTERVAL - time.monotonic()))
+            parent = f"00-{traces[ref.key]}-{secrets.token_hex(8)}-01"
+            sent[ref.key] = time.time()
+            await cluster.create_company(ref, {TRACE_ANNOTATION: parent})
+        with contextlib.suppress(TimeoutError):
+            await progress.wait_accepted([p.key for p in probes], PATIENCE)
+        accepted = {p.key: progress.accepted_at(p.key) for p in probes}
+        await progress.wait(session.scale.timeout)
+    session.converged += BURST + PROBES
+    found: list[dict[str, float]] = []
+    for ref in probes:
+        at = accepted[ref.key]
+        spans = await _verdict_spans(jaeger, traces[ref.key])
+        found.append(_stages(spans, sent[ref.key], math.inf if at is None else at + offset))
+    return found
+
+
+async def _verdict_spans(jaeger: Jaeger, trace_id: str) -> list[Span]:
+    """The spans of ``trace_id`` once its verdict's status write has arrived (the exporter
+    sends in batches)."""
+    for _ in range(100):
+        spans = jaeger.trace(trace_id)
+        if any(s["operationName"] == "PATCH companies/status" for s in spans):
+            return spans
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"trace {trace_id} holds no status write")
+
+
+def _stages(spans: list[Span], sent: float, accepted: float) -> dict[str, float]:
+    """A probe's create (``sent``) -> Accepted (``accepted``, wall-clock seconds) by stage."""
+    by_id = {s["spanID"]: s for s in spans}
+    status = min(
+        (s for s in spans if s["operationName"] == "PATCH companies/status"),
+        key=lambda s: s["startTime"],
+    )
+    root = by_id[parent_of(status) or ""]
+    queued = next(
+        s for s in spans if s["operationName"] == "queued" and parent_of(s) == root["spanID"]
+    )
+
+    def start(span: Span) -> float:
+        return float(span["startTime"]) / 1e6
+
+    def end(span: Span) -> float:
+        return (float(span["startTime"]) + float(span["duration"])) / 1e6
+
+    waits = [
+        s
+        for s in spans
+        if s["operationName"].startswith("wait for")
+        and parent_of(s) == root["spanID"]
+        and end(s) <= start(status)
+    ]
+    return {
+        "total": accepted - sent,
+        "event": start(root) - sent,
+        "queued": end(queued) - start(queued),
+        "work": start(status) - end(queued),
+        "status": end(status) - start(status),
+        "seen": accepted - end(status),
+        "slot_waits": sum(end(s) - start(s) for s in waits),
+        "events_folded": float(tags(root).get("crewlet.trigger.events", 1)),
+    }
