@@ -12,6 +12,8 @@ spends its time, read from the traces themselves.
    (``event``), the queue (``queued``), the reconcile's work before its verdict (``work``, the
    apply-slot waits inside it beside), the status write (``status``), and the verdict reaching
    the bench's watch (``seen``).
+3. **Sampled**: a third burst with one trace in ten kept (OpenTelemetry's
+   ``parentbased_traceidratio`` sampler), against the untraced one.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ PROBE_INTERVAL = 0.3
 PATIENCE = 60.0
 """Seconds the probes are waited for after the last one's create."""
 SERVICE = "crewlet-operator-bench"
+SAMPLED = 0.1
+"""The ratio of traces kept in the third burst (OTEL_TRACES_SAMPLER=parentbased_traceidratio)."""
 STAGES = ("event", "queued", "work", "status", "seen")
 
 
@@ -65,6 +69,12 @@ async def tracing(session: Session) -> Figure:
         on = await burst(session, "traced", size)
         probes = await _quiet_tenant(session, jaeger)
         await session.stop_operator()
+        session.environment |= {
+            "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+            "OTEL_TRACES_SAMPLER_ARG": str(SAMPLED),
+        }
+        sampled = await burst(session, "sampled", size)
+        await session.stop_operator()
     finally:
         session.environment = {}
         jaeger.stop()
@@ -79,10 +89,14 @@ async def tracing(session: Session) -> Figure:
         }
         for stage in (*STAGES, "slot_waits")
     }
+    sampled_cost = sampled["operator_s"] / off["operator_s"]
+    sampled_cpu = sampled["operator_cpu_s"] / off["operator_cpu_s"]
     line = (
         f"{size} companies converged in {on['operator_s']} s traced, {off['operator_s']} s "
         f"untraced ({cost:.3f}x; operator CPU {on['operator_cpu_s']} s against "
-        f"{off['operator_cpu_s']} s, {cpu:.2f}x); a quiet tenant under a burst of {BURST}: "
+        f"{off['operator_cpu_s']} s, {cpu:.2f}x), {sampled['operator_s']} s with one trace in "
+        f"{1 / SAMPLED:.0f} kept ({sampled_cost:.3f}x; CPU {sampled_cpu:.2f}x); "
+        f"a quiet tenant under a burst of {BURST}: "
         f"create -> Accepted p50 {percentile(totals, 0.5):.2f} s, worst {totals[-1]:.2f} s = "
         + " + ".join(f"{stage} {worst[stage]:.2f}" for stage in STAGES)
         + "; by stage p50/max: "
@@ -99,6 +113,9 @@ async def tracing(session: Session) -> Figure:
             "traced": on,
             "cost_ratio": round(cost, 3),
             "operator_cpu_ratio": round(cpu, 3),
+            "sampled": {"ratio": SAMPLED, **sampled},
+            "sampled_cost_ratio": round(sampled_cost, 3),
+            "sampled_operator_cpu_ratio": round(sampled_cpu, 3),
             "quiet_tenant": {
                 "burst": BURST,
                 "probes": probes,
