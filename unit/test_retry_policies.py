@@ -10,7 +10,7 @@ import errno
 import socket
 import struct
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, cast
 
@@ -391,47 +391,74 @@ class Answers:
         return b"{}"
 
 
-async def test_a_throttled_request_waits_what_it_is_asked_capped_and_then_succeeds() -> None:
+Send = Callable[
+    [RetryPolicy, str, Answers, Callable[[], Awaitable[bytes]]], Coroutine[Any, Any, bytes]
+]
+
+
+@pytest.fixture(params=["call", "retrying"])
+def send(request: pytest.FixtureRequest) -> Send:
+    """Each entry to a policy: ``call`` (the transport's: the first attempt directly, the rest
+    through tenacity) and ``retrying`` (tenacity's from the first): the same attempts, waits and
+    retries."""
+
+    async def through_call(
+        policy: RetryPolicy, method: str, answers: Answers, attempt: Callable[[], Awaitable[bytes]]
+    ) -> bytes:
+        return await policy.call(method, attempt, answers.retried.append)
+
+    async def through_retrying(
+        policy: RetryPolicy, method: str, answers: Answers, attempt: Callable[[], Awaitable[bytes]]
+    ) -> bytes:
+        result: bytes = await policy.retrying(method, answers.retried.append)(attempt)
+        return result
+
+    return through_call if request.param == "call" else through_retrying
+
+
+async def test_a_throttled_request_waits_what_it_is_asked_capped_and_then_succeeds(
+    send: Send,
+) -> None:
     answers = Answers(refused(429, 1), refused(503, 3600), refused(429, 0))
     policy = RetryPolicy(max_wait=0.05)
     started = time.monotonic()
-    assert await policy.retrying("POST", answers.retried.append)(answers.attempt) == b"{}"
+    assert await send(policy, "POST", answers, answers.attempt) == b"{}"
     # 1 s capped at 0.05, an hour capped at 0.05, and 0 s.
     assert 0.1 <= time.monotonic() - started < 0.5
     assert answers.attempts == 4
     assert answers.retried == ["429", "503", "429"]
 
 
-async def test_after_the_last_retry_the_last_error_reaches_the_caller_as_it_is() -> None:
+async def test_after_the_last_retry_the_last_error_reaches_the_caller_as_it_is(
+    send: Send,
+) -> None:
     last = refused(429, 0)
     answers = Answers(*[refused(429, 0) for _ in range(DEFAULT_MAX_RETRIES)], last)
     with pytest.raises(TooManyRequestsError) as raised:
-        await RetryPolicy().retrying("GET", answers.retried.append)(answers.attempt)
+        await send(RetryPolicy(), "GET", answers, answers.attempt)
     assert raised.value is last
     assert raised.value.retry_after == 0
     assert answers.attempts == DEFAULT_MAX_RETRIES + 1
     assert len(answers.retried) == DEFAULT_MAX_RETRIES
 
 
-async def test_no_retries_hands_the_first_429_to_the_caller() -> None:
+async def test_no_retries_hands_the_first_429_to_the_caller(send: Send) -> None:
     answers = Answers(refused(429, 0))
     with pytest.raises(TooManyRequestsError):
-        await RetryPolicy(max_retries=0).retrying("GET", answers.retried.append)(answers.attempt)
+        await send(RetryPolicy(max_retries=0), "GET", answers, answers.attempt)
     assert (answers.attempts, answers.retried) == (1, [])
 
 
-async def test_an_error_that_is_not_retried_reaches_the_caller_at_once() -> None:
+async def test_an_error_that_is_not_retried_reaches_the_caller_at_once(send: Send) -> None:
     answers = Answers(lost(aiohttp.ServerDisconnectedError()))
     with pytest.raises(TransportError):
-        await RetryPolicy().retrying("PATCH", answers.retried.append)(answers.attempt)
+        await send(RetryPolicy(), "PATCH", answers, answers.attempt)
     assert (answers.attempts, answers.retried) == (1, [])
 
 
-async def test_a_request_cancelled_while_it_waits_to_retry_is_not_retried() -> None:
+async def test_a_request_cancelled_while_it_waits_to_retry_is_not_retried(send: Send) -> None:
     answers = Answers(refused(429, 5))
-    sending: asyncio.Task[bytes] = asyncio.create_task(
-        RetryPolicy().retrying("GET", answers.retried.append)(answers.attempt)
-    )
+    sending = asyncio.create_task(send(RetryPolicy(), "GET", answers, answers.attempt))
     await asyncio.sleep(0.05)  # waiting its 5 s
     sending.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -439,7 +466,7 @@ async def test_a_request_cancelled_while_it_waits_to_retry_is_not_retried() -> N
     assert (answers.attempts, answers.retried) == (1, ["429"])
 
 
-async def test_a_request_cancelled_in_its_attempt_is_not_retried() -> None:
+async def test_a_request_cancelled_in_its_attempt_is_not_retried(send: Send) -> None:
     answers = Answers()
 
     async def hang() -> bytes:
@@ -447,9 +474,7 @@ async def test_a_request_cancelled_in_its_attempt_is_not_retried() -> None:
         await asyncio.Event().wait()
         return b""
 
-    sending: asyncio.Task[bytes] = asyncio.create_task(
-        RetryPolicy().retrying("GET", answers.retried.append)(hang)
-    )
+    sending = asyncio.create_task(send(RetryPolicy(), "GET", answers, hang))
     await asyncio.sleep(0.05)
     sending.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -190,15 +190,22 @@ class Transport:
             accept=accept,
             fence=fence,
         )
-        retrying = self.retries.retrying(method, functools.partial(self._count_retry, method))
         with request_span(method, path) as span:
+            if span is None:
+                return await self.retries.call(
+                    method, attempt, functools.partial(self._count_retry, method)
+                )
+            retries = 0
+
+            def retried(code: str) -> None:
+                nonlocal retries
+                retries += 1
+                self._count_retry(method, code)
+
             try:
-                payload: bytes = await retrying(attempt)
+                return await self.retries.call(method, attempt, retried)
             finally:
-                if span is not None:  # tenacity's count of the attempts made
-                    tries = int(retrying.statistics.get("attempt_number", 1))
-                    span.set_attribute("crewlet.retries", max(0, tries - 1))
-            return payload
+                span.set_attribute("crewlet.retries", retries)
 
     async def _attempt(
         self,
@@ -274,8 +281,9 @@ class Transport:
             accept,
             aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=inactivity_timeout),
         )
-        retrying = self.retries.retrying("WATCH", functools.partial(self._count_retry, "WATCH"))
-        response: aiohttp.ClientResponse = await retrying(opening)
+        response = await self.retries.call(
+            "WATCH", opening, functools.partial(self._count_retry, "WATCH")
+        )
         try:
             async with response:
                 async for line in _lines(response.content):
