@@ -25,6 +25,7 @@ import aiohttp
 import orjson
 import structlog
 from multidict import CIMultiDict
+from prometheus_client import Counter, Histogram
 from yarl import URL
 
 from crewlet_operator import metrics
@@ -90,6 +91,7 @@ class Transport:
         self.host = str(configuration.host).rstrip("/")
         """The API server's URL (``https://host:port``)."""
         self._host_label = urlsplit(self.host).netloc
+        self._series: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
         self._user_agent = user_agent
         self._configuration = configuration
         self._pool: aiohttp.ClientSession | None = None
@@ -339,10 +341,18 @@ class Transport:
         retries.labels(code=code, verb=verb, host=self._host_label).inc()
 
     def _observe(self, method: str, code: str, started: float) -> None:
-        metrics.REST_CLIENT_REQUESTS.labels(code=code, method=method, host=self._host_label).inc()
-        metrics.REST_CLIENT_REQUEST_DURATION.labels(verb=method, host=self._host_label).observe(
-            time.monotonic() - started
-        )
+        # The labelled children, looked up once each: ``labels()`` validates and hashes its
+        # arguments at every call, twice a request.
+        found = self._series.get((method, code))
+        if found is None:
+            found = self._series[(method, code)] = (
+                metrics.REST_CLIENT_REQUESTS.labels(
+                    code=code, method=method, host=self._host_label
+                ),
+                metrics.REST_CLIENT_REQUEST_DURATION.labels(verb=method, host=self._host_label),
+            )
+        found[0].inc()
+        found[1].observe(time.monotonic() - started)
 
 
 def _query(query: Mapping[str, QueryValue] | None) -> dict[str, str]:
