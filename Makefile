@@ -91,13 +91,14 @@ API_MODULES := crewlet_operator crewlet_operator.kube.client crewlet_operator.ma
 DOCS_VENV := build/docs-venv
 
 # The site is built from the wheel installed into a virtualenv of its own, run from outside the
-# checkout (hack/api_reference.py --installed fails otherwise): what a pip user's copy says.
+# checkout (hack/api_reference.py --installed fails otherwise): what a pip user's copy says,
+# with the tracing extra (crewlet_operator.tracing's signatures name the SDK's TracerProvider).
 .PHONY: docs
 docs: venv ## The reference site from the built wheel's docstrings (pdoc; warnings are errors), into build/docs
 	rm -rf build/lib build/wheel build/docs
 	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir build/wheel .
 	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
-	$(DOCS_VENV)/bin/pip install --quiet "$$(ls build/wheel/crewlet_operator-*.whl)[docs,test]"
+	$(DOCS_VENV)/bin/pip install --quiet "$$(ls build/wheel/crewlet_operator-*.whl)[docs,test,tracing]"
 	$(DOCS_VENV)/bin/pip install --quiet --force-reinstall --no-deps build/wheel/crewlet_operator-*.whl
 	cd $(DOCS_VENV) && bin/python -W error $(CURDIR)/hack/api_reference.py --installed \
 		$(CURDIR)/build/docs $(API_MODULES)
