@@ -39,11 +39,12 @@ import dataclasses
 import math
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Self
 
+from bench import tracing
 from bench.cluster import Cluster, CompanyRef
 from bench.latency import percentile
 from bench.peers import template, toolchain
@@ -187,6 +188,11 @@ class Step:
     (or :data:`PATIENCE` ran out), by ``VERB resource[/subresource]``: the bench's aside."""
     reconciles: float = 0.0
     """The contender's Company reconciles over the same time."""
+    window: tuple[float, float] = (0.0, 0.0)
+    """Wall-clock seconds (``time.time()``) from the step's first change to the end of its
+    wait: where its traces are (bench/tracing.py)."""
+    aside: Object = field(default_factory=dict)
+    """What a caller of :func:`measure` added to the step (the tracing figure: its stages)."""
 
     @property
     def held(self) -> bool:
@@ -211,6 +217,7 @@ class Step:
             "writes": self.writes,
             "writes_per_change": round(sum(self.writes.values()) / max(1, self.changes), 1),
             "reconciles_per_change": round(self.reconciles / max(1, self.changes), 2),
+            **self.aside,
         }
 
 
@@ -426,6 +433,7 @@ async def _step(
     changes: list[Change] = []
     tasks = []
     skipped = 0
+    wall_started = time.time()
     started = time.monotonic()
     for offset, kind in plan:
         await asyncio.sleep(max(0.0, started + offset - time.monotonic()))
@@ -466,6 +474,7 @@ async def _step(
         evaluate(rate, changes, skipped, len(world.refs)),
         writes={k: v for k, v in writes.items() if k not in BENCH_WRITES},
         reconciles=reconciles,
+        window=(wall_started, time.time()),
     )
 
 
@@ -474,9 +483,13 @@ def _of_class(refs: list[CompanyRef]) -> list[CompanyRef]:
     return [dataclasses.replace(ref, class_name=CLASS) for ref in refs]
 
 
-async def _measure(session: Session, contender: Contender) -> Object:
-    """The contender's row: its steps, the highest rate it held, and the error that ended it
-    early, if one did."""
+StepAside = Callable[[Step], Awaitable[Object]]
+"""What a caller adds to each step, once it is judged."""
+
+
+async def measure(session: Session, contender: Contender, aside: StepAside | None = None) -> Object:
+    """The contender's row: its steps (each with what ``aside`` adds), the highest rate it
+    held, and the error that ended it early, if one did."""
     cluster = session.cluster
     world = World()
     row: Object = {"contender": contender.name, **contender.settings()}
@@ -489,6 +502,8 @@ async def _measure(session: Session, contender: Contender) -> Object:
             await quiet(session, QUIET)
             for rate in session.scale.capacity_rates:
                 step = await _step(session, contender, observer, world, rate)
+                if aside is not None:
+                    step = dataclasses.replace(step, aside=await aside(step))
                 steps.append(step)
                 print(f"bench: capacity: {contender.name}: {_step_text(step)}", flush=True)
                 if not step.held:
@@ -524,16 +539,37 @@ async def capacity(session: Session) -> Figure:
     rows = []
     for contender in contenders:
         print(f"bench: capacity: {contender.name}", flush=True)
-        rows.append(await _measure(session, contender))
+        rows.append(await measure(session, contender))
     ours, peer = (row["held_changes_per_s"] or 0.0 for row in rows)
     met = None if any("error" in row for row in rows) else ours >= peer
+    # Ours again, every reconcile traced, each step's reconciles cut into stages from their
+    # spans: where a change's time goes at the step that breaks. Tracing costs it CPU, so it
+    # is an aside, not the figure.
+    async with tracing.jaeger_for(session) as jaeger:
+        session.environment = tracing.traced(jaeger)
+        print("bench: capacity: crewlet-operator, traced", flush=True)
+        staged = await measure(
+            session,
+            Crewlet(session.run_dir, session.new_daemon),
+            lambda step: tracing.reconcile_stages(jaeger, step.window),
+        )
     return Figure(
         "capacity",
-        f"at {SLO}: " + " | ".join(_readable(row) for row in rows),
+        f"at {SLO}: "
+        + " | ".join(_readable(row) for row in rows)
+        + f" | traced: {_readable(staged)}; at its last step: {_stages_text(staged)}",
         TARGET,
         met,
-        {"class": CLASS, "slo": SLO, "contenders": rows},
+        {"class": CLASS, "slo": SLO, "contenders": rows, "traced": staged},
     )
+
+
+def _stages_text(row: Object) -> str:
+    """The stages of the traced row's last step (the one that broke), p50/p99 in seconds."""
+    if not row["steps"]:
+        return "no step"
+    stages = row["steps"][-1].get("traced_stages_s", {})
+    return ", ".join(f"{stage} {v['p50']:.2f}/{v['p99']:.2f}" for stage, v in stages.items())
 
 
 def _step_text(step: Step) -> str:

@@ -24,8 +24,11 @@ import dataclasses
 import math
 import secrets
 import time
+from collections import Counter
+from collections.abc import AsyncIterator
 from typing import Any
 
+from bench.cluster import Object
 from bench.convergence import burst
 from bench.daemon import until
 from bench.latency import percentile
@@ -52,20 +55,33 @@ SAMPLED = 0.1
 STAGES = ("event", "queued", "work", "status", "seen")
 
 
-async def tracing(session: Session) -> Figure:
+@contextlib.asynccontextmanager
+async def jaeger_for(session: Session) -> AsyncIterator[Jaeger]:
+    """A Jaeger for the run, answering; the daemons started meanwhile trace into it (once
+    :func:`traced` sets their environment)."""
     jaeger = Jaeger(session.run_dir)
     jaeger.start()
     try:
         await until(_answers(jaeger), session.scale.timeout, "Jaeger answers")
+        yield jaeger
+    finally:
+        session.environment = {}
+        jaeger.stop()
+
+
+def traced(jaeger: Jaeger) -> dict[str, str]:
+    """The environment of a daemon that traces every reconcile into ``jaeger``."""
+    return {"OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.endpoint(), "OTEL_SERVICE_NAME": SERVICE}
+
+
+async def tracing(session: Session) -> Figure:
+    async with jaeger_for(session) as jaeger:
         size = session.scale.convergence[-1]
         await session.stop_operator()
         session.environment = {}
         off = await burst(session, "untraced", size)
         await session.stop_operator()
-        session.environment = {
-            "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.endpoint(),
-            "OTEL_SERVICE_NAME": SERVICE,
-        }
+        session.environment = traced(jaeger)
         on = await burst(session, "traced", size)
         probes = await _quiet_tenant(session, jaeger)
         await session.stop_operator()
@@ -75,9 +91,6 @@ async def tracing(session: Session) -> Figure:
         }
         sampled = await burst(session, "sampled", size)
         await session.stop_operator()
-    finally:
-        session.environment = {}
-        jaeger.stop()
     cost = on["operator_s"] / off["operator_s"]
     cpu = on["operator_cpu_s"] / off["operator_cpu_s"]
     totals = sorted(p["total"] for p in probes)
@@ -215,4 +228,56 @@ def _stages(spans: list[Span], sent: float, accepted: float) -> dict[str, float]
         "seen": accepted - end(status),
         "slot_waits": sum(end(s) - start(s) for s in waits),
         "events_folded": float(tags(root).get("crewlet.trigger.events", 1)),
+    }
+
+
+async def reconcile_stages(jaeger: Jaeger, window: tuple[float, float]) -> Object:
+    """Every company reconcile traced in ``window`` (wall-clock seconds) by stage: the queue
+    (its ``queued`` span), the work after it, the API requests inside by kind (the status
+    write, the children's applies, the rest) and the apply-slot waits; p50 and p99 of each, in
+    seconds, and how many."""
+    spans = await asyncio.to_thread(
+        jaeger.spans, SERVICE, int(window[0] * 1e6), int(window[1] * 1e6)
+    )
+    roots = {s["spanID"]: s for s in spans if s["operationName"] == "reconcile company"}
+    stages: dict[str, list[float]] = {
+        "queued": [],
+        "work": [],
+        "status write": [],
+        "child apply": [],
+        "other request": [],
+        "apply-slot wait": [],
+    }
+    for span in spans:
+        root = roots.get(parent_of(span) or "")
+        if root is None:
+            continue
+        seconds = float(span["duration"]) / 1e6
+        name = span["operationName"]
+        if name == "queued":
+            stages["queued"].append(seconds)
+            stages["work"].append(float(root["duration"]) / 1e6 - seconds)
+        elif name == "PATCH companies/status":
+            stages["status write"].append(seconds)
+        elif name.startswith("wait for"):
+            stages["apply-slot wait"].append(seconds)
+        elif name.startswith("PATCH "):
+            stages["child apply"].append(seconds)
+        else:
+            stages["other request"].append(seconds)
+    triggers = Counter(
+        str(tags(root).get("crewlet.trigger.watch", "requeued")) for root in roots.values()
+    )
+    return {
+        "traced_reconciles": len(roots),
+        "traced_triggers": dict(triggers.most_common()),
+        "traced_stages_s": {
+            stage: {
+                "count": len(values),
+                "p50": round(percentile(sorted(values), 0.5), 3),
+                "p99": round(percentile(sorted(values), 0.99), 3),
+            }
+            for stage, values in stages.items()
+            if values
+        },
     }

@@ -116,6 +116,13 @@ class Jaeger:
             raise
         return [span for data in found.get("data") or [] for span in data["spans"]]
 
+    def spans(self, service: str, start_us: int, end_us: int) -> list[Span]:
+        """The spans of every trace of ``service`` that began between ``start_us`` and
+        ``end_us`` (microseconds since the epoch)."""
+        query = f"service={service}&start={start_us}&end={end_us}&limit=1000000"
+        found = self._get(f"/api/traces?{query}")
+        return [span for data in found.get("data") or [] for span in data["spans"]]
+
     def everything(self, service: str) -> str:
         """Every trace of ``service`` it holds, as its JSON text."""
         return json.dumps(self._get(f"/api/traces?service={service}&limit=100000"))
