@@ -22,6 +22,8 @@ from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.process import ManagedProcess
 
 Span = dict[str, Any]
+MAX_TRACES = 100_000
+"""Traces it keeps in memory; a search asks for fewer (Jaeger refuses a limit not below it)."""
 
 
 def binary() -> Path:
@@ -65,7 +67,7 @@ class Jaeger:
                 "telemetry": {"metrics": {"level": "none"}},
             },
             "extensions": {
-                "jaeger_storage": {"backends": {"memory": {"memory": {"max_traces": 100000}}}},
+                "jaeger_storage": {"backends": {"memory": {"memory": {"max_traces": MAX_TRACES}}}},
                 "jaeger_query": {
                     "storage": {"traces": "memory"},
                     "http": {"endpoint": f"127.0.0.1:{self.query}"},
@@ -119,13 +121,13 @@ class Jaeger:
     def spans(self, service: str, start_us: int, end_us: int) -> list[Span]:
         """The spans of every trace of ``service`` that began between ``start_us`` and
         ``end_us`` (microseconds since the epoch)."""
-        query = f"service={service}&start={start_us}&end={end_us}&limit=1000000"
+        query = f"service={service}&start={start_us}&end={end_us}&limit={MAX_TRACES - 1}"
         found = self._get(f"/api/traces?{query}")
         return [span for data in found.get("data") or [] for span in data["spans"]]
 
     def everything(self, service: str) -> str:
         """Every trace of ``service`` it holds, as its JSON text."""
-        return json.dumps(self._get(f"/api/traces?service={service}&limit=100000"))
+        return json.dumps(self._get(f"/api/traces?service={service}&limit={MAX_TRACES - 1}"))
 
     def _get(self, path: str) -> dict[str, Any]:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.query}{path}", timeout=10) as answer:
