@@ -43,7 +43,13 @@ from crewlet_operator.reconcile import (
     as_reconcile_func,
     declared_model,
 )
-from crewlet_operator.tracing import Trigger, Triggers, reconcile_failed, reconcile_span
+from crewlet_operator.tracing import (
+    Trigger,
+    Triggers,
+    enabled,
+    reconcile_failed,
+    reconcile_span,
+)
 from crewlet_operator.workqueue import NORMAL_PRIORITY, FairQueue, QueueShutDown
 
 __all__ = [
@@ -337,7 +343,7 @@ class Controller:
                     # An unexpected exception is a bug (Go would have panicked): count it as
                     # controller-runtime counts recovered panics, and keep the worker alive.
                     metrics.RECONCILE_PANICS.labels(controller=self.name).inc()
-                self.queue.add_rate_limited(request)
+                self._requeued(request, self.queue.add_rate_limited(request), None)
                 log.warning(
                     "reconcile failed; retrying with backoff",
                     error=str(exc),
@@ -351,10 +357,12 @@ class Controller:
                     self.queue.forget(request)
                     result_label = "requeue_after"
                     self.queue.add_after(request, result.requeue_after, result.priority)
+                    self._requeued(request, result.requeue_after, result.priority)
                 elif isinstance(result, Result) and result.requeue:
                     result_label = "requeue"
                     # The backoff is kept, and grows.
-                    self.queue.add_rate_limited(request, result.priority)
+                    delay = self.queue.add_rate_limited(request, result.priority)
+                    self._requeued(request, delay, result.priority)
                 else:
                     self.queue.forget(request)
             finally:
@@ -369,6 +377,13 @@ class Controller:
                     self._first_pass.discard(request)
                     if not self._first_pass:
                         self._first_pass_done()
+
+    def _requeued(self, request: Request, delay: float, priority: int | None) -> None:
+        """Tell a trace that this controller queued ``request`` again itself (at ``priority``,
+        by default the queue's for a requeue)."""
+        if enabled():
+            held = priority if priority is not None else self.queue.priority_of(request)
+            self.triggers.requeued(request, delay, NORMAL_PRIORITY if held is None else held)
 
     def _first_pass_done(self) -> None:
         self._touching = False

@@ -86,9 +86,11 @@ class Trigger:
     """The first event that queued a request, and how many more were folded into it."""
 
     watch: str
-    """The watched resource, ``plural.group`` (``widgets.example.com``, ``pods``)."""
+    """The watched resource, ``plural.group`` (``widgets.example.com``, ``pods``); empty for a
+    requeue."""
     event: str
-    """``added``, ``updated``, ``deleted``, or ``listed`` (an informer's initial list)."""
+    """``added``, ``updated``, ``deleted``, ``listed`` (an informer's initial list), or
+    ``requeued`` (by the controller itself: a requeue, a retry after an error)."""
     object_key: str
     """The object the event was about, ``namespace/name``: the request's own, or a child's."""
     resource_version: str
@@ -146,6 +148,21 @@ class Triggers(Generic[K]):
             traceparent=carried if isinstance(carried, str) else None,
         )
 
+    def requeued(self, request: K, delay: float, priority: int) -> None:
+        """Record that the controller queued ``request`` again itself, due in ``delay`` seconds
+        (a requeue, a retry after an error): its next reconcile's wait counts from then."""
+        if request in self._pending:
+            return
+        self._pending[request] = Trigger(
+            watch="",
+            event="requeued",
+            object_key="",
+            resource_version="",
+            at=time.time() + delay,
+            queued_at=time.monotonic() + delay,
+            priority=priority,
+        )
+
     def take(self, request: K) -> Trigger | None:
         """The trigger of ``request``, which a worker has just taken (and forget it)."""
         return self._pending.pop(request, None)
@@ -182,12 +199,17 @@ def reconcile_span(
         attributes["k8s.namespace.name"] = request.namespace
     start: int | None = None
     if trigger is not None:
+        if trigger.watch:
+            attributes.update(
+                {
+                    "crewlet.trigger.watch": trigger.watch,
+                    "crewlet.trigger.object": trigger.object_key,
+                    "crewlet.trigger.resource_version": trigger.resource_version,
+                }
+            )
         attributes.update(
             {
-                "crewlet.trigger.watch": trigger.watch,
                 "crewlet.trigger.event": trigger.event,
-                "crewlet.trigger.object": trigger.object_key,
-                "crewlet.trigger.resource_version": trigger.resource_version,
                 "crewlet.trigger.events": trigger.events,
                 "crewlet.queue.priority": trigger.priority,
                 "crewlet.queue.wait_seconds": time.monotonic() - trigger.queued_at,
@@ -196,8 +218,8 @@ def reconcile_span(
         if trigger.traceparent:
             parent = _PROPAGATOR.extract({"traceparent": trigger.traceparent})
         start = int(trigger.at * 1e9)
-    else:
-        attributes["crewlet.trigger.event"] = "requeued"
+    else:  # queued before tracing began, or by the queue's own add
+        attributes["crewlet.trigger.event"] = "unknown"
     with tracer().start_as_current_span(
         f"reconcile {controller}",
         context=parent,

@@ -599,12 +599,15 @@ class FairQueue(Generic[K]):
 
     # --- rate limiting --------------------------------------------------------------------
 
-    def add_rate_limited(self, item: K, priority: int | None = None) -> None:
+    def add_rate_limited(self, item: K, priority: int | None = None) -> float:
         """Add ``item`` after the delay the rate limiter asks for (this records a failure), at
-        ``priority`` (by default the one it holds now, as :meth:`add_after`)."""
+        ``priority`` (by default the one it holds now, as :meth:`add_after`); return that delay
+        in seconds (0 after shutdown, when nothing is added)."""
         if self._shutting_down:
-            return
-        self.add_after(item, self._rate_limiter.when(item), priority)
+            return 0.0
+        delay = self._rate_limiter.when(item)
+        self.add_after(item, delay, priority)
+        return delay
 
     def forget(self, item: K) -> None:
         """Tell the rate limiter ``item`` succeeded, resetting its backoff.

@@ -16,7 +16,7 @@ from opentelemetry.test.globals_test import reset_trace_globals
 from crewlet_operator.cache import Cache
 from crewlet_operator.controller import Controller
 from crewlet_operator.handler import EnqueueHandler, request_for_object
-from crewlet_operator.reconcile import Request
+from crewlet_operator.reconcile import Request, Result
 from crewlet_operator.tracing import (
     Triggers,
     configure_from_environment,
@@ -25,7 +25,7 @@ from crewlet_operator.tracing import (
     tracer,
     waiting,
 )
-from crewlet_operator.workqueue import LOW_PRIORITY, FairQueue
+from crewlet_operator.workqueue import HIGH_PRIORITY, LOW_PRIORITY, FairQueue
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 PARENT = f"00-{TRACE_ID}-b7ad6b7169203331-01"
@@ -144,21 +144,40 @@ async def test_a_reconcile_is_a_span_from_its_event_with_its_trigger(
     assert len(controller.triggers) == 0
 
 
-async def test_a_requeue_has_no_trigger_and_a_failure_marks_the_span(
+async def test_a_failure_marks_the_span_and_its_retry_is_a_requeue(
     spans: InMemorySpanExporter,
 ) -> None:
-    async def reconcile(request: Request) -> None:
-        raise RuntimeError("no luck")
+    """A reconcile that raises is a failed span; the controller queues it again itself, and the
+    retry's span says so, its wait counted from when it was due."""
+    outcomes: list[Result | None] = [None]
+
+    async def reconcile(request: Request) -> Result | None:
+        if len(outcomes) == 1:
+            outcomes.append(None)
+            raise RuntimeError("no luck")
+        return Result(requeue_after=0.01, priority=HIGH_PRIORITY)
 
     controller = Controller("unit-traced-failure", reconcile, Cache(client=None))  # type: ignore[arg-type]
-    await controller.reconcile_once(Request("tenant", "acme"))
-    root = by_name(spans)["reconcile unit-traced-failure"]
-    assert root.attributes is not None
-    assert root.attributes["crewlet.trigger.event"] == "requeued"
-    assert root.attributes["crewlet.result"] == "error"
-    assert root.attributes["error.type"] == "RuntimeError"
-    assert root.status.status_code is trace.StatusCode.ERROR
-    assert root.parent is None
+    request = Request("tenant", "acme")
+    await controller.reconcile_once(request)
+    [failed] = spans.get_finished_spans()
+    assert failed.attributes is not None
+    assert failed.attributes["crewlet.trigger.event"] == "unknown"  # queued before any trace
+    assert failed.attributes["crewlet.result"] == "error"
+    assert failed.attributes["error.type"] == "RuntimeError"
+    assert failed.status.status_code is trace.StatusCode.ERROR
+    assert failed.parent is None
+
+    retry = controller.triggers.take(request)
+    assert retry is not None and (retry.event, retry.watch) == ("requeued", "")
+    await controller.reconcile_once(request, retry)
+    again = controller.triggers.take(request)
+    assert again is not None and again.priority == HIGH_PRIORITY
+    _, retried = spans.get_finished_spans()[-2:]
+    assert retried.attributes is not None
+    assert retried.attributes["crewlet.trigger.event"] == "requeued"
+    assert "crewlet.trigger.watch" not in retried.attributes
+    assert retried.attributes["crewlet.result"] == "requeue_after"
 
 
 def test_an_initial_list_and_a_delete_are_named_and_an_untraced_handler_notes_nothing(
