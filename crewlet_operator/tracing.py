@@ -129,7 +129,10 @@ class Triggers(Generic[K]):
     ) -> None:
         """Record that ``event`` on ``obj`` (of ``watch``) queued ``request`` at ``priority``."""
         held = self._pending.get(request)
-        if held is not None:
+        # A requeue not due yet is overtaken by this event: the reconcile comes now, for it.
+        if held is not None and not (
+            held.event == "requeued" and held.queued_at > time.monotonic()
+        ):
             held.events += 1
             return
         metadata = obj.get("metadata") or {}

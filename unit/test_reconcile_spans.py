@@ -173,6 +173,15 @@ async def test_a_failure_marks_the_span_and_its_retry_is_a_requeue(
     await controller.reconcile_once(request, retry)
     again = controller.triggers.take(request)
     assert again is not None and again.priority == HIGH_PRIORITY
+    # An event before the requeue is due overtakes it: the reconcile comes now, for the event.
+    controller.triggers.requeued(request, 60.0, HIGH_PRIORITY)
+    handler = controller.enqueue_handler(request_for_object, watch="companies.example.com")
+    handler.on_add(company("acme", "44"))
+    overtaken = controller.triggers.take(request)
+    assert overtaken is not None and (overtaken.event, overtaken.resource_version) == (
+        "added",
+        "44",
+    )
     _, retried = spans.get_finished_spans()[-2:]
     assert retried.attributes is not None
     assert retried.attributes["crewlet.trigger.event"] == "requeued"
