@@ -170,10 +170,6 @@ class Triggers(Generic[K]):
         """The trigger of ``request``, which a worker has just taken (and forget it)."""
         return self._pending.pop(request, None)
 
-    def forget(self, request: K) -> None:
-        """Drop ``request``'s trigger (it will not be reconciled: the queue shut down)."""
-        self._pending.pop(request, None)
-
     def __len__(self) -> int:
         return len(self._pending)
 
@@ -215,12 +211,13 @@ def reconcile_span(
                 "crewlet.trigger.event": trigger.event,
                 "crewlet.trigger.events": trigger.events,
                 "crewlet.queue.priority": trigger.priority,
-                "crewlet.queue.wait_seconds": time.monotonic() - trigger.queued_at,
+                # A requeue taken before it was due (added again by other means) waited none.
+                "crewlet.queue.wait_seconds": max(0.0, time.monotonic() - trigger.queued_at),
             }
         )
         if trigger.traceparent:
             parent = _PROPAGATOR.extract({"traceparent": trigger.traceparent})
-        start = int(trigger.at * 1e9)
+        start = int(min(trigger.at, time.time()) * 1e9)
     else:  # queued before tracing began, or by the queue's own add
         attributes["crewlet.trigger.event"] = "unknown"
     with tracer().start_as_current_span(
