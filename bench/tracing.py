@@ -266,7 +266,8 @@ async def reconcile_stages(jaeger: Jaeger, window: tuple[float, float]) -> Objec
         else:
             stages["other request"].append(seconds)
     triggers = Counter(
-        str(tags(root).get("crewlet.trigger.watch", "requeued")) for root in roots.values()
+        str(tags(root).get("crewlet.trigger.watch") or tags(root)["crewlet.trigger.event"])
+        for root in roots.values()
     )
     return {
         "traced_reconciles": len(roots),

@@ -378,6 +378,13 @@ class Controller:
                     if not self._first_pass:
                         self._first_pass_done()
 
+    def requeue(self, request: Request, priority: int = NORMAL_PRIORITY) -> None:
+        """Queue ``request`` at ``priority`` from inside a reconcile of it, for work it leaves
+        to the next one (it runs again after this one: the queue never hands one request to two
+        workers). Its next reconcile's span says ``requeued``, waiting from now."""
+        self.queue.add(request, priority)
+        self._requeued(request, 0.0, priority)
+
     def _requeued(self, request: Request, delay: float, priority: int | None) -> None:
         """Tell a trace that this controller queued ``request`` again itself (at ``priority``,
         by default the queue's for a requeue)."""

@@ -173,6 +173,11 @@ async def test_a_failure_marks_the_span_and_its_retry_is_a_requeue(
     await controller.reconcile_once(request, retry)
     again = controller.triggers.take(request)
     assert again is not None and again.priority == HIGH_PRIORITY
+    # A reconcile leaving work to the next one (Controller.requeue) is traced as a requeue.
+    controller.requeue(request, LOW_PRIORITY)
+    left = controller.triggers.take(request)
+    assert left is not None and (left.event, left.priority) == ("requeued", LOW_PRIORITY)
+    assert controller.queue.priority_of(request) is not None
     # An event before the requeue is due overtakes it: the reconcile comes now, for the event.
     controller.triggers.requeued(request, 60.0, HIGH_PRIORITY)
     handler = controller.enqueue_handler(request_for_object, watch="companies.example.com")

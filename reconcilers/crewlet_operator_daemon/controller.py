@@ -292,7 +292,7 @@ class CrewletControllers:
         )
 
     def _requeue(self, request: Request, priority: int) -> None:
-        self.company_controller.queue.add(request, priority)
+        self.company_controller.requeue(request, priority)
 
     def _declare_view(self) -> None:
         """Every company and managed webhook route, trimmed (:func:`view_entry`): a hostname is
