@@ -172,7 +172,7 @@ class Controller:
             predicates,
             initial=initial,
             priority=priority,
-            watch=f"{resource.plural}.{resource.group}" if resource.group else resource.plural,
+            watch=resource.group_resource,
         )
         informer.add_handler(handler)
         self._informers.append(informer)

@@ -38,6 +38,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from crewlet_operator.objects import metadata, object_key, resource_version
 from crewlet_operator.reconcile import Request
 
 if TYPE_CHECKING:
@@ -135,16 +136,14 @@ class Triggers(Generic[K]):
         ):
             held.events += 1
             return
-        metadata = obj.get("metadata") or {}
-        namespace, name = metadata.get("namespace"), metadata.get("name", "")
         carried = None
         if self.annotation is not None:
-            carried = (metadata.get("annotations") or {}).get(self.annotation)
+            carried = (metadata(obj).get("annotations") or {}).get(self.annotation)
         self._pending[request] = Trigger(
             watch=watch,
             event=event,
-            object_key=f"{namespace}/{name}" if namespace else str(name),
-            resource_version=str(metadata.get("resourceVersion", "")),
+            object_key=object_key(obj),
+            resource_version=resource_version(obj) or "",
             at=time.time(),
             queued_at=time.monotonic(),
             priority=priority,

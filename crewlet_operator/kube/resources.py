@@ -29,6 +29,11 @@ class Resource:
         return f"{self.group}/{self.version}" if self.group else self.version
 
     @property
+    def group_resource(self) -> str:
+        """``resource.group`` as Kubernetes prints it (``statefulsets.apps``)."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
     def group_kind(self) -> str:
         """``Kind.group`` as Kubernetes prints it (``StatefulSet.apps``)."""
         return f"{self.kind}.{self.group}" if self.group else self.kind
