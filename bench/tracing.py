@@ -25,8 +25,7 @@ import math
 import secrets
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from bench.cluster import Object
 from bench.convergence import burst
@@ -141,7 +140,7 @@ async def tracing(session: Session) -> Figure:
     )
 
 
-def _answers(jaeger: Jaeger) -> Any:
+def _answers(jaeger: Jaeger) -> Callable[[], Awaitable[bool]]:
     async def probe() -> bool:
         return jaeger.answers()
 

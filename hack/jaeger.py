@@ -10,7 +10,6 @@ port; its query API (``/api/traces/<trace id>``) answers in Jaeger's JSON: each 
 from __future__ import annotations
 
 import json
-import os
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -20,22 +19,11 @@ import yaml
 
 from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.process import ManagedProcess
+from hack.release import built_go_tool
 
 Span = dict[str, Any]
 MAX_TRACES = 100_000
 """Traces it keeps in memory; a search asks for fewer (Jaeger refuses a limit not below it)."""
-
-
-def binary() -> Path:
-    """The Jaeger binary in the tools cache.
-
-    :raises FileNotFoundError: It is not built; the message names the make target that builds it.
-    """
-    cache = Path(os.environ.get("CREWLET_CACHE", Path.home() / ".cache" / "crewlet-operator"))
-    found = Path(os.environ.get("CREWLET_TOOLS_DIR", cache / "bin" / "tools")) / "jaeger"
-    if not found.is_file():
-        raise FileNotFoundError(f"Jaeger is missing at {found}: build it with `make jaeger`")
-    return found
 
 
 def tags(span: Span) -> dict[str, Any]:
@@ -86,7 +74,9 @@ class Jaeger:
         }
         path = directory / "jaeger.yaml"
         path.write_text(yaml.safe_dump(config))
-        self.process = ManagedProcess("jaeger", [str(binary()), f"--config=file:{path}"], directory)
+        self.process = ManagedProcess(
+            "jaeger", [str(built_go_tool("jaeger")), f"--config=file:{path}"], directory
+        )
 
     def start(self) -> None:
         self.process.start()

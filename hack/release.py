@@ -102,6 +102,19 @@ def go_tool(name: str) -> Path:
     return Path(run(["bash", ROOT / "hack" / "go-tool.sh", name], what=f"building {name}").strip())
 
 
+def built_go_tool(name: str) -> Path:
+    """A Go tool of hack/go-tools.txt where hack/go-tool.sh builds it, not built here: for the
+    tests, whose make target builds it first.
+
+    :raises FileNotFoundError: It is not built; the message names the make target that does.
+    """
+    cache = Path(os.environ.get("CREWLET_CACHE", Path.home() / ".cache" / "crewlet-operator"))
+    found = Path(os.environ.get("CREWLET_TOOLS_DIR", cache / "bin" / "tools")) / name
+    if not found.is_file():
+        raise FileNotFoundError(f"{name} is missing at {found}: build it with `make {name}`")
+    return found
+
+
 @dataclass(frozen=True)
 class Signer:
     """Who signs, or whose signature a verification accepts: a cosign key pair (the rehearsal)

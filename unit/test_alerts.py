@@ -6,7 +6,6 @@ promtool is built from the Go module proxy by ``make promtool`` (part of ``make 
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 import yaml
 
 from crewlet_operator.envtest import binaries
+from hack.release import built_go_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "crewlet-operator"
@@ -33,11 +33,10 @@ grows, a stale informer, the metrics endpoint's certificate expiry."""
 
 
 def promtool() -> Path:
-    cache = Path(os.environ.get("CREWLET_CACHE", Path.home() / ".cache" / "crewlet-operator"))
-    found = Path(os.environ.get("CREWLET_TOOLS_DIR", cache / "bin" / "tools")) / "promtool"
-    if not found.is_file():
-        pytest.fail(f"promtool is missing at {found}: build it with `make promtool`")
-    return found
+    try:
+        return built_go_tool("promtool")
+    except FileNotFoundError as missing:
+        pytest.fail(str(missing))
 
 
 def rules() -> dict[str, Any]:
