@@ -3,7 +3,9 @@ queue wait < 1 s, p99 change -> converged < 5 s), for this operator and for the 
 peer (bench/peers/), one after the other on the same API server, and the number of Companies
 at that rate.
 
-Each contender, started alone (the other stopped, the world empty, namespaces of its own):
+The contenders: ours, the controller-runtime peer, and ours again as a ring of :data:`RING`
+replicas with ``--sharding`` (every replica active, each writing its share). Each contender,
+started alone (the others stopped, the world empty, namespaces of its own):
 
 1. converges a seed of Companies (500; small: 50) created in one burst;
 2. takes steps of a steady stream of changes, :attr:`Scale.capacity_step_seconds` each, at the
@@ -14,8 +16,10 @@ Each contender, started alone (the other stopped, the world empty, namespaces of
    (ours renders it; the peer puts it where the template's ``seatsReplicas`` says);
 3. after each step, waits until each of the step's changes has converged, or
    :data:`PATIENCE` seconds after the step's last change; judges the step
-   (:func:`evaluate`), and stops at the first step that broke the SLO, or that the generator
-   could not send on schedule (:data:`LATE`), which is then no measure of the contender.
+   (:func:`evaluate`; beside its own p99s, those of every change so far, :func:`cumulative`,
+   as the controller-sharding thesis reports them), and stops at the first step that broke the
+   SLO, or that the generator could not send on schedule (:data:`LATE`), which is then no
+   measure of the contender.
 
 Per change, through the API server's watches (Companies, and the children labelled as a
 Company's), from when its request was sent:
@@ -75,6 +79,9 @@ SLO = f"p99 queue wait < {QUEUE_WAIT_SLO:.0f} s, p99 change -> converged < {CONV
 PATIENCE = 30.0
 """Seconds after a step's last change that its changes are waited for; one not converged by
 then counts as later than any."""
+RING = 3
+"""Replicas of the ring measured beside the one: with ``--sharding``, every one active, on the
+same two cores as the API server."""
 IN_FLIGHT = 64
 """Change requests the generator keeps in flight at most (more means the server is behind)."""
 LATE = 1.0
@@ -193,6 +200,9 @@ class Step:
     wait: where its traces are (bench/tracing.py)."""
     aside: Object = field(default_factory=dict)
     """What a caller of :func:`measure` added to the step (the tracing figure: its stages)."""
+    cumulative: dict[str, float] = field(default_factory=dict)
+    """The p99 queue wait and change -> converged of every change from the first step through
+    this one, as the controller-sharding thesis reports them (:func:`cumulative`)."""
 
     @property
     def held(self) -> bool:
@@ -217,6 +227,7 @@ class Step:
             "writes": self.writes,
             "writes_per_change": round(sum(self.writes.values()) / max(1, self.changes), 1),
             "reconciles_per_change": round(self.reconciles / max(1, self.changes), 2),
+            "cumulative_p99_s": {k: _seconds(v) for k, v in self.cumulative.items()},
             **self.aside,
         }
 
@@ -264,6 +275,15 @@ def evaluate(rate: float, changes: Sequence[Change], skipped: int, companies: in
     if late > LATE_SHARE * len(changes) or skipped:
         broke.append("generator")
     return dataclasses.replace(step, broke=tuple(broke))
+
+
+def cumulative(changes: Sequence[Change]) -> dict[str, float]:
+    """The p99 queue wait and change -> converged of ``changes``: every change of the steps so
+    far, where a step's own p99 counts its own changes alone."""
+    return {
+        "queue_wait": percentile(sorted(c.queue_wait for c in changes), 0.99),
+        "converged": percentile(sorted(c.to_converged for c in changes), 0.99),
+    }
 
 
 def highest_held(steps: Sequence[Step]) -> Step | None:
@@ -411,8 +431,9 @@ async def _seed(session: Session, contender: Contender, world: World) -> None:
 
 async def _step(
     session: Session, contender: Contender, observer: Observer, world: World, rate: float
-) -> Step:
-    """Send the step's changes on schedule, wait for them to converge, and judge the step."""
+) -> tuple[Step, list[Change]]:
+    """Send the step's changes on schedule, wait for them to converge, and judge the step:
+    the step, and its changes."""
     cluster = session.cluster
     plan = schedule(rate, session.scale.capacity_step_seconds)
     fresh = _of_class(
@@ -470,12 +491,13 @@ async def _step(
         observer.forget(change)
         if not math.isinf(change.converged()):
             world.idle.append(change.key)
-    return dataclasses.replace(
+    step = dataclasses.replace(
         evaluate(rate, changes, skipped, len(world.refs)),
         writes={k: v for k, v in writes.items() if k not in BENCH_WRITES},
         reconciles=reconciles,
         window=(wall_started, time.time()),
     )
+    return step, changes
 
 
 def _of_class(refs: list[CompanyRef]) -> list[CompanyRef]:
@@ -494,6 +516,7 @@ async def measure(session: Session, contender: Contender, aside: StepAside | Non
     world = World()
     row: Object = {"contender": contender.name, **contender.settings()}
     steps: list[Step] = []
+    every_change: list[Change] = []
     started = time.monotonic()
     contender.start()
     try:
@@ -501,7 +524,9 @@ async def measure(session: Session, contender: Contender, aside: StepAside | Non
             await _seed(session, contender, world)
             await quiet(session, QUIET)
             for rate in session.scale.capacity_rates:
-                step = await _step(session, contender, observer, world, rate)
+                step, changes = await _step(session, contender, observer, world, rate)
+                every_change += changes
+                step = dataclasses.replace(step, cumulative=cumulative(every_change))
                 if aside is not None:
                     step = dataclasses.replace(step, aside=await aside(step))
                 steps.append(step)
@@ -535,12 +560,13 @@ async def capacity(session: Session) -> Figure:
     contenders: list[Contender] = [
         Crewlet(session.run_dir, session.new_daemon),
         ControllerRuntime(session.run_dir, cluster.plane.kubeconfig, path, binary),
+        Crewlet(session.run_dir, session.new_daemon, replicas=RING),
     ]
     rows = []
     for contender in contenders:
         print(f"bench: capacity: {contender.name}", flush=True)
         rows.append(await measure(session, contender))
-    ours, peer = (row["held_changes_per_s"] or 0.0 for row in rows)
+    ours, peer, _ = (row["held_changes_per_s"] or 0.0 for row in rows)
     met = None if any("error" in row for row in rows) else ours >= peer
     # Ours again, every reconcile traced, each step's reconciles cut into stages from their
     # spans: where a change's time goes at the step that breaks. Tracing costs it CPU, so it
@@ -590,6 +616,10 @@ def _readable(row: Object) -> str:
         if held is None
         else f"{row['contender']}: {held:g} changes/s held at {row['companies_at_held']} companies"
     )
+    held_steps = [step for step in row["steps"] if step["held"]]
+    if held_steps:
+        so_far = held_steps[-1]["cumulative_p99_s"]
+        text += f" (cumulative p99 converged {_shown(so_far['converged'])})"
     steps = row["steps"]
     if steps and not steps[-1]["held"]:
         last = steps[-1]

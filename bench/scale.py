@@ -58,7 +58,7 @@ FULL = Scale(
     peers=1000,
     peers_large=10000,
     capacity_seed=500,
-    capacity_rates=(5.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 75.0, 100.0, 150.0),
+    capacity_rates=(5.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 100.0, 150.0),
     capacity_step_seconds=20.0,
     timeout=900.0,
 )

@@ -9,6 +9,7 @@ import math
 from bench.capacity import (
     Change,
     Step,
+    cumulative,
     evaluate,
     highest_held,
     next_replicas,
@@ -148,3 +149,15 @@ def test_the_figure_is_the_last_step_held_before_the_first_that_broke() -> None:
     assert highest_held([]) is None
     assert highest_held([step(10, True), step(20, False), step(30, True)]) == step(10, True)
     assert highest_held([step(10, True), step(20, True)]) == step(20, True), "none broke"
+
+
+def test_the_cumulative_p99_counts_every_change_so_far_and_a_step_its_own() -> None:
+    calm = [create(sent=i, reacted=i + 0.1, converged=i + 1.0) for i in range(100)]
+    stormy = [create(sent=i, reacted=i + 0.5, converged=i + 8.0) for i in range(100, 110)]
+    assert evaluate(10.0, stormy, 0, 100).converged["p99"] == 8.0
+    so_far = cumulative([*calm, *stormy])
+    assert math.isclose(so_far["converged"], 8.0), "10 of 110 are slow: beyond the 99th"
+    assert math.isclose(cumulative([*calm, *stormy[:1]])["converged"], 1.0), "1 of 101 is not"
+    assert math.isclose(cumulative(calm)["queue_wait"], 0.1)
+    shown = dataclasses.replace(evaluate(10.0, calm, 0, 100), cumulative=so_far).as_json()
+    assert shown["cumulative_p99_s"] == {"queue_wait": 0.5, "converged": 8.0}

@@ -32,7 +32,8 @@ KOPF_HANDLED = b"Handler 'reconcile' succeeded."
 
 
 class Contender(ABC):
-    """An operator the figure starts, follows and stops, as often as it needs."""
+    """An operator the figure starts, follows and stops, as often as it needs: one process, or
+    the replicas of a ring, each a process of its own."""
 
     name: str
     """How the figure names it."""
@@ -42,80 +43,95 @@ class Contender(ABC):
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
-        self.process: ManagedProcess | None = None
+        self.processes: list[ManagedProcess] = []
         self.started_at = 0.0
         self._starts = 0
 
     @abstractmethod
-    def _new_process(self, name: str) -> ManagedProcess:
-        """A process (not started yet) logging to ``<log_dir>/<name>.log``."""
+    def _new_processes(self, name: str) -> list[ManagedProcess]:
+        """Its processes (not started yet), each logging to ``<log_dir>/<name>...log``."""
 
     @abstractmethod
     async def handled(self) -> float:
-        """Company reconciles the running process has completed."""
+        """Company reconciles the running processes have completed."""
 
     @abstractmethod
     def settings(self) -> dict[str, Any]:
         """What the figure reports about how the contender runs."""
 
     def start(self) -> None:
-        """Start a new process."""
+        """Start new processes."""
         self._starts += 1
-        self.process = self._new_process(f"peer-{self.name}-{self._starts:02d}")
+        self.processes = self._new_processes(f"peer-{self.name}-{self._starts:02d}")
         self.started_at = time.monotonic()
-        self.process.start()
+        for process in self.processes:
+            process.start()
 
     @property
-    def pid(self) -> int:
-        """The running process's id."""
-        pid = self.process.pid if self.process is not None else None
-        assert pid is not None, f"{self.name} is not running"
-        return pid
+    def pids(self) -> list[int]:
+        """The running processes' ids."""
+        pids = [process.pid for process in self.processes]
+        assert pids and None not in pids, f"{self.name} is not running"
+        return [pid for pid in pids if pid is not None]
 
     def check_alive(self) -> None:
-        """Raise if the process has exited."""
-        if self.process is None or not self.process.running():
-            tail = self.process.log_tail() if self.process is not None else "never started"
-            raise RuntimeError(f"{self.name} exited; {tail}")
+        """Raise if a process has exited."""
+        if not self.processes:
+            raise RuntimeError(f"{self.name} exited; never started")
+        for process in self.processes:
+            if not process.running():
+                raise RuntimeError(f"{self.name} exited; {process.log_tail()}")
 
     def memory(self) -> Memory:
-        """The running process's RSS now and at its highest."""
-        return process_memory(self.pid)
+        """The RSS of its processes now and at their highest, added up."""
+        each = [process_memory(pid) for pid in self.pids]
+        return Memory(rss=sum(m.rss for m in each), peak=sum(m.peak for m in each))
 
     def cpu(self) -> float:
-        """CPU seconds the process has used."""
-        return cpu_seconds(self.pid)
+        """CPU seconds its processes have used."""
+        return sum(cpu_seconds(pid) for pid in self.pids)
 
     async def stop(self) -> None:
-        """SIGTERM (a graceful stop: each releases what it holds), SIGKILL after 45 s."""
-        if self.process is not None:
-            await asyncio.to_thread(self.process.stop, 45.0)
-            self.process = None
+        """SIGTERM to every process at once (a graceful stop: each releases what it holds),
+        SIGKILL after 45 s."""
+        await asyncio.gather(*(asyncio.to_thread(process.stop, 45.0) for process in self.processes))
+        self.processes = []
 
 
 class Crewlet(Contender):
-    """The Python operator, run by :class:`bench.daemon.Daemon` as in every figure."""
+    """The Python operator, run by :class:`bench.daemon.Daemon` as in every figure: one
+    replica, or with ``replicas`` > 1 a ring of them with ``--sharding``, every one active
+    (docs/scaling.md)."""
 
-    name = "crewlet-operator"
     field_manager = MANAGER_NAME
     from_template = False
 
-    def __init__(self, log_dir: Path, new_daemon: Callable[[str], Daemon]) -> None:
+    def __init__(
+        self, log_dir: Path, new_daemon: Callable[[str, bool], Daemon], replicas: int = 1
+    ) -> None:
         super().__init__(log_dir)
+        self.name = "crewlet-operator" if replicas == 1 else f"crewlet-operator-ring-of-{replicas}"
+        self.replicas = replicas
         self._new_daemon = new_daemon
-        self._daemon: Daemon | None = None
+        self._daemons: list[Daemon] = []
 
-    def _new_process(self, name: str) -> ManagedProcess:
-        self._daemon = self._new_daemon("peer")
-        return self._daemon.process
+    def _new_processes(self, name: str) -> list[ManagedProcess]:
+        sharded = self.replicas > 1
+        self._daemons = [self._new_daemon("peer", sharded) for _ in range(self.replicas)]
+        return [daemon.process for daemon in self._daemons]
 
     async def handled(self) -> float:
-        assert self._daemon is not None
         self.check_alive()
-        return await self._daemon.reconciles()
+        return sum([await daemon.reconciles() for daemon in self._daemons])
 
     def settings(self) -> dict[str, Any]:
-        return {"workers": WORKERS, "leader_election": True, "field_manager": self.field_manager}
+        return {
+            "workers": WORKERS,
+            "replicas": self.replicas,
+            "sharding": self.replicas > 1,
+            "leader_election": True,
+            "field_manager": self.field_manager,
+        }
 
 
 class ControllerRuntime(Contender):
@@ -131,7 +147,7 @@ class ControllerRuntime(Contender):
         self._binary = binary
         self._metrics_port = 0
 
-    def _new_process(self, name: str) -> ManagedProcess:
+    def _new_processes(self, name: str) -> list[ManagedProcess]:
         self._metrics_port = free_port()
         command = [
             str(self._binary),
@@ -142,7 +158,7 @@ class ControllerRuntime(Contender):
             f"--leader-election-namespace={PLATFORM}",
             f"--max-concurrent-reconciles={WORKERS}",
         ]
-        return ManagedProcess(name, command, self.log_dir, {"KUBECONFIG": str(self._kubeconfig)})
+        return [ManagedProcess(name, command, self.log_dir, {"KUBECONFIG": str(self._kubeconfig)})]
 
     async def handled(self) -> float:
         self.check_alive()
@@ -174,7 +190,7 @@ class Kopf(Contender):
         self._log_read = 0
         self._handled = 0
 
-    def _new_process(self, name: str) -> ManagedProcess:
+    def _new_processes(self, name: str) -> list[ManagedProcess]:
         self._log_read = self._handled = 0
         command = [
             str(self._venv / "bin" / "kopf"),
@@ -183,12 +199,11 @@ class Kopf(Contender):
             "--all-namespaces",
             str(toolchain.KOPF_OPERATOR),
         ]
-        return ManagedProcess(name, command, self.log_dir, self._environment)
+        return [ManagedProcess(name, command, self.log_dir, self._environment)]
 
     async def handled(self) -> float:
         self.check_alive()
-        assert self.process is not None
-        text = await asyncio.to_thread(_read_from, self.process.log_path, self._log_read)
+        text = await asyncio.to_thread(_read_from, self.processes[0].log_path, self._log_read)
         complete = text.rfind(b"\n") + 1  # a line still being written is read next time
         self._handled += text[:complete].count(KOPF_HANDLED)
         self._log_read += complete
