@@ -1,7 +1,9 @@
 """The local control plane the figures run on, and the objects the bench itself creates there.
 
-One control plane serves the whole run (``workloads=False``: etcd and kube-apiserver only; no
-figure needs pods, so no controller-manager, scheduler or kwok competes for the two cores).
+One control plane serves the whole run: etcd and kube-apiserver only, as no figure needs pods
+and no controller-manager, scheduler or kwok then competes for the two cores; with
+``BENCH_WORKLOADS=1`` (:data:`WORKLOADS`) those three run too, as ``make run`` has them, and
+every StatefulSet's pods are created, scheduled and made Ready (kwok's one node takes 110).
 Companies share a handful of EngineClasses, each referencing one model key in a platform
 Secret, as a real class does; they are spread ten to a namespace, in namespaces named after the
 phase that created them, so that every burst is in fresh namespaces.
@@ -41,6 +43,8 @@ CLASSES = ("bench-a", "bench-b", "bench-c")
 MODEL_KEYS = "bench-model-keys"
 COMPANIES_PER_NAMESPACE = 10
 CREATE_CONCURRENCY = 16
+WORKLOADS = "BENCH_WORKLOADS"
+"""Set to 1 to run the control plane with workloads (controller-manager, scheduler, kwok)."""
 """Requests the bench keeps in flight when it creates namespaces and Companies."""
 
 Object = dict[str, Any]
@@ -113,8 +117,8 @@ async def each(
 class Cluster:
     """The control plane, an admin client, the classes, and the names handed out so far."""
 
-    def __init__(self, run_dir: Path) -> None:
-        self.plane = ControlPlane(run_dir / "envtest", workloads=False)
+    def __init__(self, run_dir: Path, workloads: bool = False) -> None:
+        self.plane = ControlPlane(run_dir / "envtest", workloads=workloads)
         self.client: Client | None = None
         self.classes: dict[str, Object] = {}
         self.per_class: Counter[str] = Counter()

@@ -48,11 +48,12 @@ def failed(name: str, target: str, error: BaseException) -> Figure:
 class Results:
     """Prints each figure as it comes and rewrites ``bench/results/<timestamp>.json``."""
 
-    def __init__(self, scale: str, run_dir: Path) -> None:
+    def __init__(self, scale: str, run_dir: Path, workloads: bool) -> None:
         self.started = time.monotonic()
         self.header: dict[str, Any] = {
             "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "scale": scale,
+            "workloads": workloads,
             "cpus": os.cpu_count(),
             "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
             "logs": str(run_dir),

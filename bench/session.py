@@ -101,6 +101,8 @@ class Session:
     scale: Scale
     run_dir: Path
     profile: bool = False
+    workloads: bool = False
+    """Whether the control plane runs workloads (:data:`bench.cluster.WORKLOADS`)."""
     cluster: Cluster = field(init=False)
     daemon: Daemon | None = None
     readings: list[Reading] = field(default_factory=list)
@@ -117,7 +119,7 @@ class Session:
     _daemons: int = 0
 
     def __post_init__(self) -> None:
-        self.cluster = Cluster(self.run_dir)
+        self.cluster = Cluster(self.run_dir, self.workloads)
 
     async def start(self) -> None:
         await self.cluster.start()

@@ -1,19 +1,22 @@
-"""Figure: tracing (issue 51). What a reconcile's trace costs, and where a quiet tenant's verdict
-spends its time, read from the traces themselves.
+"""Figures: tracing and quiet (issue 51). What a reconcile's trace costs (``tracing``), and
+where a quiet tenant's verdict spends its time, read from the traces themselves (``quiet``).
 
-1. **Cost**: a burst of N Companies (the convergence figure's largest) with tracing off, then
-   another with every reconcile traced over OTLP to a real Jaeger (hack/jaeger.py): the seconds
-   until the last one converged and the operator's CPU seconds, on against off.
-2. **Stages**, with tracing on: :data:`BURST` Companies created over the busy tenants'
-   namespaces (ten to a namespace), then :data:`PROBES` probe Companies one every
-   :data:`PROBE_INTERVAL` seconds in a quiet namespace of their own while the burst's children
-   are written, each with a ``traceparent`` in its trace annotation. Each probe's create ->
-   Accepted is cut, from the spans of its trace, into: the create answered and its event queued
-   (``event``), the queue (``queued``), the reconcile's work before its verdict (``work``, the
-   apply-slot waits inside it beside), the status write (``status``), and the verdict reaching
-   the bench's watch (``seen``).
-3. **Sampled**: a third burst with one trace in ten kept (OpenTelemetry's
-   ``parentbased_traceidratio`` sampler), against the untraced one.
+1. **quiet**, every reconcile traced over OTLP to a real Jaeger (hack/jaeger.py), in the world
+   as the run found it (fresh when the figure runs first, as issue 51's test was made):
+   :data:`BURST` Companies created over the busy tenants' namespaces (ten to a namespace), then
+   :data:`PROBES` probe Companies one every :data:`PROBE_INTERVAL` seconds in a quiet namespace
+   of their own while the burst's children are written, each with a ``traceparent`` in its
+   trace annotation. Each probe's create -> Accepted is cut, from the spans of its trace, into:
+   the create answered and its event queued (``event``), the queue (``queued``), the
+   reconcile's work before its verdict (``work``, the apply-slot waits inside it beside), the
+   status write (``status``), and the verdict reaching the bench's watch (``seen``). With
+   ``BENCH_WORKLOADS=1`` the control plane runs pods for the StatefulSets (bench/cluster.py),
+   whose status changes the operator follows too.
+2. **tracing**: a burst of N Companies (the convergence figure's largest) with tracing off,
+   then another traced: the seconds until the last one converged and the operator's CPU
+   seconds, on against off.
+3. And a third burst with one trace in ten kept (OpenTelemetry's ``parentbased_traceidratio``
+   sampler), against the untraced one.
 """
 
 from __future__ import annotations
@@ -39,11 +42,11 @@ from hack.jaeger import Jaeger, Span, parent_of, tags
 
 TARGET_COST = 1.05
 TARGET_QUIET = 1.0
-TARGET = (
-    f"convergence traced <= {TARGET_COST}x untraced; a quiet tenant's worst create -> "
-    f"Accepted < {TARGET_QUIET:.0f} s under a burst of 400"
-)
+TARGET = f"convergence traced <= {TARGET_COST}x untraced"
 BURST = 400
+QUIET_TARGET = (
+    f"a quiet tenant's worst create -> Accepted < {TARGET_QUIET:.0f} s under a burst of {BURST}"
+)
 PROBES = 10
 PROBE_INTERVAL = 0.3
 PATIENCE = 60.0
@@ -74,6 +77,7 @@ def traced(jaeger: Jaeger) -> dict[str, str]:
 
 
 async def tracing(session: Session) -> Figure:
+    """The cost figure (see the module's docstring, 2 and 3)."""
     async with jaeger_for(session) as jaeger:
         size = session.scale.convergence[-1]
         await session.stop_operator()
@@ -82,7 +86,6 @@ async def tracing(session: Session) -> Figure:
         await session.stop_operator()
         session.environment = traced(jaeger)
         on = await burst(session, "traced", size)
-        probes = await _quiet_tenant(session, jaeger)
         await session.stop_operator()
         session.environment |= {
             "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
@@ -92,33 +95,19 @@ async def tracing(session: Session) -> Figure:
         await session.stop_operator()
     cost = on["operator_s"] / off["operator_s"]
     cpu = on["operator_cpu_s"] / off["operator_cpu_s"]
-    totals = sorted(p["total"] for p in probes)
-    worst = max(probes, key=lambda p: p["total"])
-    by_stage = {
-        stage: {
-            "p50_s": round(percentile(sorted(p[stage] for p in probes), 0.5), 3),
-            "max_s": round(max(p[stage] for p in probes), 3),
-        }
-        for stage in (*STAGES, "slot_waits")
-    }
     sampled_cost = sampled["operator_s"] / off["operator_s"]
     sampled_cpu = sampled["operator_cpu_s"] / off["operator_cpu_s"]
     line = (
         f"{size} companies converged in {on['operator_s']} s traced, {off['operator_s']} s "
         f"untraced ({cost:.3f}x; operator CPU {on['operator_cpu_s']} s against "
         f"{off['operator_cpu_s']} s, {cpu:.2f}x), {sampled['operator_s']} s with one trace in "
-        f"{1 / SAMPLED:.0f} kept ({sampled_cost:.3f}x; CPU {sampled_cpu:.2f}x); "
-        f"a quiet tenant under a burst of {BURST}: "
-        f"create -> Accepted p50 {percentile(totals, 0.5):.2f} s, worst {totals[-1]:.2f} s = "
-        + " + ".join(f"{stage} {worst[stage]:.2f}" for stage in STAGES)
-        + "; by stage p50/max: "
-        + ", ".join(f"{stage} {v['p50_s']:.2f}/{v['max_s']:.2f}" for stage, v in by_stage.items())
+        f"{1 / SAMPLED:.0f} kept ({sampled_cost:.3f}x; CPU {sampled_cpu:.2f}x)"
     )
     return Figure(
         "tracing",
         line,
         TARGET,
-        cost <= TARGET_COST and totals[-1] < TARGET_QUIET,
+        cost <= TARGET_COST,
         {
             "companies": size,
             "untraced": off,
@@ -128,14 +117,47 @@ async def tracing(session: Session) -> Figure:
             "sampled": {"ratio": SAMPLED, **sampled},
             "sampled_cost_ratio": round(sampled_cost, 3),
             "sampled_operator_cpu_ratio": round(sampled_cpu, 3),
-            "quiet_tenant": {
-                "burst": BURST,
-                "probes": probes,
-                "p50_s": round(percentile(totals, 0.5), 3),
-                "p99_s": round(percentile(totals, 0.99), 3),
-                "max_s": round(totals[-1], 3),
-                "stages": by_stage,
-            },
+        },
+    )
+
+
+async def quiet_tenant(session: Session) -> Figure:
+    """The quiet tenant's figure (see the module's docstring, 1)."""
+    async with jaeger_for(session) as jaeger:
+        await session.stop_operator()
+        session.environment = traced(jaeger)
+        probes = await _quiet_tenant(session, jaeger)
+        await session.stop_operator()
+    totals = sorted(p["total"] for p in probes)
+    worst = max(probes, key=lambda p: p["total"])
+    by_stage = {
+        stage: {
+            "p50_s": round(percentile(sorted(p[stage] for p in probes), 0.5), 3),
+            "max_s": round(max(p[stage] for p in probes), 3),
+        }
+        for stage in (*STAGES, "slot_waits")
+    }
+    line = (
+        f"a quiet tenant under a burst of {BURST}"
+        + (" (with workloads)" if session.workloads else "")
+        + f": create -> Accepted p50 {percentile(totals, 0.5):.2f} s, worst {totals[-1]:.2f} s = "
+        + " + ".join(f"{stage} {worst[stage]:.2f}" for stage in STAGES)
+        + "; by stage p50/max: "
+        + ", ".join(f"{stage} {v['p50_s']:.2f}/{v['max_s']:.2f}" for stage, v in by_stage.items())
+    )
+    return Figure(
+        "quiet",
+        line,
+        QUIET_TARGET,
+        totals[-1] < TARGET_QUIET,
+        {
+            "burst": BURST,
+            "workloads": session.workloads,
+            "probes": probes,
+            "p50_s": round(percentile(totals, 0.5), 3),
+            "p99_s": round(percentile(totals, 0.99), 3),
+            "max_s": round(totals[-1], 3),
+            "stages": by_stage,
         },
     )
 
