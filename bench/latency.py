@@ -117,7 +117,7 @@ async def floor_per_company(session: Session, when: str) -> tuple[float, int]:
     await session.stop_operator()
     count = session.scale.convergence[-1]
     workers = session.floor_workers or FILL_WORKERS
-    seconds, _ = await measure_floor(session, f"latency-floor-{when}", count, workers)
+    seconds, _, _ = await measure_floor(session, f"latency-floor-{when}", count, workers)
     return seconds / count, workers
 
 
