@@ -39,6 +39,15 @@ def parent_of(span: Span) -> str | None:
     return None
 
 
+def follows_from(span: Span) -> list[str]:
+    """The ids of the spans ``span`` links to (OpenTelemetry's links: Jaeger's FOLLOWS_FROM)."""
+    return [
+        str(reference["spanID"])
+        for reference in span.get("references") or []
+        if reference.get("refType") == "FOLLOWS_FROM"
+    ]
+
+
 class Jaeger:
     """One Jaeger process: OTLP in over gRPC (:attr:`grpc`) and HTTP (:attr:`http`), its query
     API on :attr:`query`. Start it with :meth:`start`; stop it with :meth:`stop`."""
@@ -75,7 +84,12 @@ class Jaeger:
         path = directory / "jaeger.yaml"
         path.write_text(yaml.safe_dump(config))
         self.process = ManagedProcess(
-            "jaeger", [str(built_go_tool("jaeger")), f"--config=file:{path}"], directory
+            "jaeger",
+            [str(built_go_tool("jaeger")), f"--config=file:{path}"],
+            directory,
+            # Its query service traces itself to OTLP's default port otherwise, where nothing
+            # listens: a refused connection logged every few seconds.
+            {"OTEL_TRACES_SAMPLER": "always_off"},
         )
 
     def start(self) -> None:
