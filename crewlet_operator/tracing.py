@@ -15,6 +15,9 @@ What a reconcile's trace holds:
   when the reconcile returns. Its attributes name the request, the trigger (the watched
   resource, the event, the object and its ``resourceVersion``, how many events were folded into
   the one request), the queue's priority and fairness key, the wait and the result.
+  The reconcile after one that queued its request again (a requeue, a retry, work left to the
+  next reconcile) links to that one's span, whatever event came meanwhile, so a change's
+  reconciles can be followed from one trace to the next.
 - ``queued``: from that event until a worker took the request.
 - One span per API request the reconcile makes (``PATCH statefulsets``): the verb, the resource,
   the namespace, the status code and the retries.
@@ -35,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from crewlet_operator.objects import metadata, object_key, resource_version
@@ -105,6 +108,9 @@ class Trigger:
     """The W3C ``traceparent`` the object carried in the trace annotation, if any."""
     events: int = 1
     """Events that asked for the request before a worker took it (the queue folds them)."""
+    follows: SpanContext | None = None
+    """A requeue's: the span it was queued from (the reconcile before), which the next
+    reconcile's span links to."""
 
 
 @dataclass
@@ -152,8 +158,13 @@ class Triggers(Generic[K]):
 
     def requeued(self, request: K, delay: float, priority: int) -> None:
         """Record that the controller queued ``request`` again itself, due in ``delay`` seconds
-        (a requeue, a retry after an error): its next reconcile's wait counts from then."""
-        if request in self._pending:
+        (a requeue, a retry after an error): its next reconcile's wait counts from then, and
+        its span links to the current one (the reconcile that queued it)."""
+        current = trace.get_current_span().get_span_context()
+        follows = current if current.is_valid else None
+        held = self._pending.get(request)
+        if held is not None:  # an event came first (the echo of a write, say): it triggers
+            held.follows = held.follows or follows
             return
         self._pending[request] = Trigger(
             watch="",
@@ -163,6 +174,7 @@ class Triggers(Generic[K]):
             at=time.time() + delay,
             queued_at=time.monotonic() + delay,
             priority=priority,
+            follows=follows,
         )
 
     def take(self, request: K) -> Trigger | None:
@@ -196,6 +208,7 @@ def reconcile_span(
     if request.namespace:
         attributes["k8s.namespace.name"] = request.namespace
     start: int | None = None
+    links: list[Link] = []
     if trigger is not None:
         if trigger.watch:
             attributes.update(
@@ -217,6 +230,8 @@ def reconcile_span(
         if trigger.traceparent:
             parent = _PROPAGATOR.extract({"traceparent": trigger.traceparent})
         start = int(min(trigger.at, time.time()) * 1e9)
+        if trigger.follows is not None:
+            links.append(Link(trigger.follows))
     else:  # queued before tracing began, or by the queue's own add
         attributes["crewlet.trigger.event"] = "unknown"
     with tracer().start_as_current_span(
@@ -224,6 +239,7 @@ def reconcile_span(
         context=parent,
         kind=SpanKind.CONSUMER,
         attributes=attributes,
+        links=links,
         start_time=start,
         record_exception=False,
         set_status_on_exception=False,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import secrets
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator_daemon.naming import TRACE_ANNOTATION
-from hack.jaeger import Jaeger, Span, parent_of, tags
+from hack.jaeger import Jaeger, Span, follows_from, parent_of, tags
 
 TENANT = "traced"
 SERVICE = "crewlet-operator-e2e"
@@ -127,6 +128,21 @@ async def test_a_companys_reconcile_is_a_span_of_its_authors_trace(
         assert all(tags(s)["crewlet.retries"] == 0 for s in made)
         queued = [s for s in jaeger.trace(trace_id) if s["operationName"] == "queued"]
         assert [parent_of(s) for s in queued] == [root["spanID"]]
+
+        # Its children are written by the next reconcile, which the verdict's queued again at
+        # the children's priority. That reconcile links to the verdict's: in a trace of its own
+        # (a requeue), or in the author's when the Company's echo queued it first.
+        def children_reconcile() -> list[Span]:
+            spans = jaeger.trace(trace_id)
+            spans += jaeger.spans(SERVICE, root["startTime"], int(time.time() * 1e6))
+            linked = {s["spanID"]: s for s in spans if root["spanID"] in follows_from(s)}
+            return list(linked.values())
+
+        [children] = await eventually(
+            children_reconcile, timeout=30, message="the children's reconcile, linked"
+        )
+        assert children["operationName"] == "reconcile company"
+        assert tags(children)["crewlet.trigger.event"] in ("requeued", "updated")
 
         # The Secret's value is copied into the company's namespace by that reconcile, and is
         # nowhere in any trace.

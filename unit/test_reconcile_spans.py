@@ -187,11 +187,30 @@ async def test_a_failure_marks_the_span_and_its_retry_is_a_requeue(
         "added",
         "44",
     )
-    _, retried = spans.get_finished_spans()[-2:]
+    queued, retried = spans.get_finished_spans()[-2:]
     assert retried.attributes is not None
     assert retried.attributes["crewlet.trigger.event"] == "requeued"
     assert "crewlet.trigger.watch" not in retried.attributes
     assert retried.attributes["crewlet.result"] == "requeue_after"
+    # The retry links to the reconcile that queued it: a trace of its own, followed from it.
+    assert failed.context is not None and retried.context is not None
+    assert retried.context.trace_id != failed.context.trace_id
+    assert [link.context for link in retried.links] == [failed.context]
+    assert queued.name == "queued" and not queued.links
+    # An event queued it first (the echo of the reconcile's own write): it triggers the next
+    # reconcile, which still links to the one that queued the request again.
+    handler.on_update(company("acme", "45"), company("acme", "46"))
+    with tracer().start_as_current_span("a reconcile") as reconciling:
+        controller.requeue(request, LOW_PRIORITY)
+    echoed = controller.triggers.take(request)
+    assert echoed is not None and (echoed.event, echoed.follows) == (
+        "updated",
+        reconciling.get_span_context(),
+    )
+    # Queued from outside any reconcile, a requeue links to nothing.
+    controller.triggers.requeued(request, 0.0, HIGH_PRIORITY)
+    alone = controller.triggers.take(request)
+    assert alone is not None and alone.follows is None
 
 
 def test_an_initial_list_and_a_delete_are_named_and_an_untraced_handler_notes_nothing(
