@@ -93,7 +93,11 @@ class Controller:
     :func:`by_namespace`) wait in a line of their own and the lines take turns within a
     priority, so one namespace's burst does not delay another namespace's request by more than
     one of its own (:mod:`.workqueue`). A function returning a constant puts every request in
-    one line, in the queue's order alone.
+    one line, in the queue's order alone. ``max_concurrent_reconciles_per_key`` caps the
+    reconciles of one fairness key at once (reserved workers included): a namespace's backlog
+    then holds at most that many workers, whatever its size (controller-runtime#3257 asks for
+    this per namespace). None by default: taking turns decides what comes next, not how many
+    workers one tenant holds while it has work.
 
     Each reconcile is a span while a tracer provider records (:mod:`crewlet_operator.tracing`),
     from the event that queued it. ``trace_annotation`` names the annotation a user's change
@@ -112,10 +116,13 @@ class Controller:
         rate_limiter: RateLimiter[Request] | None = None,
         need_leader_election: bool = True,
         fairness_key: FairnessKey = by_namespace,
+        max_concurrent_reconciles_per_key: int | None = None,
         trace_annotation: str | None = None,
     ) -> None:
         if max_concurrent_reconciles < 1:
             raise ValueError("max_concurrent_reconciles must be at least 1")
+        if max_concurrent_reconciles_per_key is not None and max_concurrent_reconciles_per_key < 1:
+            raise ValueError("max_concurrent_reconciles_per_key must be at least 1")
         if reserved_workers < 0:
             raise ValueError("reserved_workers cannot be negative")
         self.name = name
@@ -136,6 +143,7 @@ class Controller:
             metrics.WorkqueueMetrics(name, name),
             paused=True,
             fairness_key=fairness_key,
+            max_in_flight_per_key=max_concurrent_reconciles_per_key,
         )
         self._first_pass: set[Request] = set()
         self._first_pass_started = 0.0
@@ -548,18 +556,20 @@ class Builder:
         rate_limiter: RateLimiter[Request] | None = None,
         need_leader_election: bool | None = None,
         fairness_key: FairnessKey | None = None,
+        max_concurrent_reconciles_per_key: int | None = None,
         trace_annotation: str | None = None,
     ) -> Builder:
         """Controller options (workers, workers reserved for requests somebody waits for, rate
         limiter, whether it runs only on the leader, the tenant of a request for the queue's
-        fairness, the annotation a change's ``traceparent`` is read from): see
-        :class:`Controller`."""
+        fairness, the most reconciles of one tenant at once, the annotation a change's
+        ``traceparent`` is read from): see :class:`Controller`."""
         given = {
             "max_concurrent_reconciles": max_concurrent_reconciles,
             "reserved_workers": reserved_workers,
             "rate_limiter": rate_limiter,
             "need_leader_election": need_leader_election,
             "fairness_key": fairness_key,
+            "max_concurrent_reconciles_per_key": max_concurrent_reconciles_per_key,
             "trace_annotation": trace_annotation,
         }
         self._options.update({k: v for k, v in given.items() if v is not None})

@@ -20,6 +20,12 @@ every item is in one line: the order within a line alone. An item pushed at ``ur
 or higher is also in the *urgent lane*, which ``pop(urgent_only=True)`` serves in the same order;
 its own priority decides, not its aged one.
 
+With ``max_in_flight`` (per fairness key), a key whose items handed out and not yet
+:meth:`~FairOrder.finished` reach that many is *parked*: its line keeps its items and its place
+but takes no turn in either lane until one of them is finished, so one tenant never holds more
+than that many workers, whatever its backlog (controller-runtime#3257 asks for this per
+namespace). Without it nothing is parked.
+
 How it is kept (every method preserves these):
 
 (a) Places: every item in the order has one :class:`_Place`, in ``_places``; its ``seq`` is the
@@ -40,6 +46,10 @@ How it is kept (every method preserves these):
 (e) Turns: ``pop`` takes the smallest live turn of its lane and the top of that track; the
     line's ``served`` and ``handout`` become the service time and the hand-out count of that
     moment (-inf and -1 for a line not yet served).
+(f) In flight: ``_in_flight`` counts each key's items popped and not finished (a key at zero
+    has no entry); a line is ``parked`` iff its key's count is at ``max_in_flight``, and a
+    parked line's tracks have no turn (so neither lane serves it; (d) holds for the others).
+    ``pop`` and ``finished`` change a count, ``push`` makes a line parked from the start.
 """
 
 from __future__ import annotations
@@ -113,10 +123,12 @@ class _Track(Generic[K]):
 class _Line(Generic[K]):
     """The items of one fairness key, and when the key was last served."""
 
-    __slots__ = ("every", "handout", "key", "served", "size", "tracks", "urgent")
+    __slots__ = ("every", "handout", "key", "parked", "served", "size", "tracks", "urgent")
 
     def __init__(self, key: Hashable, every: list[_Turn[K]], urgent: list[_Turn[K]]) -> None:
         self.key = key
+        self.parked = False
+        """Its key has ``max_in_flight`` items handed out: it takes no turn (invariant (f))."""
         self.every = _Track(self, every)
         self.urgent = _Track(self, urgent)
         self.tracks = (self.every, self.urgent)
@@ -135,6 +147,8 @@ class FairOrder(Generic[K]):
     :param fairness_key: The fairness key of an item, the same every time; ``None`` puts every
         item in one line.
     :param on_keys: Called with the number of fairness keys with items, whenever it changes.
+    :param max_in_flight: The most items of one fairness key handed out and not yet
+        :meth:`finished`; ``None`` (the default): no limit.
     """
 
     def __init__(
@@ -144,7 +158,12 @@ class FairOrder(Generic[K]):
         urgent_priority: int,
         fairness_key: Callable[[K], Hashable] | None = None,
         on_keys: Callable[[int], None] | None = None,
+        max_in_flight: int | None = None,
     ) -> None:
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ValueError("max_in_flight must be at least 1")
+        self._max_in_flight = max_in_flight
+        self._in_flight: dict[Hashable, int] = {}  # fairness key -> its items handed out
         self._aging = aging_interval
         self._urgent_priority = urgent_priority
         self._fairness = fairness_key
@@ -168,6 +187,7 @@ class FairOrder(Generic[K]):
         line = self._lines.get(key)
         if line is None:
             line = self._lines[key] = _Line(key, self._every, self._urgent)
+            line.parked = self._at_limit(key)
             if self._on_keys is not None:
                 self._on_keys(len(self._lines))
         line.size += 1
@@ -193,6 +213,9 @@ class FairOrder(Generic[K]):
         place.seq = -1  # its entry in the other lane, if any, is stale from now on
         line = place.line
         line.size -= 1
+        if self._max_in_flight is not None:  # invariant (f)
+            self._in_flight[line.key] = self._in_flight.get(line.key, 0) + 1
+            line.parked = self._at_limit(line.key)
         if line.size:
             line.served = now
             line.handout = next(self._handouts)
@@ -206,12 +229,41 @@ class FairOrder(Generic[K]):
                 self._on_keys(len(self._lines))
         return place.item
 
+    def finished(self, item: K) -> bool:
+        """Count ``item``, popped earlier, as no longer handed out (invariant (f)): whether
+        that unparked its key's line, which may then be served."""
+        if self._max_in_flight is None:
+            return False
+        key = None if self._fairness is None else self._fairness(item)
+        left = self._in_flight.get(key, 0) - 1
+        if left > 0:
+            self._in_flight[key] = left
+        else:
+            self._in_flight.pop(key, None)
+        line = self._lines.get(key)
+        if line is None or not line.parked:
+            return False
+        line.parked = False
+        self._refresh(line)
+        return True
+
     def has_urgent(self) -> bool:
-        """Whether an urgent item waits (dropping the stale turns on top of its lane)."""
-        lane = self._urgent
+        """Whether an urgent item may be popped (dropping the stale turns on top of its lane)."""
+        return self._has_turn(self._urgent)
+
+    def has_ready(self) -> bool:
+        """Whether any item may be popped: one waits, in a line not parked."""
+        return self._has_turn(self._every)
+
+    @staticmethod
+    def _has_turn(lane: list[_Turn[K]]) -> bool:
         while lane and lane[0].track.turn is not lane[0]:
             heapq.heappop(lane)
         return bool(lane)
+
+    def _at_limit(self, key: Hashable) -> bool:
+        limit = self._max_in_flight
+        return limit is not None and self._in_flight.get(key, 0) >= limit
 
     def _enter(self, place: _Place[K], priority: int, ready: float, *, moved: bool) -> None:
         """Give ``place`` its live entry (a moved item's previous one goes stale)."""
@@ -235,7 +287,7 @@ class FairOrder(Generic[K]):
                 heapq.heapify(heap)
             while heap and heap[0].place.seq != heap[0].seq:
                 heapq.heappop(heap)
-            if not heap:
+            if not heap or line.parked:  # invariant (f): a parked line takes no turn
                 track.turn = None
                 continue
             head = heap[0]

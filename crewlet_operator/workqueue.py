@@ -28,6 +28,8 @@ most one item of each other key, however many items another key's burst holds. P
 still rule across keys, aging included: the bound above holds between the lines, with ``t`` the
 later of a line's first item's ready time and the key's last service, and within a line among
 its own items. Without a ``fairness_key`` every item is in one line: the order above exactly.
+With ``max_in_flight_per_key``, a key with that many items handed out (not yet ``done``) waits,
+keeping its place, while the other keys are served.
 
 A getter may ask for **urgent** work only (``get(urgent_only=True)``): keys added at
 ``urgent_priority`` (:data:`NORMAL_PRIORITY` by default) or higher, in the same order among
@@ -156,6 +158,10 @@ class FairQueue(Generic[K]):
         the request's namespace): the keys take turns, see the module's docstring. It must give
         an item the same key every time (a function of the item alone: a queued item is found
         in the line its key names). ``None`` (the default) puts every item in one line.
+    :param max_in_flight_per_key: The most items of one fairness key handed out at once (from
+        :meth:`get` until :meth:`done`): a key at that many waits for one of them to be done,
+        while the other keys are served, so one tenant's backlog never holds every worker.
+        ``None`` (the default): no limit.
     """
 
     # How the collections keep client-go's guarantees; the queued items are those in
@@ -194,6 +200,7 @@ class FairQueue(Generic[K]):
         paused: bool = False,
         urgent_priority: int = NORMAL_PRIORITY,
         fairness_key: Callable[[K], Hashable] | None = None,
+        max_in_flight_per_key: int | None = None,
     ) -> None:
         if aging_interval <= 0:
             raise ValueError("aging_interval must be positive")
@@ -210,6 +217,7 @@ class FairQueue(Generic[K]):
             urgent_priority=urgent_priority,
             fairness_key=fairness_key,
             on_keys=None if metrics is None else metrics.fairness_keys,
+            max_in_flight=max_in_flight_per_key,
         )
         self._urgent_priority = urgent_priority
         self._processing: dict[K, int] = {}  # item -> the priority it was handed out with
@@ -304,13 +312,14 @@ class FairQueue(Generic[K]):
         ``urgent_only``, only items added at ``urgent_priority`` or higher are handed out, in
         the same order. After shutdown, the items still queued (those ``urgent_only`` takes)
         are handed out; once there are none left this raises :exc:`QueueShutDown`
-        (client-go's ``shutdown == true``).
+        (client-go's ``shutdown == true``). An item of a key at ``max_in_flight_per_key`` is not
+        handed out until one of that key's items is done.
 
         :raises QueueShutDown: The queue is shut down and empty.
         """
         order = self._order
         getters = self._urgent_getters if urgent_only else self._getters
-        while not (order.has_urgent() if urgent_only else order):
+        while not (order.has_urgent() if urgent_only else order.has_ready()):
             if self._shutting_down:
                 raise QueueShutDown(self.name)
             waiter = asyncio.get_running_loop().create_future()
@@ -345,6 +354,8 @@ class FairQueue(Generic[K]):
         """
         if self._processing.pop(item, None) is None:
             return
+        if self._order.finished(item):  # its key may be served again
+            self._pass_wake_up()
         if self._metrics is not None:
             started = self._start_times.pop(item, None)
             if started is not None:
@@ -433,7 +444,8 @@ class FairQueue(Generic[K]):
         """Stop the queue now.
 
         Later adds are ignored, delayed items are dropped, and waiting getters wake up:
-        they receive the items still queued, then :exc:`QueueShutDown`. A drain in progress
+        they receive the items still queued (but those of a key at ``max_in_flight_per_key``),
+        then :exc:`QueueShutDown`. A drain in progress
         (:meth:`drain`, :meth:`shut_down_with_drain`) stops waiting and returns.
         """
         self._drain = False
@@ -494,7 +506,7 @@ class FairQueue(Generic[K]):
         """Wake another getter for what a cancelled one was woken for, if it is still queued."""
         if self._order.has_urgent() and self._wake(self._urgent_getters):
             return
-        if self._order:
+        if self._order.has_ready():
             self._wake(self._getters)
 
     @staticmethod

@@ -251,6 +251,46 @@ async def test_a_reserved_worker_serves_a_create_while_the_backlog_holds_every_o
         await c.stop(1.0)
 
 
+async def test_a_namespace_holds_at_most_its_limit_of_workers() -> None:
+    """``max_concurrent_reconciles_per_key``: one namespace's backlog holds one worker at a time,
+    reserved ones included, and another namespace's create is reconciled meanwhile."""
+    release = asyncio.Event()
+    reconciled: list[Request] = []
+
+    async def reconcile(request: Request) -> None:
+        reconciled.append(request)
+        if request.namespace == "busy":
+            await release.wait()
+
+    c = Controller(
+        "unit-per-key",
+        reconcile,
+        Cache(client=None),  # type: ignore[arg-type]
+        max_concurrent_reconciles=3,
+        reserved_workers=1,
+        max_concurrent_reconciles_per_key=1,
+    )
+    for name in ("a", "b", "c"):
+        c.queue.add(Request("busy", name))
+    await c.start()
+    try:
+        c.queue.add(Request("quiet", "create"))
+        for _ in range(200):
+            if Request("quiet", "create") in reconciled:
+                break
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.02)
+        assert reconciled == [Request("busy", "a"), Request("quiet", "create")]
+        release.set()
+        for _ in range(200):
+            if len(reconciled) == 4:
+                break
+            await asyncio.sleep(0.005)
+        assert [r.name for r in reconciled if r.namespace == "busy"] == ["a", "b", "c"]
+    finally:
+        await c.stop(1.0)
+
+
 def test_reserved_workers_cannot_be_negative() -> None:
     with pytest.raises(ValueError, match="reserved_workers"):
         Controller(
@@ -258,6 +298,13 @@ def test_reserved_workers_cannot_be_negative() -> None:
             make(None, "unit-reserved-ok")._reconcile,
             Cache(client=None),  # type: ignore[arg-type]
             reserved_workers=-1,
+        )
+    with pytest.raises(ValueError, match="max_concurrent_reconciles_per_key"):
+        Controller(
+            "unit-per-key-bad",
+            make(None, "unit-per-key-ok")._reconcile,
+            Cache(client=None),  # type: ignore[arg-type]
+            max_concurrent_reconciles_per_key=0,
         )
 
 

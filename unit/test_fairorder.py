@@ -164,7 +164,10 @@ class Model:
     """The order written as plainly as possible: every pop looks at every item."""
 
     lines: int
+    cap: int | None = None
+    """At most this many items of a line handed out and not finished."""
     items: dict[int, tuple[int, float, int]] = field(default_factory=dict)  # priority, ready, n
+    flight: dict[int, list[int]] = field(default_factory=dict)  # line -> its items handed out
     served: dict[int, tuple[float, int]] = field(default_factory=dict)  # line -> (when, n)
     pushes: int = 0
     pops: int = 0
@@ -180,8 +183,23 @@ class Model:
         priority, ready, n = self.items[item]
         return (ready - priority * AGING, ready, n)
 
+    def open(self, line: int) -> bool:
+        return self.cap is None or len(self.flight.get(line, [])) < self.cap
+
+    def poppable(self, urgent_only: bool) -> list[int]:
+        return [
+            i
+            for i, (p, _, _) in self.items.items()
+            if (p >= 0 or not urgent_only) and self.open(self.line(i))
+        ]
+
+    def finish(self, line: int) -> int | None:
+        """Finish the oldest item of ``line`` handed out, if any: which."""
+        held = self.flight.get(line)
+        return held.pop(0) if held else None
+
     def pop(self, now: float, urgent_only: bool) -> int:
-        candidates = [i for i, (p, _, _) in self.items.items() if p >= 0 or not urgent_only]
+        candidates = self.poppable(urgent_only)
         heads: dict[int, int] = {}
         for item in candidates:
             line = self.line(item)
@@ -196,6 +214,7 @@ class Model:
         item = min(heads.values(), key=standing)
         del self.items[item]
         line = self.line(item)
+        self.flight.setdefault(line, []).append(item)
         if any(self.line(other) == line for other in self.items):
             self.served[line] = (now, self.pops)
             self.pops += 1
@@ -250,3 +269,63 @@ def test_property_the_order_is_the_models(lines: int, ops: list[tuple[str, int, 
     while model.items:
         assert queue.pop(now) == model.pop(now, urgent_only=False)
     assert not queue
+
+
+CAPPED_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["push", "pop", "pop_urgent", "finish", "tick"]),
+        st.integers(min_value=0, max_value=7),
+        PRIORITIES,
+    ),
+    max_size=80,
+)
+
+
+@pytest.mark.parametrize("cap", [1, 2])
+@settings(max_examples=300, deadline=None)
+@given(ops=CAPPED_OPS)
+def test_property_a_key_at_its_limit_waits_in_its_place(
+    cap: int, ops: list[tuple[str, int, int]]
+) -> None:
+    """With ``max_in_flight``, the same order over the keys below their limit: a key with that
+    many items handed out and not finished takes no turn, in either lane, until one is."""
+    lines = 3
+    queue: FairOrder[int] = FairOrder(
+        aging_interval=AGING,
+        urgent_priority=0,
+        fairness_key=lambda item: item % lines,
+        max_in_flight=cap,
+    )
+    model = Model(lines, cap)
+    now = 0.0
+    for kind, item, priority in ops:
+        handed_out = {held for line in model.flight.values() for held in line}
+        if kind == "push" and item not in queue and item not in handed_out:
+            queue.push(item, priority, now)
+            model.put(item, priority, now)
+        elif kind == "pop" and model.poppable(urgent_only=False):
+            assert queue.pop(now) == model.pop(now, urgent_only=False)
+        elif kind == "pop_urgent" and model.poppable(urgent_only=True):
+            assert queue.pop(now, urgent_only=True) == model.pop(now, urgent_only=True)
+        elif kind == "finish":
+            line = item % lines
+            was_open = model.open(line)
+            finished = model.finish(line)
+            if finished is not None:
+                unparked = queue.finished(finished)
+                waiting = any(model.line(i) == line for i in model.items)
+                assert unparked == (not was_open and waiting)
+        elif kind == "tick":
+            now += item * 3.0
+        assert len(queue) == len(model.items)
+        assert queue.has_ready() == bool(model.poppable(urgent_only=False))
+        assert queue.has_urgent() == bool(model.poppable(urgent_only=True))
+    for line in range(lines):
+        while (finished := model.finish(line)) is not None:
+            queue.finished(finished)
+    while model.items:
+        popped = queue.pop(now)
+        assert popped == model.pop(now, urgent_only=False)
+        assert model.finish(model.line(popped)) == popped
+        queue.finished(popped)
+    assert not queue and not queue.has_ready()

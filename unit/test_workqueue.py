@@ -83,14 +83,21 @@ def check_invariants(queue: FairQueue[Any]) -> None:
     assert urgent == {  # (c): the urgent lane holds exactly the urgent queued items
         item for item in order._places if queue._dirty[item].priority >= order._urgent_priority
     }
-    for fairness, line in order._lines.items():  # (b), (d)
+    if order._max_in_flight is not None:  # (f): each key's count is its items being processed
+        handed_out: dict[object, int] = {}
+        for item in queue._processing:
+            fairness = None if order._fairness is None else order._fairness(item)
+            handed_out[fairness] = handed_out.get(fairness, 0) + 1
+        assert order._in_flight == handed_out
+    for fairness, line in order._lines.items():  # (b), (d), (f)
         assert line.key == fairness
         assert line.size == sum(1 for _, held in live if held is line) > 0
         assert line.every.lane is order._every
         assert line.urgent.lane is order._urgent
+        assert line.parked == order._at_limit(fairness)
         for track in line.tracks:
             turn = track.turn
-            if not any(entry.place.seq == entry.seq for entry in track.heap):
+            if line.parked or not any(entry.place.seq == entry.seq for entry in track.heap):
                 assert turn is None
                 continue
             head = track.heap[0]
@@ -1141,13 +1148,25 @@ async def test_depth_is_reported_by_priority_with_few_labels() -> None:
     n_workers=st.integers(min_value=1, max_value=6),
     adds=st.lists(st.tuples(KEYS, st.integers(min_value=0, max_value=3)), min_size=1, max_size=40),
     fair=st.booleans(),
+    limit=st.sampled_from([None, 1, 2]),
 )
 async def test_property_never_two_workers_on_one_key(
-    data: st.DataObject, n_workers: int, adds: list[tuple[int, int]], fair: bool
+    data: st.DataObject,
+    n_workers: int,
+    adds: list[tuple[int, int]],
+    fair: bool,
+    limit: int | None,
 ) -> None:
-    queue = FairQueue[int]("property-workers", fairness_key=(lambda key: key % 2) if fair else None)
+    """Never two workers on one key, every add served, and with a limit per fairness key
+    never more of one key's items at once than that."""
+    queue = FairQueue[int](
+        "property-workers",
+        fairness_key=(lambda key: key % 2) if fair else None,
+        max_in_flight_per_key=limit,
+    )
     active: set[int] = set()
     overlaps: list[int] = []
+    over_limit: list[set[int]] = []
     owed: set[int] = set()  # added and not picked up by a worker since
     readd_budget = [30]
 
@@ -1161,6 +1180,10 @@ async def test_property_never_two_workers_on_one_key(
                 overlaps.append(key)
             active.add(key)
             owed.discard(key)
+            if limit is not None:
+                line = {held for held in active if not fair or held % 2 == key % 2}
+                if len(line) > limit:
+                    over_limit.append(line)
             try:
                 for _ in range(data.draw(st.integers(min_value=0, max_value=3))):
                     await asyncio.sleep(0)
@@ -1193,6 +1216,7 @@ async def test_property_never_two_workers_on_one_key(
         queue.shut_down()
         await asyncio.wait_for(asyncio.gather(*workers), 5.0)
     assert overlaps == []
+    assert over_limit == []
     assert owed == set()
 
 
@@ -1216,6 +1240,43 @@ async def test_a_quiet_key_is_served_within_one_round_of_a_burst() -> None:
     assert out[:2] == [("busy", 1), ("quiet", 0)]  # busy was served before quiet came
     assert out[2:] == [("busy", i) for i in range(2, 10)]
     check_invariants(queue)
+
+
+async def test_a_key_at_its_limit_leaves_the_other_workers_to_the_other_keys() -> None:
+    """``max_in_flight_per_key``: a key with that many items handed out waits, in its place,
+    while the others are served, and the next of its items comes as soon as one is done, to a
+    worker already waiting (reserved ones too)."""
+    queue = FairQueue[Tenanted](
+        unique("fair-limit"), fairness_key=by_tenant, max_in_flight_per_key=2
+    )
+    for i in range(5):
+        queue.add(("busy", i))
+    queue.add(("quiet", 0), LOW_PRIORITY)
+    assert [await get_soon(queue) for _ in range(3)] == [("busy", 0), ("busy", 1), ("quiet", 0)]
+    check_invariants(queue)
+    waiting = asyncio.create_task(queue.get())
+    urgent = asyncio.create_task(queue.get(urgent_only=True))
+    await settle()
+    assert not waiting.done() and not urgent.done(), "busy is at its limit, nothing else waits"
+    assert len(queue) == 3
+    queue.done(("quiet", 0))  # not busy's: busy stays at its limit
+    await settle()
+    assert not waiting.done() and not urgent.done()
+    queue.done(("busy", 0))
+    assert await asyncio.wait_for(urgent, 1.0) == ("busy", 2)  # the urgent getter is woken first
+    assert not waiting.done()
+    queue.done(("busy", 1))
+    assert await asyncio.wait_for(waiting, 1.0) == ("busy", 3)
+    check_invariants(queue)
+    queue.shut_down()  # busy is at its limit: its last item stays queued
+    with pytest.raises(QueueShutDown):
+        await get_soon(queue)
+    assert len(queue) == 1
+
+
+def test_a_limit_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_in_flight"):
+        FairQueue[str]("limit-zero", max_in_flight_per_key=0)
 
 
 async def test_busy_keys_take_turns() -> None:
