@@ -187,7 +187,8 @@ class FairOrder(Generic[K]):
         line = self._lines.get(key)
         if line is None:
             line = self._lines[key] = _Line(key, self._every, self._urgent)
-            line.parked = self._at_limit(key)
+            if self._max_in_flight is not None:
+                line.parked = self._at_limit(key)
             if self._on_keys is not None:
                 self._on_keys(len(self._lines))
         line.size += 1
@@ -253,6 +254,8 @@ class FairOrder(Generic[K]):
 
     def has_ready(self) -> bool:
         """Whether any item may be popped: one waits, in a line not parked."""
+        if self._max_in_flight is None:  # no line is ever parked: every one has its turn
+            return bool(self._places)
         return self._has_turn(self._every)
 
     @staticmethod

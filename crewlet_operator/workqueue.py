@@ -220,6 +220,7 @@ class FairQueue(Generic[K]):
             max_in_flight=max_in_flight_per_key,
         )
         self._urgent_priority = urgent_priority
+        self._limited = max_in_flight_per_key is not None
         self._processing: dict[K, int] = {}  # item -> the priority it was handed out with
         self._shutting_down = False
         self._drain = False  # shut_down_with_drain() in effect (shut_down() cancels it)
@@ -354,7 +355,7 @@ class FairQueue(Generic[K]):
         """
         if self._processing.pop(item, None) is None:
             return
-        if self._order.finished(item):  # its key may be served again
+        if self._limited and self._order.finished(item):  # its key may be served again
             self._pass_wake_up()
         if self._metrics is not None:
             started = self._start_times.pop(item, None)
