@@ -77,6 +77,7 @@ from crewlet_operator.kube import resources as r
 from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.config import RestConfig
 from crewlet_operator.kube.resources import Resource
+from crewlet_operator.owners import controller_reference
 from crewlet_operator.reconcile import Request
 from crewlet_operator.sharding import by_namespace
 from crewlet_operator.sharding.gate import Gate
@@ -182,6 +183,7 @@ MANAGER_RULES: dict[str, tuple[str, str]] = {
     "will-names-members": ("leases", "a will names member Leases only, on a member Lease"),
     "ring-labels-manager-only": ("ring labels", "only the manager writes a Company's ring labels"),
     "member-writes": ("member fence", "a Company's status from its member's Pod, or its heirs'"),
+    "member-children": ("member fence", "no child from the Pod of a member Lease with a will"),
 }
 FORGERY_RULES = (
     "manager-exact",
@@ -190,6 +192,7 @@ FORGERY_RULES = (
     "will-names-members",
     "ring-labels-manager-only",
     "member-writes",
+    "member-children",
 )
 """Rules tried outside the manager's table, by the tests of what a tenant can forge."""
 TENANT_RULES = {
@@ -3418,9 +3421,10 @@ async def test_a_will_names_member_leases_only_and_never_changes(
 
 
 MEMBER_WRITES_POLICY = "crewlet-operator-member-writes"
+MEMBER_CHILDREN_POLICY = "crewlet-operator-member-children"
 
 
-async def test_a_member_found_dead_writes_no_status_of_its_companies_by_the_api_servers_word(
+async def test_a_member_found_dead_writes_no_status_or_child_by_the_api_servers_word(
     kube_client: Client,
     control_plane: ControlPlane,
     client_for: ClientFor,
@@ -3432,8 +3436,9 @@ async def test_a_member_found_dead_writes_no_status_of_its_companies_by_the_api_
     its Pod), each holding a member Lease that records its Pod (as the library's elector
     writes it). A Company labelled for the first: its status is the first's to write, not the
     second's; once the leader writes a will on the first's Lease, the first's Pod may write it
-    no more (whatever its process believes), and its heir may. A token bound to no Pod is not
-    judged: the replica's own fence holds it."""
+    no more (whatever its process believes), and its heir may. Nor any child of the ring's
+    companies (an object with the slot label): both write them until the will, the heir after
+    it. A token bound to no Pod is not judged: the replica's own fence holds it."""
     docs = await helm_template(SHARDED_VALUES)
     await ensure_namespace(kube_client, RELEASE_NS)
     if await kube_client.get_or_none(r.SERVICE_ACCOUNT, MANAGER, RELEASE_NS) is None:
@@ -3468,7 +3473,7 @@ async def test_a_member_found_dead_writes_no_status_of_its_companies_by_the_api_
         control_plane.token_config(control_plane.request_token(RELEASE_NS, MANAGER))
     )
     acme = company_doc(namespace)
-    await kube_client.create(COMPANY, acme)
+    owner = controller_reference(await kube_client.create(COMPANY, acme))
     # Labelled as the leader labels it (only the manager may: crewlet-operator-ring-labels).
     labelled = {"metadata": {"labels": {RING.shard: leases["first"]}}}
     await manager.patch(COMPANY, ACME, labelled, namespace)
@@ -3481,10 +3486,31 @@ async def test_a_member_found_dead_writes_no_status_of_its_companies_by_the_api_
             field_manager=MANAGER_NAME,
         )
 
+    def child(writer: Client) -> Coroutine[Any, Any, Doc]:
+        """A child of a company of the ring: a ServiceAccount carrying its slot label."""
+        labels = {
+            **MANAGED,
+            "app.kubernetes.io/name": "crewlet",
+            "crewlet.ai/company": ACME,
+            RING.slot: "7",
+        }
+        account = {
+            "metadata": {
+                "name": f"{ACME}-engine",
+                "namespace": namespace,
+                "labels": labels,
+                "ownerReferences": [owner],
+            }
+        }
+        return writer.apply(r.SERVICE_ACCOUNT, account, dry_run=True, field_manager=MANAGER_NAME)
+
     await apply_policies(kube_client, docs, MEMBER_WRITES_POLICY)
+    await apply_policies(kube_client, docs, MEMBER_CHILDREN_POLICY)
     try:
         await enforced(lambda: status(writers["second"]), MEMBER_WRITES_POLICY)
         await admitted("member-writes", status(writers["first"]))
+        await admitted("member-children", child(writers["first"]))
+        await admitted("member-children", child(writers["second"]))
         await denied(
             "member-writes",
             status(writers["second"]),
@@ -3504,6 +3530,17 @@ async def test_a_member_found_dead_writes_no_status_of_its_companies_by_the_api_
             return False
 
         await eventually(first_refused, timeout=30, message="the will seen by the API server")
+        await enforced(lambda: child(writers["first"]), MEMBER_CHILDREN_POLICY)
+        await denied(
+            "member-children",
+            child(writers["first"]),
+            MEMBER_CHILDREN_POLICY,
+            f"the companies' children are written by the heirs of the member Lease "
+            f"{RELEASE_NS}/{leases['first']}, which carries a will: not by Pod "
+            f"manager-first-{suffix}, its holder when it was found dead",
+        )
+        await admitted("member-children", child(writers["second"]))
+        await admitted("member-children", child(unbound))
         await denied(
             "member-writes",
             status(writers["first"]),
@@ -3514,6 +3551,7 @@ async def test_a_member_found_dead_writes_no_status_of_its_companies_by_the_api_
         await admitted("member-writes", status(writers["second"]))
     finally:
         await delete_policies(kube_client, MEMBER_WRITES_POLICY)
+        await delete_policies(kube_client, MEMBER_CHILDREN_POLICY)
         for lease in leases.values():
             with contextlib.suppress(NotFoundError):
                 await kube_client.delete(r.LEASE, lease, RELEASE_NS)

@@ -23,7 +23,7 @@ import yaml
 from crewlet_operator.envtest import binaries
 from crewlet_operator.sharding.ring import RingLabels, member_name
 from crewlet_operator_daemon.cli import LEASE_LABELS, SHARDING_DOMAIN
-from crewlet_operator_daemon.plan import MANAGER_NAME
+from crewlet_operator_daemon.plan import CHILD_RESOURCES, GATEWAY_CHILD_RESOURCES, MANAGER_NAME
 from hack import chart_crds, chart_schema
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1305,6 +1305,29 @@ def test_with_sharding_only_the_manager_writes_the_ring_labels(
     variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
     ring = RingLabels(SHARDING_DOMAIN, MANAGER_NAME)
     assert json.loads(variables["ringLabels"].replace("'", '"')) == [ring.shard, ring.drain]
+
+
+def test_with_sharding_a_willed_members_pod_writes_no_child(
+    render: Callable[..., list[Doc]],
+) -> None:
+    """Issue 50: "a policy that refuses a company's status and children from any member but its
+    own". The children's policy matches every kind a Company owns (the daemon's own list),
+    by the ring's slot label, for the manager in a Pod, and judges it by the ring's member
+    Leases and their wills. Without sharding, no such policy."""
+    name = "crewlet-operator-member-children"
+    assert not [d for d in render() if d["metadata"]["name"] == name]
+    docs = render({"manager": {"sharding": {"enabled": True}}})
+    policy = one(docs, "ValidatingAdmissionPolicy", name)
+    binding = one(docs, "ValidatingAdmissionPolicyBinding", name)
+    owned = {(r.group, r.plural) for r in (*CHILD_RESOURCES, *GATEWAY_CHILD_RESOURCES)}
+    writes = frozenset({"CREATE", "UPDATE", "DELETE"})
+    assert covered(policy) == dict.fromkeys(owned, writes)
+    ring = RingLabels(SHARDING_DOMAIN, MANAGER_NAME)
+    assert policy["spec"]["matchConstraints"]["objectSelector"] == {
+        "matchExpressions": [{"key": ring.slot, "operator": "Exists"}]
+    }
+    assert ring.heirs in json.dumps(policy["spec"]["variables"])
+    assert binding["spec"]["paramRef"]["selector"] == {"matchLabels": {ring.member: ring.ring}}
 
 
 def test_the_leases_policy_names_the_operators_labels(render: Callable[..., list[Doc]]) -> None:
