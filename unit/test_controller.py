@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -207,42 +209,58 @@ async def test_the_first_pass_is_every_request_waiting_at_start() -> None:
         await c.stop(1.0)
 
 
+@dataclass
+class Holding:
+    """A controller whose reconciles of the requests ``held`` picks wait for :attr:`release`,
+    and what it reconciled, in order."""
+
+    controller: Controller
+    release: asyncio.Event
+    reconciled: list[Request]
+
+    async def until(self, done: Callable[[], bool]) -> None:
+        """Up to a second for ``done``."""
+        for _ in range(200):
+            if done():
+                return
+            await asyncio.sleep(0.005)
+
+
+def holding(name: str, held: Callable[[Request], bool], **options: Any) -> Holding:
+    release = asyncio.Event()
+    reconciled: list[Request] = []
+
+    async def reconcile(request: Request) -> None:
+        reconciled.append(request)
+        if held(request):
+            await release.wait()
+
+    controller = Controller(name, reconcile, Cache(client=None), **options)  # type: ignore[arg-type]
+    return Holding(controller, release, reconciled)
+
+
 async def test_a_reserved_worker_serves_a_create_while_the_backlog_holds_every_other() -> None:
     """Two low-priority reconciles hold both ordinary workers; the create is reconciled by
     the reserved worker meanwhile, and the reserved worker never takes the third backlog
     request (it stays queued until an ordinary worker is free)."""
-    release = asyncio.Event()
-    reconciled: list[str] = []
-
-    async def reconcile(request: Request) -> None:
-        reconciled.append(request.name)
-        if request.name.startswith("backlog"):
-            await release.wait()
-
-    c = Controller(
+    h = holding(
         "unit-reserved",
-        reconcile,
-        Cache(client=None),  # type: ignore[arg-type]
+        lambda request: request.name.startswith("backlog"),
         max_concurrent_reconciles=2,
         reserved_workers=1,
     )
+    c = h.controller
     for name in ("backlog-1", "backlog-2", "backlog-3"):
         c.queue.add(Request("ns", name), LOW_PRIORITY)
     await c.start()
     try:
         c.queue.add(Request("ns", "create"))
-        for _ in range(200):
-            if "create" in reconciled:
-                break
-            await asyncio.sleep(0.005)
-        assert sorted(reconciled) == ["backlog-1", "backlog-2", "create"]
+        await h.until(lambda: Request("ns", "create") in h.reconciled)
+        assert sorted(r.name for r in h.reconciled) == ["backlog-1", "backlog-2", "create"]
         assert len(c.queue) == 1  # backlog-3: not for the reserved worker
-        release.set()
-        for _ in range(200):
-            if "backlog-3" in reconciled:
-                break
-            await asyncio.sleep(0.005)
-        assert "backlog-3" in reconciled
+        h.release.set()
+        await h.until(lambda: Request("ns", "backlog-3") in h.reconciled)
+        assert Request("ns", "backlog-3") in h.reconciled
         workers = metrics.REGISTRY.get_sample_value(
             "controller_runtime_max_concurrent_reconciles", {"controller": "unit-reserved"}
         )
@@ -254,39 +272,25 @@ async def test_a_reserved_worker_serves_a_create_while_the_backlog_holds_every_o
 async def test_a_namespace_holds_at_most_its_limit_of_workers() -> None:
     """``max_concurrent_reconciles_per_key``: one namespace's backlog holds one worker at a time,
     reserved ones included, and another namespace's create is reconciled meanwhile."""
-    release = asyncio.Event()
-    reconciled: list[Request] = []
-
-    async def reconcile(request: Request) -> None:
-        reconciled.append(request)
-        if request.namespace == "busy":
-            await release.wait()
-
-    c = Controller(
+    h = holding(
         "unit-per-key",
-        reconcile,
-        Cache(client=None),  # type: ignore[arg-type]
+        lambda request: request.namespace == "busy",
         max_concurrent_reconciles=3,
         reserved_workers=1,
         max_concurrent_reconciles_per_key=1,
     )
+    c = h.controller
     for name in ("a", "b", "c"):
         c.queue.add(Request("busy", name))
     await c.start()
     try:
         c.queue.add(Request("quiet", "create"))
-        for _ in range(200):
-            if Request("quiet", "create") in reconciled:
-                break
-            await asyncio.sleep(0.005)
+        await h.until(lambda: Request("quiet", "create") in h.reconciled)
         await asyncio.sleep(0.02)
-        assert reconciled == [Request("busy", "a"), Request("quiet", "create")]
-        release.set()
-        for _ in range(200):
-            if len(reconciled) == 4:
-                break
-            await asyncio.sleep(0.005)
-        assert [r.name for r in reconciled if r.namespace == "busy"] == ["a", "b", "c"]
+        assert h.reconciled == [Request("busy", "a"), Request("quiet", "create")]
+        h.release.set()
+        await h.until(lambda: len(h.reconciled) == 4)
+        assert [r.name for r in h.reconciled if r.namespace == "busy"] == ["a", "b", "c"]
     finally:
         await c.stop(1.0)
 

@@ -224,20 +224,24 @@ class Model:
 
 
 PRIORITIES = st.sampled_from([-100, -1, 0, 7, 100])
-OPS = st.lists(
-    st.tuples(
-        st.sampled_from(["push", "pop", "pop_urgent", "tick"]),
-        st.integers(min_value=0, max_value=7),
-        PRIORITIES,
-    ),
-    max_size=80,
-)
+Ops = list[tuple[str, int, int]]
+
+
+def operations(*kinds: str) -> st.SearchStrategy[Ops]:
+    """Up to 80 operations of ``kinds``, each on an item from 0 to 7 at one of the priorities."""
+    return st.lists(
+        st.tuples(st.sampled_from(kinds), st.integers(min_value=0, max_value=7), PRIORITIES),
+        max_size=80,
+    )
+
+
+OPS = operations("push", "pop", "pop_urgent", "tick")
 
 
 @pytest.mark.parametrize("lines", [1, 3])
 @settings(max_examples=300, deadline=None)
 @given(ops=OPS)
-def test_property_the_order_is_the_models(lines: int, ops: list[tuple[str, int, int]]) -> None:
+def test_property_the_order_is_the_models(lines: int, ops: Ops) -> None:
     """Pushes (a new item, or a move of one placed), pops of either lane and time passing:
     every pop takes the model's item, and ``len``, ``in`` and ``has_urgent`` agree."""
     queue: FairOrder[int] = FairOrder(
@@ -271,22 +275,13 @@ def test_property_the_order_is_the_models(lines: int, ops: list[tuple[str, int, 
     assert not queue
 
 
-CAPPED_OPS = st.lists(
-    st.tuples(
-        st.sampled_from(["push", "pop", "pop_urgent", "finish", "tick"]),
-        st.integers(min_value=0, max_value=7),
-        PRIORITIES,
-    ),
-    max_size=80,
-)
+CAPPED_OPS = operations("push", "pop", "pop_urgent", "finish", "tick")
 
 
 @pytest.mark.parametrize("cap", [1, 2])
 @settings(max_examples=300, deadline=None)
 @given(ops=CAPPED_OPS)
-def test_property_a_key_at_its_limit_waits_in_its_place(
-    cap: int, ops: list[tuple[str, int, int]]
-) -> None:
+def test_property_a_key_at_its_limit_waits_in_its_place(cap: int, ops: Ops) -> None:
     """With ``max_in_flight``, the same order over the keys below their limit: a key with that
     many items handed out and not finished takes no turn, in either lane, until one is."""
     lines = 3
