@@ -594,8 +594,15 @@ def _stages_text(row: Object) -> str:
     """The stages of the traced row's last step (the one that broke), p50/p99 in seconds."""
     if not row["steps"]:
         return "no step"
-    stages = row["steps"][-1].get("traced_stages_s", {})
-    return ", ".join(f"{stage} {v['p50']:.2f}/{v['p99']:.2f}" for stage, v in stages.items())
+    last = row["steps"][-1]
+    stages = last.get("traced_stages_s", {})
+    text = ", ".join(f"{stage} {v['p50']:.2f}/{v['p99']:.2f}" for stage, v in stages.items())
+    creates = last.get("traced_create_stages_s", {})
+    return (
+        text
+        + "; a create: "
+        + ", ".join(f"{stage} {v['p50']:.2f}/{v['p99']:.2f}" for stage, v in creates.items())
+    )
 
 
 def _step_text(step: Step) -> str:

@@ -38,7 +38,7 @@ from bench.progress import Progress
 from bench.report import Figure
 from bench.session import Session
 from crewlet_operator_daemon.naming import TRACE_ANNOTATION
-from hack.jaeger import Jaeger, Span, parent_of, tags
+from hack.jaeger import Jaeger, Span, follows_from, parent_of, tags
 
 TARGET_COST = 1.05
 TARGET_QUIET = 1.0
@@ -256,7 +256,9 @@ async def reconcile_stages(jaeger: Jaeger, window: tuple[float, float]) -> Objec
     """Every company reconcile traced in ``window`` (wall-clock seconds) by stage: the queue
     (its ``queued`` span), the work after it, the API requests inside by kind (the status
     write, the children's applies, the rest) and the apply-slot waits; p50 and p99 of each, in
-    seconds, and how many."""
+    seconds, and how many. And each new company's two reconciles, its verdict's and the one it
+    left its children to (which links to the verdict's span), as one chain
+    (:func:`create_stages`)."""
     spans = await asyncio.to_thread(
         jaeger.spans, SERVICE, int(window[0] * 1e6), int(window[1] * 1e6)
     )
@@ -293,13 +295,46 @@ async def reconcile_stages(jaeger: Jaeger, window: tuple[float, float]) -> Objec
     return {
         "traced_reconciles": len(roots),
         "traced_triggers": dict(triggers.most_common()),
-        "traced_stages_s": {
-            stage: {
-                "count": len(values),
-                "p50": round(percentile(sorted(values), 0.5), 3),
-                "p99": round(percentile(sorted(values), 0.99), 3),
-            }
-            for stage, values in stages.items()
-            if values
-        },
+        "traced_stages_s": _quantiles(stages),
+        "traced_create_stages_s": _quantiles(create_stages(spans, roots)),
+    }
+
+
+def create_stages(spans: list[Span], roots: dict[str, Span]) -> dict[str, list[float]]:
+    """A new company's verdict and children by stage, from the pairs of ``roots`` (reconcile
+    spans by id) where one links to the other: the verdict's reconcile (from the create's event
+    until its status was written and it queued the company again), the children's wait for a
+    worker (their reconcile's ``queued``), their reconcile's work (the applies), and the whole,
+    from the create's event until the last child was applied."""
+    queued = {parent_of(s): s for s in spans if s["operationName"] == "queued"}
+    stages: dict[str, list[float]] = {
+        "verdict reconcile": [],
+        "children's turn": [],
+        "children's work": [],
+        "event to children written": [],
+    }
+    for children in roots.values():
+        verdict = next((roots[i] for i in follows_from(children) if i in roots), None)
+        waited = queued.get(children["spanID"])
+        if verdict is None or waited is None:
+            continue
+        turn = float(waited["duration"]) / 1e6
+        stages["verdict reconcile"].append(float(verdict["duration"]) / 1e6)
+        stages["children's turn"].append(turn)
+        stages["children's work"].append(float(children["duration"]) / 1e6 - turn)
+        end = float(children["startTime"]) + float(children["duration"])
+        stages["event to children written"].append((end - float(verdict["startTime"])) / 1e6)
+    return stages
+
+
+def _quantiles(stages: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    """Each stage's count, p50 and p99 (seconds), for the stages with values."""
+    return {
+        stage: {
+            "count": len(values),
+            "p50": round(percentile(sorted(values), 0.5), 3),
+            "p99": round(percentile(sorted(values), 0.99), 3),
+        }
+        for stage, values in stages.items()
+        if values
     }
