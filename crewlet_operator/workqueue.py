@@ -446,8 +446,8 @@ class FairQueue(Generic[K]):
 
         Later adds are ignored, delayed items are dropped, and waiting getters wake up:
         they receive the items still queued (but those of a key at ``max_in_flight_per_key``),
-        then :exc:`QueueShutDown`. A drain in progress
-        (:meth:`drain`, :meth:`shut_down_with_drain`) stops waiting and returns.
+        then :exc:`QueueShutDown`. A drain in progress (:meth:`drain`,
+        :meth:`shut_down_with_drain`) stops waiting and returns.
         """
         self._drain = False
         self._begin_shutdown()
@@ -504,7 +504,8 @@ class FairQueue(Generic[K]):
         self._wake(self._getters)
 
     def _pass_wake_up(self) -> None:
-        """Wake another getter for what a cancelled one was woken for, if it is still queued."""
+        """Wake a getter for an item that may be handed out now, an urgent getter first: what a
+        cancelled getter was woken for, or a key's next item once the key is below its limit."""
         if self._order.has_urgent() and self._wake(self._urgent_getters):
             return
         if self._order.has_ready():
