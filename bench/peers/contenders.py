@@ -70,9 +70,9 @@ class Contender(ABC):
     @property
     def pids(self) -> list[int]:
         """The running processes' ids."""
-        pids = [process.pid for process in self.processes]
-        assert pids and None not in pids, f"{self.name} is not running"
-        return [pid for pid in pids if pid is not None]
+        pids = [pid for process in self.processes if (pid := process.pid) is not None]
+        assert pids and len(pids) == len(self.processes), f"{self.name} is not running"
+        return pids
 
     def check_alive(self) -> None:
         """Raise if a process has exited."""
