@@ -43,9 +43,9 @@ CLASSES = ("bench-a", "bench-b", "bench-c")
 MODEL_KEYS = "bench-model-keys"
 COMPANIES_PER_NAMESPACE = 10
 CREATE_CONCURRENCY = 16
+"""Requests the bench keeps in flight when it creates namespaces and Companies."""
 WORKLOADS = "BENCH_WORKLOADS"
 """Set to 1 to run the control plane with workloads (controller-manager, scheduler, kwok)."""
-"""Requests the bench keeps in flight when it creates namespaces and Companies."""
 
 Object = dict[str, Any]
 T = TypeVar("T")

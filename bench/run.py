@@ -75,11 +75,11 @@ RUN_ORDER = (
 )
 """Each figure builds on the world the previous ones left. Peers and capacity run first, as
 they need an empty world (and leave it empty); quiet next, as issue 51's test was made on a
-fresh cluster; failover next, while every replica starts in
-seconds; resync restarts the operator the convergence figure left; memory reads what the
-operator processes measured on the way to 10,000 Companies; tracing after it, as it restarts
-the operator with and without tracing; sharding last, as it leaves every child labelled for a
-member of its rings (an unsharded operator would apply each again)."""
+fresh cluster; failover next, while every replica starts in seconds; resync restarts the
+operator the convergence figure left; memory reads what the operator processes measured on the
+way to 10,000 Companies; tracing after it, as it restarts the operator with and without
+tracing; sharding last, as it leaves every child labelled for a member of its rings (an
+unsharded operator would apply each again)."""
 DEFAULT = tuple(
     name for name in FIGURES if name not in ("peers", "capacity", "sharding", "tracing", "quiet")
 )
