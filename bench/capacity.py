@@ -595,13 +595,14 @@ def _stages_text(row: Object) -> str:
     if not row["steps"]:
         return "no step"
     last = row["steps"][-1]
-    stages = last.get("traced_stages_s", {})
-    text = ", ".join(f"{stage} {v['p50']:.2f}/{v['p99']:.2f}" for stage, v in stages.items())
-    creates = last.get("traced_create_stages_s", {})
+
+    def shown(stages: Object) -> str:
+        return ", ".join(f"{stage} {v['p50']:.2f}/{v['p99']:.2f}" for stage, v in stages.items())
+
     return (
-        text
+        shown(last.get("traced_stages_s", {}))
         + "; a create: "
-        + ", ".join(f"{stage} {v['p50']:.2f}/{v['p99']:.2f}" for stage, v in creates.items())
+        + shown(last.get("traced_create_stages_s", {}))
     )
 
 
