@@ -86,7 +86,7 @@ DEFAULT = tuple(
 """What runs unless figures are named: not peers, which builds two more operators (Go and a
 kopf virtualenv, from the network the first time) and adds minutes to the run, nor capacity,
 which needs the Go one too, nor sharding, whose rings apply every child of the 10,000 again
-(twice) and take longer than the rest of the run, nor tracing and quiet, which add 3,000 and
+(twice) and take longer than the rest of the run, nor tracing and quiet, which add 6,000 and
 410 Companies and a Jaeger."""
 NAMES = (*FIGURES, *LOCAL)
 
