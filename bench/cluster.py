@@ -3,7 +3,8 @@
 One control plane serves the whole run: etcd and kube-apiserver only, as no figure needs pods
 and no controller-manager, scheduler or kwok then competes for the two cores; with
 ``BENCH_WORKLOADS=1`` (:data:`WORKLOADS`) those three run too, as ``make run`` has them, and
-every StatefulSet's pods are created, scheduled and made Ready (kwok's one node takes 110).
+every StatefulSet's pods are created, scheduled and made Ready (on one node that takes
+:data:`NODE_PODS`).
 Companies share a handful of EngineClasses, each referencing one model key in a platform
 Secret, as a real class does; they are spread ten to a namespace, in namespaces named after the
 phase that created them, so that every burst is in fresh namespaces.
@@ -25,6 +26,7 @@ import yaml
 from crewlet_operator import (
     CUSTOM_RESOURCE_DEFINITION,
     NAMESPACE,
+    POD,
     SECRET,
     AlreadyExistsError,
     Client,
@@ -46,6 +48,10 @@ CREATE_CONCURRENCY = 16
 """Requests the bench keeps in flight when it creates namespaces and Companies."""
 WORKLOADS = "BENCH_WORKLOADS"
 """Set to 1 to run the control plane with workloads (controller-manager, scheduler, kwok)."""
+NODE_PODS = 100_000
+"""Pods kwok's node takes with workloads: every pod the bench's Companies ask for, so that each
+is scheduled and its status written as on a real cluster (a kubelet's default of 110 left most
+of a burst's pods Pending, loading neither the scheduler nor the status writes)."""
 
 Object = dict[str, Any]
 T = TypeVar("T")
@@ -118,7 +124,7 @@ class Cluster:
     """The control plane, an admin client, the classes, and the names handed out so far."""
 
     def __init__(self, run_dir: Path, workloads: bool = False) -> None:
-        self.plane = ControlPlane(run_dir / "envtest", workloads=workloads)
+        self.plane = ControlPlane(run_dir / "envtest", workloads=workloads, node_pods=NODE_PODS)
         self.client: Client | None = None
         self.classes: dict[str, Object] = {}
         self.per_class: Counter[str] = Counter()
@@ -209,6 +215,12 @@ class Cluster:
 
         await each(companies, create, CREATE_CONCURRENCY)
         return created
+
+    async def pods_by_phase(self) -> dict[str, int]:
+        """Every pod's phase, counted (with workloads: how much of a burst runs, and how much
+        waits for a node)."""
+        pods = await self.api.list(POD)
+        return dict(Counter(str((p.get("status") or {}).get("phase")) for p in pods.items))
 
     async def remove(self, companies: Sequence[CompanyRef], kinds: Sequence[Resource]) -> None:
         """Delete every object of ``kinds`` in the companies' namespaces (list their Companies

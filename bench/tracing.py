@@ -146,7 +146,7 @@ async def quiet_tenant(session: Session) -> Figure:
     async with jaeger_for(session) as jaeger:
         await session.stop_operator()
         session.environment = traced(jaeger)
-        probes = await _quiet_tenant(session, jaeger)
+        probes, pods = await _quiet_tenant(session, jaeger)
         await session.stop_operator()
     totals = sorted(p["total"] for p in probes)
     worst = max(probes, key=lambda p: p["total"])
@@ -164,6 +164,7 @@ async def quiet_tenant(session: Session) -> Figure:
         + " + ".join(f"{stage} {worst[stage]:.2f}" for stage in STAGES)
         + "; by stage p50/max: "
         + ", ".join(f"{stage} {v['p50_s']:.2f}/{v['max_s']:.2f}" for stage, v in by_stage.items())
+        + (f"; pods at the end, by phase: {pods}" if pods else "")
     )
     return Figure(
         "quiet",
@@ -173,6 +174,7 @@ async def quiet_tenant(session: Session) -> Figure:
         {
             "burst": BURST,
             "workloads": session.workloads,
+            "pods_by_phase": pods,
             "probes": probes,
             "p50_s": round(percentile(totals, 0.5), 3),
             "p99_s": round(percentile(totals, 0.99), 3),
@@ -189,8 +191,11 @@ def _answers(jaeger: Jaeger) -> Callable[[], Awaitable[bool]]:
     return probe
 
 
-async def _quiet_tenant(session: Session, jaeger: Jaeger) -> list[dict[str, float]]:
-    """The probes' create -> Accepted, each cut into its stages from its trace."""
+async def _quiet_tenant(
+    session: Session, jaeger: Jaeger
+) -> tuple[list[dict[str, float]], dict[str, int]]:
+    """The probes' create -> Accepted, each cut into its stages from its trace, and with
+    workloads the pods by phase once every Company converged."""
     cluster = session.cluster
     await session.operator()
     busy = cluster.allocate("trace-busy", BURST)
@@ -215,13 +220,14 @@ async def _quiet_tenant(session: Session, jaeger: Jaeger) -> list[dict[str, floa
             await progress.wait_accepted([p.key for p in probes], PATIENCE)
         accepted = {p.key: progress.accepted_at(p.key) for p in probes}
         await progress.wait(session.scale.timeout)
+    pods = await cluster.pods_by_phase() if session.workloads else {}
     session.converged += BURST + PROBES
     found: list[dict[str, float]] = []
     for ref in probes:
         at = accepted[ref.key]
         spans = await _verdict_spans(jaeger, traces[ref.key])
         found.append(_stages(spans, sent[ref.key], math.inf if at is None else at + offset))
-    return found
+    return found, pods
 
 
 async def _verdict_spans(jaeger: Jaeger, trace_id: str) -> list[Span]:

@@ -511,14 +511,18 @@ def _environment(pid: int) -> dict[str, str]:
     return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
 
 
-def test_stopping_a_control_plane_leaves_no_process(tmp_path: Path) -> None:
-    plane = ControlPlane(tmp_path / "cp", workloads=True, go_gc_percent=250).start()
+def test_a_plane_takes_its_settings_and_stopping_it_leaves_no_process(tmp_path: Path) -> None:
+    plane = ControlPlane(tmp_path / "cp", workloads=True, go_gc_percent=250, node_pods=300)
+    plane.start()
     pids = plane.pids()
     assert set(pids) == ALL_BINARIES
     # Every binary gets the collector setting (the default trades memory for CPU).
     assert {name: _environment(pid).get("GOGC") for name, pid in pids.items()} == dict.fromkeys(
         ALL_BINARIES, "250"
     )
+    # The node takes as many pods as it was told (a kubelet's 110 unless told).
+    node = plane.admin_request("GET", f"/api/v1/nodes/{KWOK_NODE}")
+    assert node["status"]["allocatable"]["pods"] == "300"
     plane.stop()
     assert _all_gone(list(pids.values())) == []
 

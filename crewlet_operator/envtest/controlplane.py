@@ -68,6 +68,10 @@ ETCD_DATA_PREFIX = "crewlet-etcd-"
 /dev/shm when there is one."""
 KWOK_NODE = "kwok-node-0"
 """The one fake node kwok runs with workloads, on which pods are scheduled and run Ready."""
+NODE_PODS = 110
+"""Pods the fake node takes unless told (``ControlPlane(node_pods=)``): a kubelet's default
+``maxPods``, so that a suite meets the limit a real node has. A bench that runs thousands of
+pods asks for more."""
 USER_FIELD_MANAGER = "envtest-user"
 """The field manager of what a test writes as the cluster's user: the ``kube_client`` and
 ``client_for`` fixtures' clients, and the CRDs the control plane installs. No controller's name,
@@ -156,6 +160,7 @@ class ControlPlane:
         go_gc_percent: int = GO_GC_PERCENT,
         crds: Iterable[dict[str, Any]] = (),
         crd_paths: Iterable[Path] = (),
+        node_pods: int = NODE_PODS,
     ) -> None:
         self._owns_dir = directory is None
         self.dir = (
@@ -170,6 +175,8 @@ class ControlPlane:
         """CRD documents installed at start, before the workloads."""
         self.crd_paths = list(crd_paths)
         """Files and directories of CRDs installed at start, after :attr:`crds`."""
+        self.node_pods = node_pods
+        """Pods the fake node takes, with ``workloads``; the rest stay Pending."""
         self.processes: dict[str, ManagedProcess] = {}
         self.start_times: dict[str, float] = {}
         """When each process was last started (``time.time()``, taken just before it is)."""
@@ -695,8 +702,8 @@ class ControlPlane:
                 },
             },
             "status": {
-                "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
-                "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+                "allocatable": {"cpu": "32", "memory": "256Gi", "pods": str(self.node_pods)},
+                "capacity": {"cpu": "32", "memory": "256Gi", "pods": str(self.node_pods)},
             },
         }
         with contextlib.suppress(urllib.error.HTTPError):  # already there after a restart
