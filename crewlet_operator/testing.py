@@ -29,6 +29,8 @@ change something, wait until the controller has caught up, check, stop the manag
   of the test (told of its Pod by :func:`~crewlet_operator.incarnation.downward_environment`),
   and its container's state written as its kubelet would: to test a takeover on evidence
   (:mod:`crewlet_operator.incarnation`) where no kubelet runs.
+- :class:`StaticRing`: a sharding ring's members as the test sets them, for a sharder or a
+  member's caches run without member Leases.
 
 The API server the manager talks to comes from envtest: the pytest plugin
 :mod:`crewlet_operator.envtest.pytest_plugin` starts one local control plane for the session
@@ -57,21 +59,24 @@ import datetime
 import inspect
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar, overload
 
 from crewlet_operator.envtest.wait import eventually
-from crewlet_operator.incarnation import PodRef
+from crewlet_operator.incarnation import Evidence, PodRef
 from crewlet_operator.kube.client import Client
 from crewlet_operator.kube.resources import POD
 from crewlet_operator.manager import Manager, ManagerOptions
+from crewlet_operator.sharding.membership import Signal
+from crewlet_operator.sharding.ring import RingView
 
 T = TypeVar("T")
 
 __all__ = [
     "RUNNING_SINCE",
     "RunningManager",
+    "StaticRing",
     "consistently",
     "eventually",
     "kubelet_time",
@@ -281,3 +286,68 @@ def kubelet_time(moment: datetime.datetime | None = None) -> str:
     """``moment`` (now by default) as a kubelet stamps a container's state: whole seconds."""
     moment = moment or datetime.datetime.now(datetime.UTC)
     return moment.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+class StaticRing:
+    """The ring's members as a test sets them, for a sharded part run without member Leases
+    (a :class:`~crewlet_operator.sharding.sharder.Sharder`, a member's
+    :class:`~crewlet_operator.sharding.slots.MemberSlots`): what they read of the ring
+    (:class:`~crewlet_operator.sharding.membership.RingMembers`), held to it by mypy. ::
+
+        ring = StaticRing("a")
+        sharder = Sharder(client, WIDGET, view, Scope(), labels=labels, membership=ring, ...)
+        ring.become("a", "b")           # b joins: the sharder's next pass drains what b takes
+
+    ``wills`` maps a dead member to its heirs; ``dead`` are members found dead with no will
+    yet. With no Lease behind it, a will the sharder writes is refused as not found, and no
+    process is ever shown gone.
+    """
+
+    def __init__(
+        self,
+        *live: str,
+        wills: Mapping[str, frozenset[str]] | None = None,
+        dead: Iterable[str] = (),
+        namespace: str = "default",
+    ) -> None:
+        self.live = frozenset(live)
+        """The members live at the last list."""
+        self.wills = dict(wills or {})
+        """Each dead member's heirs, as its will names them."""
+        self.dead = frozenset(dead)
+        """Members found dead that have no will yet."""
+        self.listed = Signal()
+        self.listed_at: float | None = time.monotonic()
+        self.versions: dict[str, str] = {}
+        self.last_join: float | None = None
+        self._namespace = namespace
+
+    @property
+    def namespace(self) -> str:
+        """Where the member Leases would be."""
+        return self._namespace
+
+    def view(self) -> RingView:
+        """The ring as set: a Lease for every member live, willed or dead."""
+        leases = self.live | self.wills.keys() | self.dead
+        return RingView(live=self.live, leases=leases, wills=self.wills)
+
+    def become(self, *live: str) -> None:
+        """Members ``live`` from now on, as a list of the ring would find them (a member that
+        joins sets :attr:`last_join`)."""
+        now = time.monotonic()
+        if set(live) - self.live:
+            self.last_join = now
+        self.live = frozenset(live)
+        self.listed_at = now
+        self.listed.emit()
+
+    async def observe(self) -> bool:
+        """A list of the ring, which finds it as set."""
+        self.listed_at = time.monotonic()
+        self.listed.emit()
+        return True
+
+    async def gone(self) -> dict[str, Evidence]:
+        """No process is shown gone: a test ends a member by :meth:`become` or a will."""
+        return {}

@@ -50,9 +50,9 @@ from crewlet_operator.kube import ListParams
 from crewlet_operator.kube.client import RawObjectList, WatchEvent
 from crewlet_operator.objects import resource_version
 from crewlet_operator.sharding import by_namespace
-from crewlet_operator.sharding.membership import Membership, Signal
-from crewlet_operator.sharding.ring import RingLabels, RingView
+from crewlet_operator.sharding.ring import RingLabels
 from crewlet_operator.sharding.sharder import Sharder
+from crewlet_operator.testing import StaticRing
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -1122,20 +1122,6 @@ async def test_two_managers_exactly_one_leads_and_the_other_takes_over(
                 replica.proc.wait(20)
 
 
-class LiveMembers:
-    """The ring's members as a Membership reports them, without Leases: ``dead`` left a will
-    naming them."""
-
-    def __init__(self, *members: str) -> None:
-        self.members = frozenset(members)
-        self.listed = Signal()
-        self.last_join: float | None = None  # a ring that has not changed
-
-    def view(self) -> RingView:
-        wills = {"dead": self.members}
-        return RingView(live=self.members, leases=self.members | {"dead"}, wills=wills)
-
-
 class StaleView:
     """The cluster view as the sharder last read it: it tells of the objects as they were
     created, and of no change after."""
@@ -1172,7 +1158,7 @@ async def test_the_sharders_writes_test_the_labels_they_were_decided_on(
         cast(ClusterView, view),
         Scope(namespace),
         labels=labels,
-        membership=cast(Membership, LiveMembers("alive")),
+        membership=StaticRing("alive", wills={"dead": frozenset({"alive"})}),
         key=by_namespace,
         retry_period=1,
     )

@@ -81,18 +81,16 @@ from crewlet_operator.owners import controller_reference
 from crewlet_operator.reconcile import Request
 from crewlet_operator.sharding import by_namespace
 from crewlet_operator.sharding.gate import Gate
-from crewlet_operator.sharding.membership import Membership, Signal
 from crewlet_operator.sharding.ring import (
     HashRing,
     RingLabels,
-    RingView,
     member_name,
     member_names,
     slot_of,
 )
 from crewlet_operator.sharding.sharder import Sharder
 from crewlet_operator.sharding.slots import MemberSlots
-from crewlet_operator.testing import replica_pod
+from crewlet_operator.testing import StaticRing, replica_pod
 from crewlet_operator_daemon import ClusterFacts, Observed, desired_children
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator_daemon.cli import LEASE_LABELS, SHARDING_DOMAIN
@@ -2761,23 +2759,6 @@ async def test_another_service_account_is_left_alone(
     await admitted("manager-only", other.create(r.SECRET, unlabelled, dry_run=True))
 
 
-class Ring:
-    """Who is live, as the sharder sees it (what :class:`Membership` tells it from the member
-    Leases)."""
-
-    def __init__(self, *live: str) -> None:
-        self.members = frozenset(live)
-        self.listed = Signal()
-        self.last_join: float | None = None  # a ring that has not changed
-
-    def view(self) -> RingView:
-        return RingView(live=self.members, leases=self.members)
-
-    def become(self, *live: str) -> None:
-        self.members = frozenset(live)
-        self.listed.emit()
-
-
 class CachedCompany:
     """A member's cache as its gate reads it: the Company as last read, and the client."""
 
@@ -2809,7 +2790,7 @@ async def test_the_sharder_and_a_member_move_a_company_as_the_manager(
         for a, b in itertools.permutations(replicas, 2)
         if HashRing([a, b]).slot_owner(slot_of(namespace)) == b
     )
-    ring = Ring(first)
+    ring = StaticRing(first)
     view = ClusterView(held, Cache(held))
     sharder = Sharder(
         held.with_field_manager(SHARDER),
@@ -2817,7 +2798,7 @@ async def test_the_sharder_and_a_member_move_a_company_as_the_manager(
         view,
         Scope(namespace),
         labels=RING,
-        membership=cast(Membership, ring),
+        membership=ring,
         key=by_namespace,
         retry_period=0.2,
     )
@@ -2846,9 +2827,7 @@ async def test_the_sharder_and_a_member_move_a_company_as_the_manager(
         draining = await admitted(RING_RULES, labelled({SHARD: first, DRAIN: "true"}))
         member = CachedCompany(held.with_field_manager(MANAGER_NAME), draining)
         # The slots do not matter here: a drain is acknowledged before any slot is looked at.
-        slots = MemberSlots(
-            RING, first, cast(Membership, ring), key=by_namespace, retry_period=1, settle=1
-        )
+        slots = MemberSlots(RING, first, ring, key=by_namespace, retry_period=1, settle=1)
         gate = Gate(never, cast(Cache, member), COMPANY, RING, slots=slots)
         await admitted(RING_RULES, gate.reconcile(Request(namespace, ACME)))
         moved = await admitted(RING_RULES, labelled({SHARD: newcomer, DRAIN: None}))

@@ -34,7 +34,7 @@ from crewlet_operator.cache import Cache, ClusterView, EventHandler, Informer, I
 from crewlet_operator.kube.client import ObjectList, Scope
 from crewlet_operator.sharding import by_namespace
 from crewlet_operator.sharding.gate import Gate
-from crewlet_operator.sharding.membership import EXPIRY_MARGIN, WILL_LISTS, Membership, Signal
+from crewlet_operator.sharding.membership import EXPIRY_MARGIN, WILL_LISTS, Membership
 from crewlet_operator.sharding.ring import (
     SLOTS,
     Assign,
@@ -54,6 +54,7 @@ from crewlet_operator.sharding.sharder import (
     Sharder,
 )
 from crewlet_operator.sharding.slots import SLOT_WAIT, MemberSlots
+from crewlet_operator.testing import StaticRing
 
 KEYS = [f"tenant-{i}" for i in range(3000)]
 KEYS_R = RingLabels("example.com", "r")
@@ -591,7 +592,7 @@ async def test_the_gate_reconciles_what_a_will_leaves_to_its_member() -> None:
         async def inner(request: Request, member: str = member) -> None:
             reconciled.append((member, request.name))
 
-        slots = member_slots(Live("a", "b", wills={"dead": heirs}), member=member)
+        slots = member_slots(StaticRing("a", "b", wills={"dead": heirs}), member=member)
         slots.covered = frozenset(range(SLOTS))
         gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, slots=slots)
         for name in ("willed", "unwilled"):
@@ -600,7 +601,7 @@ async def test_the_gate_reconciles_what_a_will_leaves_to_its_member() -> None:
     assert other != heir
     assert client.patches == [], "a drain left by the dead member is not acknowledged"
     # Labelled for a member found dead whose will is not written yet: tried again shortly.
-    waiting = Live("a", "b")
+    waiting = StaticRing("a", "b")
     waiting.dead = frozenset({"dying"})
     slots = member_slots(waiting, member=heir)
     slots.covered = frozenset(range(SLOTS))
@@ -609,27 +610,12 @@ async def test_the_gate_reconciles_what_a_will_leaves_to_its_member() -> None:
     # A member whose own Lease carries a will (written by hand: a live member never gets one
     # from the sharder) writes nothing: its heirs do.
     cache.objects["mine"] = widget("mine", **{SHARD: heir, DRAIN: "true"})
-    slots = member_slots(Live("a", "b", wills={heir: frozenset({other})}), member=heir)
+    slots = member_slots(StaticRing("a", "b", wills={heir: frozenset({other})}), member=heir)
     slots.covered = frozenset(range(SLOTS))
     gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, slots=slots)
     await gate.reconcile(Request("ns", "mine"))
     assert reconciled == [(heir, "willed")]
     assert client.patches == []
-
-
-class Live:
-    """A Membership stand-in: the live members and the wills, as last listed."""
-
-    def __init__(self, *members: str, wills: dict[str, frozenset[str]] | None = None) -> None:
-        self.members = frozenset(members)
-        self.wills = wills or {}
-        self.dead: frozenset[str] = frozenset()
-        """Members found dead with no will yet."""
-        self.listed = Signal()
-
-    def view(self) -> RingView:
-        leases = self.members | self.wills.keys() | self.dead
-        return RingView(live=self.members, leases=leases, wills=self.wills)
 
 
 class ChildInformer:
@@ -678,14 +664,12 @@ async def finish(following: Coroutine[None, None, None], children: ChildInformer
     await task
 
 
-def member_slots(live: Live, settle: float = 10, member: str = "a") -> MemberSlots:
-    return MemberSlots(
-        KEYS_R, member, cast(Membership, live), key=by_namespace, retry_period=1, settle=settle
-    )
+def member_slots(live: StaticRing, settle: float = 10, member: str = "a") -> MemberSlots:
+    return MemberSlots(KEYS_R, member, live, key=by_namespace, retry_period=1, settle=settle)
 
 
 def all_slots() -> MemberSlots:
-    slots = member_slots(Live("a"))
+    slots = member_slots(StaticRing("a"))
     slots.covered = frozenset(range(SLOTS))
     return slots
 
@@ -697,7 +681,7 @@ def selector(slots: frozenset[int]) -> str:
 async def test_a_member_caches_the_children_of_its_slots_widening_at_once() -> None:
     """The children's informers select the slots the ring gives the member and those of the
     objects labelled for it; a slot counts as covered only once every informer has listed it."""
-    live = Live("a", "b")
+    live = StaticRing("a", "b")
     slots = member_slots(live)
     children, primary = ChildInformer(), PrimaryInformer()
     slots.add_children(cast(Informer, children), Scope(label_selector="app=web"))
@@ -727,7 +711,7 @@ async def test_a_members_cache_of_its_objects_widens_to_what_the_wills_leave_it(
     """A will naming the member (or naming a member whose own will does) adds the dead
     member's label to the selector of its primary informer, at once; a will that cannot lead
     to it does not."""
-    live = Live("a", "b")
+    live = StaticRing("a", "b")
     slots = member_slots(live)
     primary = PrimaryInformer()
     slots.add_primary(cast(Informer, primary), Scope(label_selector="app=web"))
@@ -750,7 +734,7 @@ async def test_a_member_caches_the_children_of_what_it_inherits_alone() -> None:
     """A dead member's objects are all in each heir's cache until relabelled; only those
     whose heir this member is widen its children's informers."""
     ring = HashRing(["a", "b"])
-    live = Live("a", "b", wills={"dead": frozenset({"a", "b"})})
+    live = StaticRing("a", "b", wills={"dead": frozenset({"a", "b"})})
     slots = member_slots(live)
     children, primary = ChildInformer(), PrimaryInformer()
     slots.add_children(cast(Informer, children), Scope(label_selector="app=web"))
@@ -767,13 +751,13 @@ async def test_a_member_caches_the_children_of_what_it_inherits_alone() -> None:
 
 
 async def test_a_member_narrows_its_slots_once_they_have_settled() -> None:
-    live = Live("a")
+    live = StaticRing("a")
     slots = member_slots(live, settle=10)
     children = ChildInformer()
     slots.add_children(cast(Informer, children), Scope(label_selector="app=web"))
     await finish(slots.follow(now=0), children)
     assert slots.covered == frozenset(range(SLOTS))
-    live.members = frozenset({"a", "b"})  # b joins: a's slots shrink, but only once settled
+    live.become("a", "b")  # b joins: a's slots shrink, but only once settled
     await slots.follow(now=1)
     await slots.follow(now=10)
     assert len(children.scopes) == 1
@@ -791,7 +775,7 @@ async def test_the_gate_waits_for_the_children_of_a_slot_it_does_not_hold() -> N
     async def inner(request: Request) -> None:
         reconciled.append(request.name)
 
-    slots = member_slots(Live("a"))
+    slots = member_slots(StaticRing("a"))
     gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, slots=slots)
     assert await gate.reconcile(Request("ns", "mine")) == Result(requeue_after=SLOT_WAIT)
     assert reconciled == []
@@ -1239,7 +1223,7 @@ def test_the_sharders_writes_test_the_labels_they_were_decided_on() -> None:
         cast(ClusterView, ViewStandIn()),
         Scope(),
         labels=KEYS_R,
-        membership=cast(Membership, Live("a")),
+        membership=StaticRing("a"),
         key=by_namespace,
         retry_period=1,
     )
@@ -1264,3 +1248,17 @@ def test_the_sharders_writes_test_the_labels_they_were_decided_on() -> None:
         {"metadata": {"resourceVersion": "7", "labels": {SHARD: "a", DRAIN: None}}},
         "merge",
     )
+
+
+def test_a_static_ring_tells_of_a_join_as_a_list_of_the_leases_would() -> None:
+    ring = StaticRing("a", wills={"dead": frozenset({"a"})})
+    listed = ring.listed.subscribe()
+    assert ring.last_join is None
+    assert ring.view().holder("dead", 0) == "a"
+    ring.become("a", "b")
+    assert listed.is_set()
+    joined = ring.last_join
+    assert joined is not None
+    ring.become("b")  # a leaves: no join
+    assert ring.last_join == joined
+    assert ring.view().live == frozenset({"b"})

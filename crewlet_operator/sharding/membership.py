@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Protocol
 
 import structlog
 
@@ -16,7 +17,14 @@ from crewlet_operator.kube.resources import LEASE, POD
 from crewlet_operator.leader import RivalLeases
 from crewlet_operator.sharding.ring import RingLabels, RingView, will_heirs
 
-__all__ = ["EXPIRY_MARGIN", "VACANCY_PERIODS", "WILL_LISTS", "Membership", "Signal"]
+__all__ = [
+    "EXPIRY_MARGIN",
+    "VACANCY_PERIODS",
+    "WILL_LISTS",
+    "Membership",
+    "RingMembers",
+    "Signal",
+]
 
 log = structlog.get_logger("crewlet_operator.sharding")
 
@@ -39,6 +47,41 @@ class Signal:
         """Set every subscriber's event."""
         for event in self._events:
             event.set()
+
+
+class RingMembers(Protocol):
+    """What the sharder and a member's caches read of the ring's members: :class:`Membership`
+    from the member Leases, or a test's stand-in
+    (:class:`crewlet_operator.testing.StaticRing`), which mypy then holds to every part."""
+
+    listed: Signal
+    """Emitted after every list of the ring: the live members and the wills may have changed."""
+    listed_at: float | None
+    """When (monotonic seconds) the ring was last listed; None before the first list."""
+    versions: dict[str, str]
+    """Each listed member Lease's ``resourceVersion``: a will is written at that version."""
+
+    @property
+    def namespace(self) -> str:
+        """Where the member Leases are."""
+        ...
+
+    @property
+    def last_join(self) -> float | None:
+        """When (monotonic seconds) a member last joined; None: none since the first list."""
+        ...
+
+    def view(self) -> RingView | None:
+        """The ring at the last list; None until the first."""
+        ...
+
+    async def observe(self) -> bool:
+        """List the ring once; False when the list failed."""
+        ...
+
+    async def gone(self) -> dict[str, Evidence]:
+        """The live members whose process the API server shows gone, with the evidence."""
+        ...
 
 
 class Membership:

@@ -18,7 +18,7 @@ from crewlet_operator.incarnation import Evidence
 from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.resources import LEASE, Resource
 from crewlet_operator.objects import KubeObject, object_key
-from crewlet_operator.sharding.membership import Membership
+from crewlet_operator.sharding.membership import RingMembers
 from crewlet_operator.sharding.ring import (
     Assign,
     Drain,
@@ -73,7 +73,7 @@ class Sharder:
         scope: Scope,
         *,
         labels: RingLabels,
-        membership: Membership,
+        membership: RingMembers,
         key: Callable[[KubeObject], str],
         retry_period: float,
         evidence: bool = False,

@@ -17,7 +17,7 @@ from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache import Informer
 from crewlet_operator.kube.client import Scope
 from crewlet_operator.objects import KubeObject
-from crewlet_operator.sharding.membership import Membership
+from crewlet_operator.sharding.membership import RingMembers
 from crewlet_operator.sharding.ring import MemberState, RingLabels, slot_of
 
 __all__ = ["SLOT_WAIT", "MemberSlots"]
@@ -60,7 +60,7 @@ class MemberSlots:
         self,
         labels: RingLabels,
         member: str,
-        membership: Membership,
+        membership: RingMembers,
         *,
         key: Callable[[KubeObject], str],
         retry_period: float,
