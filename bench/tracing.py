@@ -78,8 +78,9 @@ def traced(jaeger: Jaeger) -> dict[str, str]:
 
 ORDER = ("untraced", "traced", "sampled", "sampled", "traced", "untraced")
 """The cost figure's bursts, each kind as often early as late: a burst adds its Companies to the
-world the next one runs in, and a larger world costs the operator more CPU a burst (run
-20261206T222229: untraced, 7.8 s first and 8.8 s sixth, 5,000 Companies later)."""
+world the next one runs in, and a larger world makes a burst slower: the API server's and
+etcd's work grows with it, the operator's does not (bench/NOTES.md, "Tracing's cost in a
+balanced order")."""
 
 
 def _mean(bursts: list[dict[str, float]]) -> dict[str, float]:
