@@ -280,6 +280,10 @@ class Daemon:
         """SIGKILL: a crash."""
         self.process.kill()
 
+    def freeze(self) -> None:
+        """SIGSTOP: the process stops where it is, its connections open, and writes nothing."""
+        self.process.signal(signal.SIGSTOP)
+
     async def stop(self, timeout: float = 45.0) -> None:
         """SIGTERM, then wait for the exit (SIGKILL after ``timeout``)."""
         self.terminate()

@@ -22,10 +22,13 @@ member Lease).
 4. *A burst* of new Companies (300; small: 50) with the three running, followed as in the
    convergence figure (:func:`bench.convergence.burst`): every one Accepted with its 13
    children, which includes the sharder's labelling of each.
-5. *Takeover*: a member that does not hold the leader Lease (the sharder stays) is killed
-   (SIGKILL) and its Pod deleted (each replica runs "in" a Pod object no kubelet runs), and
-   right after, each Company labelled for it is changed (its ``spec.seats.replicas``, as the
-   capacity figure changes it, followed by its :class:`~bench.capacity.Observer`). Measured
+5. *Takeover*: a member that does not hold the leader Lease (the sharder stays) is frozen
+   (SIGSTOP), each Company labelled for it is changed (its ``spec.seats.replicas``, as the
+   capacity figure changes it, followed by its :class:`~bench.capacity.Observer`), and the
+   member is then killed (SIGKILL) and its Pod deleted (each replica runs "in" a Pod object no
+   kubelet runs): every change waits for the heirs at the kill, so the figure measures the
+   takeover, not the bench's rate of sending (the figure says if the frozen member's Lease
+   expired while the changes went out, which hands them over before the kill). Measured
    from the kill: until its Lease carries its will (the sharder writes it once it finds the
    Pod gone, at its next list of the ring; without that evidence, once the Lease has expired,
    :data:`LEASE_DURATION` after its last renewal, which is reported too; from then on the
@@ -309,21 +312,23 @@ async def _takeover(
     held = shards.held(gone)
     lease = await cluster.api.get(LEASE, gone, PLATFORM)  # deleted once its Companies moved
     async with Observer(cluster.api) as observer:
-        wall, killed = time.time(), time.monotonic()
-        daemons[victim].kill()
-        will = asyncio.create_task(_will_written(cluster.api, gone, timeout))
-        pod = daemons[victim].pod
-        assert pod is not None
-        await cluster.api.delete(POD, pod.name, pod.namespace, grace_period_seconds=0)
+        frozen = time.monotonic()
+        daemons[victim].freeze()
         changes = [
-            Change(key, "update", killed, replicas=next_replicas(DEFAULT_REPLICAS)) for key in held
+            Change(key, "update", frozen, replicas=next_replicas(DEFAULT_REPLICAS)) for key in held
         ]
 
         async def send(change: Change) -> None:
             await send_change(cluster, observer, change)
 
         await each(changes, send, CREATE_CONCURRENCY)
-        sent = time.monotonic()
+        willed_while_frozen = await _will(cluster.api, gone) is not None
+        wall, killed = time.time(), time.monotonic()
+        daemons[victim].kill()
+        will = asyncio.create_task(_will_written(cluster.api, gone, timeout))
+        pod = daemons[victim].pod
+        assert pod is not None
+        await cluster.api.delete(POD, pod.name, pod.namespace, grace_period_seconds=0)
         willed = await will
 
         async def relabelled() -> bool:
@@ -341,15 +346,14 @@ async def _takeover(
         await until(converged, timeout, f"{gone}'s companies' changes converged", interval=0.2)
     renewed_before_kill = wall - moment(lease["spec"]["renewTime"]).timestamp()
     to_converged = sorted(c.converged() - killed for c in changes if c.failed is None)
-    # Each change from when it was sent: what the operator takes, apart from the bench's rate.
-    from_sent = sorted(c.converged() - c.sent for c in changes if c.failed is None)
     by_member = Counter(shards.members[key] for key in held)
     return {
         "killed": daemons[victim].name,
         "member": gone,
         "companies": len(held),
         "to_survivors": dict(sorted(by_member.items())),
-        "changes_sent_s": round(sent - killed, 2),
+        "changes_sent_while_frozen_s": round(killed - frozen, 2),
+        "willed_while_frozen": willed_while_frozen,
         "changes_failed": sum(1 for c in changes if c.failed is not None),
         "last_renewal_before_kill_s": round(renewed_before_kill, 2),
         "will_written_s": round(willed - killed, 2),
@@ -359,17 +363,21 @@ async def _takeover(
         "first_converged_s": round(to_converged[0], 2) if to_converged else None,
         "converged_p50_s": round(percentile(to_converged, 0.5), 2) if to_converged else None,
         "converged_s": round(to_converged[-1], 2) if to_converged else None,
-        "from_sent_p50_s": round(percentile(from_sent, 0.5), 2) if from_sent else None,
-        "from_sent_max_s": round(from_sent[-1], 2) if from_sent else None,
     }
+
+
+async def _will(client: Client, member: str) -> str | None:
+    """The will on ``member``'s Lease, if it carries one."""
+    lease = await client.get(LEASE, member, PLATFORM)
+    will = ((lease.get("metadata") or {}).get("annotations") or {}).get(RING.heirs)
+    return None if will is None else str(will)
 
 
 async def _will_written(client: Client, member: str, timeout: float) -> float:
     """When ``member``'s Lease was first seen with its will (polled every 0.1 s; monotonic)."""
 
     async def written() -> bool:
-        lease = await client.get(LEASE, member, PLATFORM)
-        return RING.heirs in ((lease.get("metadata") or {}).get("annotations") or {})
+        return await _will(client, member) is not None
 
     return await until(written, timeout, f"{member}'s will", interval=0.1)
 
@@ -462,13 +470,13 @@ def _line(data: dict[str, Any], one: Sequence[Replica], three: Sequence[Replica]
         f"{base['rss_mib']} MiB steady ({base['peak_rss_mib']} peak); a ring of one: "
         f"{_ring_text(one, data['ring_of_one_writes'])}; a ring of three: "
         f"{_ring_text(three, data['ring_of_three_writes'])}; a burst of "
-        f"{rushed['companies']} converged in {rushed['operator_s']} s; SIGKILL of a member "
-        f"holding {takeover['companies']}: its will written {takeover['will_written_s']} s "
-        f"after the kill, relabelled for its heirs from {takeover['first_relabelled_s']} s to "
-        f"{takeover['relabelled_s']} s ({after_renewal} s after its last renewal), each one's "
-        f"seats change converged from {takeover['first_converged_s']} s to "
-        f"{takeover['converged_s']} s after (p50 {takeover['converged_p50_s']} s), "
-        f"{takeover['from_sent_max_s']} s at most after it was sent (p50 "
-        f"{takeover['from_sent_p50_s']} s; the changes went out over "
-        f"{takeover['changes_sent_s']} s)"
+        f"{rushed['companies']} converged in {rushed['operator_s']} s; a member holding "
+        f"{takeover['companies']} frozen, each of them changed "
+        f"({takeover['changes_sent_while_frozen_s']} s"
+        + (", its lease expired meanwhile" if takeover["willed_while_frozen"] else "")
+        + f"), then SIGKILLed: its will written {takeover['will_written_s']} s after the kill, "
+        f"relabelled for its heirs from {takeover['first_relabelled_s']} s to "
+        f"{takeover['relabelled_s']} s ({after_renewal} s after its last renewal), the "
+        f"changes converged from {takeover['first_converged_s']} s to "
+        f"{takeover['converged_s']} s after the kill (p50 {takeover['converged_p50_s']} s)"
     )
