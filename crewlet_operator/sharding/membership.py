@@ -68,7 +68,8 @@ class RingMembers(Protocol):
 
     @property
     def last_join(self) -> float | None:
-        """When (monotonic seconds) a member last joined; None: none since the first list."""
+        """When (monotonic seconds) a member last joined (or came back); None: no join for the
+        sharder to let settle."""
         ...
 
     def view(self) -> RingView | None:
