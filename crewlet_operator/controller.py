@@ -435,6 +435,9 @@ class Narrowing(Protocol):
     def wrap(self, reconcile: ReconcileFunc) -> ReconcileFunc:
         """The reconciler, wrapped."""
 
+    def predicates(self) -> Sequence[Predicate]:
+        """What the primary kind's events must pass besides the controller's own predicates."""
+
     def built(
         self, controller: Controller, primary: Scope, owned: Sequence[tuple[Resource, Scope]]
     ) -> None:
@@ -641,15 +644,16 @@ class Builder:
         controller = Controller(self._name, reconcile, self._manager.cache, **settings)
         owners = requests_for_owner(primary.group, primary.kind, primary.namespaced)
         for watch in (self._for, *self._owns, *self._watches):
-            options = watch.options
+            options, predicates = watch.options, watch.predicates
             if narrowing is not None and watch is self._for:
                 options = narrowing.primary(self._options_of(watch))
+                predicates = [*predicates, *narrowing.predicates()]
             elif narrowing is not None and any(watch is owned for owned in self._owns):
                 options = narrowing.owned(self._options_of(watch))
             controller.watch(
                 watch.resource,
                 watch.mapper or owners,
-                watch.predicates,
+                predicates,
                 options,
                 # The primary's initial list requests every owner already.
                 initial=watch.mapper is not None,

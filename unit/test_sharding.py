@@ -6,6 +6,7 @@ with sharding builds its controllers."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import random
 import time
@@ -33,7 +34,7 @@ from crewlet_operator import (
 from crewlet_operator.cache import Cache, ClusterView, EventHandler, Informer, InformerOptions
 from crewlet_operator.kube.client import ObjectList, Scope
 from crewlet_operator.sharding import by_namespace
-from crewlet_operator.sharding.gate import Gate
+from crewlet_operator.sharding.gate import Gate, heirs_relabels_skipped
 from crewlet_operator.sharding.membership import EXPIRY_MARGIN, WILL_LISTS, Membership
 from crewlet_operator.sharding.ring import (
     SLOTS,
@@ -1262,3 +1263,37 @@ def test_a_static_ring_tells_of_a_join_as_a_list_of_the_leases_would() -> None:
     ring.become("b")  # a leaves: no join
     assert ring.last_join == joined
     assert ring.view().live == frozenset({"b"})
+
+
+def test_a_dead_members_object_relabelled_for_its_heir_is_not_reconciled_again() -> None:
+    """The heir reconciled the object when the will came: the sharder's relabel for it asks
+    for no second reconcile. Every other update passes."""
+    heir = str(HashRing(["a", "b"]).slot_owner(slot_of("ns")))
+    other = "b" if heir == "a" else "a"
+    ring = StaticRing("a", "b", wills={"dead": frozenset({"a", "b"})})
+    passes = heirs_relabels_skipped(KEYS_R, member_slots(ring, member=heir)).update
+
+    def relabelled(before: dict[str, object], **labels: str) -> dict[str, object]:
+        after = copy.deepcopy(before)
+        after["metadata"]["labels"] = labels  # type: ignore[index]
+        return after
+
+    old = widget("w", **{SHARD: "dead", "app": "web"})
+    assert not passes(old, relabelled(old, **{SHARD: heir, "app": "web"}))
+    # Not the heir's to skip: another member's relabel, a drain, a live member's object moved,
+    # a first assignment, another label changed at once.
+    assert passes(old, relabelled(old, **{SHARD: other, "app": "web"}))
+    assert passes(old, relabelled(old, **{SHARD: heir, DRAIN: "true", "app": "web"}))
+    assert passes(old, relabelled(old, **{SHARD: heir, "app": "api"}))
+    assert passes(widget("w", **{SHARD: other}), widget("w", **{SHARD: heir}))
+    assert passes(widget("w"), widget("w", **{SHARD: heir}))
+    # A change of the spec or the annotations at once.
+    changed = relabelled(old, **{SHARD: heir, "app": "web"})
+    changed["metadata"]["generation"] = 2  # type: ignore[index]
+    assert passes(old, changed)
+    annotated = relabelled(old, **{SHARD: heir, "app": "web"})
+    annotated["metadata"]["annotations"] = {"note": "x"}  # type: ignore[index]
+    assert passes(old, annotated)
+    # A dead member with no will yet leaves its objects to nobody: its relabel passes.
+    unwilled = heirs_relabels_skipped(KEYS_R, member_slots(StaticRing("a", "b"), member=heir))
+    assert unwilled.update(old, relabelled(old, **{SHARD: heir, "app": "web"}))

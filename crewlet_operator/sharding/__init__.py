@@ -57,7 +57,9 @@ hold its parts, and the manager runs them on its one run path, as it runs everyt
   primary object from its cache: one neither labelled for it nor inherited by it (moved, not yet
   assigned, or another heir's) is not reconciled, one draining is acknowledged instead, one
   whose slot its informers of children do not hold yet waits for them. What it writes for an
-  object is therefore always written while the object is its own.
+  object is therefore always written while the object is its own. A dead member's object
+  relabelled for its heir, who already wrote it by the will, is not reconciled again
+  (:func:`~.gate.heirs_relabels_skipped`, on the primary kind's events).
 - **The wiring** (:mod:`.member`): what a manager with sharding adds to what it runs (a Lease,
   loops, what it makes of a sharded controller), and nothing it runs itself.
 

@@ -33,9 +33,10 @@ from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.resources import Resource
 from crewlet_operator.leader import LeaderElectionConfig, LeaderElector
 from crewlet_operator.objects import KubeObject
+from crewlet_operator.predicate import Predicate
 from crewlet_operator.rbac import PolicyRule
 from crewlet_operator.reconcile import ReconcileFunc
-from crewlet_operator.sharding.gate import Gate
+from crewlet_operator.sharding.gate import Gate, heirs_relabels_skipped
 from crewlet_operator.sharding.membership import VACANCY_PERIODS, Membership
 from crewlet_operator.sharding.options import Sharding
 from crewlet_operator.sharding.ring import (
@@ -143,6 +144,11 @@ class RingMember:
             slots=self.slots,
         )
         return gate.reconcile
+
+    def predicates(self) -> Sequence[Predicate]:
+        """A dead member's objects relabelled for this member, their heir, are not reconciled
+        again (:func:`~.gate.heirs_relabels_skipped`)."""
+        return [heirs_relabels_skipped(self.labels, self.slots)]
 
     def built(
         self, controller: Controller, primary: Scope, owned: Sequence[tuple[Resource, Scope]]
