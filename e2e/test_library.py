@@ -50,9 +50,11 @@ from crewlet_operator.kube import ListParams
 from crewlet_operator.kube.client import RawObjectList, WatchEvent
 from crewlet_operator.objects import resource_version
 from crewlet_operator.sharding import by_namespace
-from crewlet_operator.sharding.ring import RingLabels
+from crewlet_operator.sharding.gate import heirs_relabels_skipped
+from crewlet_operator.sharding.ring import RingLabels, label_path, label_test
 from crewlet_operator.sharding.sharder import Sharder
-from crewlet_operator.testing import StaticRing
+from crewlet_operator.sharding.slots import MemberSlots
+from crewlet_operator.testing import StaticRing, manager_options_for_tests, run_manager
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -1178,3 +1180,41 @@ async def test_the_sharders_writes_test_the_labels_they_were_decided_on(
     assert moved["data"] == {"k": "changed"}
     kept = await kube_client.get(CONFIG_MAP, "labels-changed", namespace)
     assert kept["metadata"]["labels"][labels.shard] == "other", "decided on labels gone by"
+
+
+async def test_an_heir_is_not_asked_again_by_its_own_relabel(
+    kube_client: Client, namespace: str
+) -> None:
+    """A dead member's object, reconciled by its heir by the will, then relabelled for the heir
+    as the sharder does (a JSON patch of the label alone): the API server's event of the
+    relabel asks for no second reconcile, and the next change of the object does."""
+    labels = RingLabels("example.crewlet.ai", "widgets")
+    ring = StaticRing("heir", wills={"dead": frozenset({"heir"})})
+    slots = MemberSlots(labels, "heir", ring, key=by_namespace, retry_period=1, settle=1)
+    reconciled: list[str] = []
+
+    async def reconcile(request: Request) -> None:
+        if request.name == "held":  # the namespace's kube-root-ca.crt aside
+            reconciled.append(request.name)
+
+    manager = Manager(kube_client, manager_options_for_tests("heirs"))
+    manager.controller("heirs").for_(
+        CONFIG_MAP,
+        predicates=[heirs_relabels_skipped(labels, slots)],
+        options=InformerOptions(scope=Scope(namespace)),
+    ).complete(reconcile)
+    async with run_manager(manager) as running:
+        await kube_client.create(
+            CONFIG_MAP, labelled_config_map("held", namespace, {labels.shard: "dead"})
+        )
+        await eventually(lambda: reconciled == ["held"], message="reconciled by the will")
+        relabel = [
+            label_test(labels.shard, "dead"),
+            {"op": "replace", "path": label_path(labels.shard), "value": "heir"},
+        ]
+        await kube_client.patch(CONFIG_MAP, "held", relabel, namespace, patch_type="json")
+        await running.idle()
+        await kube_client.patch(CONFIG_MAP, "held", {"data": {"k": "changed"}}, namespace)
+        await eventually(lambda: len(reconciled) >= 2, message="the change reconciled")
+        await running.idle()
+    assert reconciled == ["held", "held"]
