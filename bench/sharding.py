@@ -53,7 +53,7 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, get_args
 
 from bench.capacity import DEFAULT_REPLICAS, Change, Observer, next_replicas, send_change
 from bench.cluster import CREATE_CONCURRENCY, PLATFORM, each
@@ -76,6 +76,7 @@ from crewlet_operator import LEASE, POD, Client, TransportError
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache.informer import INITIAL_EVENTS_END
 from crewlet_operator.kube import WatchParams
+from crewlet_operator.metrics import ReconcileResult
 from crewlet_operator.objects import labels, name, namespace, resource_version
 from crewlet_operator.sharding.ring import RingLabels
 from crewlet_operator.testing import replica_pod
@@ -323,6 +324,8 @@ async def _takeover(
 
         await each(changes, send, CREATE_CONCURRENCY)
         willed_while_frozen = await _will(cluster.api, gone) is not None
+        heirs = [d for i, d in enumerate(daemons) if i != victim]
+        reconciles = await _reconciles_by_result(heirs)
         wall, killed = time.time(), time.monotonic()
         daemons[victim].kill()
         will = asyncio.create_task(_will_written(cluster.api, gone, timeout))
@@ -344,6 +347,9 @@ async def _takeover(
             return all(c.failed is not None or not math.isinf(c.converged()) for c in changes)
 
         await until(converged, timeout, f"{gone}'s companies' changes converged", interval=0.2)
+        for heir in heirs:
+            await heir.quiesce(timeout)
+        reconciles = await _reconciles_by_result(heirs) - reconciles
     renewed_before_kill = wall - moment(lease["spec"]["renewTime"]).timestamp()
     to_converged = sorted(c.converged() - killed for c in changes if c.failed is None)
     by_member = Counter(shards.members[key] for key in held)
@@ -355,6 +361,7 @@ async def _takeover(
         "changes_sent_while_frozen_s": round(killed - frozen, 2),
         "willed_while_frozen": willed_while_frozen,
         "changes_failed": sum(1 for c in changes if c.failed is not None),
+        "heirs_reconciles": dict(sorted(reconciles.items())),
         "last_renewal_before_kill_s": round(renewed_before_kill, 2),
         "will_written_s": round(willed - killed, 2),
         "first_relabelled_s": round(min(moved) - killed, 2),
@@ -364,6 +371,20 @@ async def _takeover(
         "converged_p50_s": round(percentile(to_converged, 0.5), 2) if to_converged else None,
         "converged_s": round(to_converged[-1], 2) if to_converged else None,
     }
+
+
+async def _reconciles_by_result(daemons: Sequence[Daemon]) -> Counter[str]:
+    """The companies' reconciles of ``daemons`` so far, by result (``requeue_after``: the
+    gate's waits for a will or a slot's children among them)."""
+    counts: Counter[str] = Counter()
+    for daemon in daemons:
+        for result in get_args(ReconcileResult):
+            counts[result] += int(
+                await daemon.metric(
+                    "controller_runtime_reconcile_total", controller="company", result=result
+                )
+            )
+    return counts
 
 
 async def _will(client: Client, member: str) -> str | None:
@@ -478,5 +499,6 @@ def _line(data: dict[str, Any], one: Sequence[Replica], three: Sequence[Replica]
         f"relabelled for its heirs from {takeover['first_relabelled_s']} s to "
         f"{takeover['relabelled_s']} s ({after_renewal} s after its last renewal), the "
         f"changes converged from {takeover['first_converged_s']} s to "
-        f"{takeover['converged_s']} s after the kill (p50 {takeover['converged_p50_s']} s)"
+        f"{takeover['converged_s']} s after the kill (p50 {takeover['converged_p50_s']} s; "
+        f"the heirs' reconciles until idle, by result: {takeover['heirs_reconciles']})"
     )
