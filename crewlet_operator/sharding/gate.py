@@ -89,9 +89,9 @@ def heirs_relabels_skipped(labels: RingLabels, slots: MemberSlots) -> Predicate:
     """A predicate on the sharded kind's events: an update that does nothing but relabel an
     object from a dead member for this member, which already writes it as that member's heir,
     asks for no reconcile. The heir reconciled the object when the will came (its cache listed
-    the dead member's objects then), and the label changes nothing it writes: without this, a
-    takeover of thousands reconciles each of them twice, the second time ahead of changes
-    still waiting for their first (bench/NOTES.md, "A takeover's relabels, reconciled no
+    the dead member's objects then), and the label changes nothing it writes: without this,
+    each relabel that comes after that reconcile queues the object once more, ahead of changes
+    still waiting for their first (bench/NOTES.md, "An heir's own relabels, reconciled no
     more"). Any other update passes: a drain, a first assignment, a move from a live member,
     a change of the spec, the annotations or another label."""
 
