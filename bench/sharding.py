@@ -378,12 +378,10 @@ async def _reconciles_by_result(daemons: Sequence[Daemon]) -> Counter[str]:
     gate's waits for a will or a slot's children among them)."""
     counts: Counter[str] = Counter()
     for daemon in daemons:
+        samples = await daemon.samples()  # one scrape for every result
         for result in get_args(ReconcileResult):
-            counts[result] += int(
-                await daemon.metric(
-                    "controller_runtime_reconcile_total", controller="company", result=result
-                )
-            )
+            labels = {"controller": "company", "result": result}
+            counts[result] += int(total(samples, "controller_runtime_reconcile_total", labels))
     return counts
 
 

@@ -335,18 +335,19 @@ class StaticRing:
     def become(self, *live: str) -> None:
         """Members ``live`` from now on, as a list of the ring would find them (a member that
         joins sets :attr:`last_join`)."""
-        now = time.monotonic()
         if set(live) - self.live:
-            self.last_join = now
+            self.last_join = time.monotonic()
         self.live = frozenset(live)
-        self.listed_at = now
-        self.listed.emit()
+        self._list()
 
     async def observe(self) -> bool:
         """A list of the ring, which finds it as set."""
+        self._list()
+        return True
+
+    def _list(self) -> None:
         self.listed_at = time.monotonic()
         self.listed.emit()
-        return True
 
     async def gone(self) -> dict[str, Evidence]:
         """No process is shown gone: a test ends a member by :meth:`become` or a will."""

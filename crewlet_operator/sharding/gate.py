@@ -98,11 +98,10 @@ def heirs_relabels_skipped(labels: RingLabels, slots: MemberSlots) -> Predicate:
     def update(old: KubeObject, new: KubeObject) -> bool:
         before, after = dict(labels_of(old)), dict(labels_of(new))
         dead = before.pop(labels.shard, None)
+        if after.pop(labels.shard, None) != slots.member or dead in (None, slots.member):
+            return True  # not a relabel for this member: most updates stop here
         relabelled = (
-            after.pop(labels.shard, None) == slots.member
-            and dead is not None
-            and dead != slots.member
-            and labels.drain not in after
+            labels.drain not in after
             and before == after
             and generation(old) == generation(new)
             and annotations_of(old) == annotations_of(new)
