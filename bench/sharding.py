@@ -53,7 +53,7 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self, get_args
+from typing import Any, Self
 
 from bench.capacity import DEFAULT_REPLICAS, Change, Observer, next_replicas, send_change
 from bench.cluster import CREATE_CONCURRENCY, PLATFORM, each
@@ -76,7 +76,7 @@ from crewlet_operator import LEASE, POD, Client, TransportError
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache.informer import INITIAL_EVENTS_END
 from crewlet_operator.kube import WatchParams
-from crewlet_operator.metrics import ReconcileResult
+from crewlet_operator.metrics import SHARD_GATE_OUTCOMES
 from crewlet_operator.objects import labels, name, namespace, resource_version
 from crewlet_operator.sharding.ring import RingLabels
 from crewlet_operator.testing import replica_pod
@@ -325,7 +325,7 @@ async def _takeover(
         await each(changes, send, CREATE_CONCURRENCY)
         willed_while_frozen = await _will(cluster.api, gone) is not None
         heirs = [d for i, d in enumerate(daemons) if i != victim]
-        reconciles = await _reconciles_by_result(heirs)
+        gated = await _gate_outcomes(heirs)
         wall, killed = time.time(), time.monotonic()
         daemons[victim].kill()
         will = asyncio.create_task(_will_written(cluster.api, gone, timeout))
@@ -349,7 +349,7 @@ async def _takeover(
         await until(converged, timeout, f"{gone}'s companies' changes converged", interval=0.2)
         for heir in heirs:
             await heir.quiesce(timeout)
-        reconciles = await _reconciles_by_result(heirs) - reconciles
+        gated = await _gate_outcomes(heirs) - gated
     renewed_before_kill = wall - moment(lease["spec"]["renewTime"]).timestamp()
     to_converged = sorted(c.converged() - killed for c in changes if c.failed is None)
     by_member = Counter(shards.members[key] for key in held)
@@ -361,7 +361,7 @@ async def _takeover(
         "changes_sent_while_frozen_s": round(killed - frozen, 2),
         "willed_while_frozen": willed_while_frozen,
         "changes_failed": sum(1 for c in changes if c.failed is not None),
-        "heirs_reconciles": dict(sorted(reconciles.items())),
+        "heirs_gate": dict(sorted(gated.items())),
         "last_renewal_before_kill_s": round(renewed_before_kill, 2),
         "will_written_s": round(willed - killed, 2),
         "first_relabelled_s": round(min(moved) - killed, 2),
@@ -373,15 +373,15 @@ async def _takeover(
     }
 
 
-async def _reconciles_by_result(daemons: Sequence[Daemon]) -> Counter[str]:
-    """The companies' reconciles of ``daemons`` so far, by result (``requeue_after``: the
-    gate's waits for a will or a slot's children among them)."""
+async def _gate_outcomes(daemons: Sequence[Daemon]) -> Counter[str]:
+    """What the gates of ``daemons`` did with the companies' requests so far, by outcome
+    (``reconciled``: the reconciles that ran)."""
     counts: Counter[str] = Counter()
     for daemon in daemons:
-        samples = await daemon.samples()  # one scrape for every result
-        for result in get_args(ReconcileResult):
-            labels = {"controller": "company", "result": result}
-            counts[result] += int(total(samples, "controller_runtime_reconcile_total", labels))
+        samples = await daemon.samples()  # one scrape for every outcome
+        for outcome in SHARD_GATE_OUTCOMES:
+            labels: dict[str, str] = {"outcome": outcome}
+            counts[outcome] += int(total(samples, "crewlet_operator_shard_gate_total", labels))
     return counts
 
 
@@ -498,5 +498,5 @@ def _line(data: dict[str, Any], one: Sequence[Replica], three: Sequence[Replica]
         f"{takeover['relabelled_s']} s ({after_renewal} s after its last renewal), the "
         f"changes converged from {takeover['first_converged_s']} s to "
         f"{takeover['converged_s']} s after the kill (p50 {takeover['converged_p50_s']} s; "
-        f"the heirs' reconciles until idle, by result: {takeover['heirs_reconciles']})"
+        f"what the heirs' gates did until idle: {takeover['heirs_gate']})"
     )

@@ -389,7 +389,8 @@ class Controller:
     def requeue(self, request: Request, priority: int = NORMAL_PRIORITY) -> None:
         """Queue ``request`` at ``priority`` from inside a reconcile of it, for work it leaves
         to the next one (it runs again after this one: the queue never hands one request to two
-        workers). Its next reconcile's span says ``requeued``, waiting from now."""
+        workers), or once what a reconcile of it was put off for has come (a sharded member's
+        slots). Its next reconcile's span says ``requeued``, waiting from now."""
         self.queue.add(request, priority)
         self._requeued(request, 0.0, priority)
 
@@ -437,6 +438,9 @@ class Narrowing(Protocol):
 
     def predicates(self) -> Sequence[Predicate]:
         """What the primary kind's events must pass besides the controller's own predicates."""
+
+    def owned_predicates(self) -> Sequence[Predicate]:
+        """What a child kind's events must pass besides the controller's own predicates."""
 
     def built(
         self, controller: Controller, primary: Scope, owned: Sequence[tuple[Resource, Scope]]
@@ -650,6 +654,7 @@ class Builder:
                 predicates = [*predicates, *narrowing.predicates()]
             elif narrowing is not None and any(watch is owned for owned in self._owns):
                 options = narrowing.owned(self._options_of(watch))
+                predicates = [*predicates, *narrowing.owned_predicates()]
             controller.watch(
                 watch.resource,
                 watch.mapper or owners,

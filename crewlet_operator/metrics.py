@@ -56,6 +56,8 @@ __all__ = [
     "REST_CLIENT_REQUEST_DURATION",
     "REST_CLIENT_REQUEST_DURATION_BUCKETS",
     "REST_CLIENT_REQUEST_RETRIES",
+    "SHARD_GATE",
+    "SHARD_GATE_OUTCOMES",
     "SHARD_MEMBER_STATUS",
     "TERMINAL_RECONCILE_ERRORS",
     "WORKQUEUE_ADDS",
@@ -71,6 +73,7 @@ __all__ = [
     "EventLoopLag",
     "ObjectCounts",
     "ReconcileResult",
+    "ShardGateOutcome",
     "WorkqueueMetrics",
     "init_controller_metrics",
 ]
@@ -529,6 +532,34 @@ and may write its share of the objects: it holds its member Lease, has listed th
 within a lease duration, and its Lease carries no will; 0 while it may write none of them. Read
 at scrape time from the manager, so that a member that may write nothing (it cannot list the
 ring, or its Lease carries a will) says so where an alert sees it, beside /readyz."""
+
+ShardGateOutcome = Literal["reconciled", "drained", "not_ours", "awaiting_will", "awaiting_slot"]
+"""Values of the ``outcome`` label of ``crewlet_operator_shard_gate_total``."""
+
+SHARD_GATE_OUTCOMES: Final[tuple[ShardGateOutcome, ...]] = (
+    "reconciled",
+    "drained",
+    "not_ours",
+    "awaiting_will",
+    "awaiting_slot",
+)
+"""Every value of the ``outcome`` label, each series created at zero with the gate."""
+
+SHARD_GATE: Final = Counter(
+    "crewlet_operator_shard_gate",
+    "Requests of the sharded kind that a member's gate let through to the reconciler "
+    "(reconciled), acknowledged as a drain (drained), turned away as another member's or gone "
+    "(not_ours), or put off until a dead member's will (awaiting_will) or the children of its "
+    "slot are cached (awaiting_slot).",
+    ["ring", "outcome"],
+    registry=REGISTRY,
+)
+"""``crewlet_operator_shard_gate_total{ring,outcome}``: Requests of the sharded kind that a
+member's gate let through to the reconciler (``reconciled``), acknowledged as a drain
+(``drained``), turned away as another member's or gone (``not_ours``), or put off until a dead
+member's will (``awaiting_will``) or the children of its slot are cached (``awaiting_slot``).
+``controller_runtime_reconcile_total`` counts every one of them (a turned-away request returns
+with nothing to do, a put-off one with ``requeue_after``); this tells the reconciles that ran."""
 
 METRICS_CERTIFICATE_EXPIRY: Final = Gauge(
     "crewlet_operator_metrics_certificate_expiry_timestamp_seconds",

@@ -1185,28 +1185,36 @@ async def test_the_sharders_writes_test_the_labels_they_were_decided_on(
 async def test_an_heir_is_not_asked_again_by_its_own_relabel(
     kube_client: Client, namespace: str
 ) -> None:
-    """A dead member's object, reconciled by its heir by the will, then relabelled for the heir
-    as the sharder does (a JSON patch of the label alone): the API server's event of the
-    relabel asks for no second reconcile, and the next change of the object does."""
+    """A dead member's object, asked for by its heir as the will leaves it there (not at its
+    add), then relabelled for the heir as the sharder does (a JSON patch of the label alone):
+    the API server's event of the relabel asks for no second reconcile, and the next change of
+    the object does."""
     labels = RingLabels("example.crewlet.ai", "widgets")
     ring = StaticRing("heir", wills={"dead": frozenset({"heir"})})
     slots = MemberSlots(labels, "heir", ring, key=by_namespace, retry_period=1, settle=1)
     reconciled: list[str] = []
 
     async def reconcile(request: Request) -> None:
-        if request.name == "held":  # the namespace's kube-root-ca.crt aside
-            reconciled.append(request.name)
+        reconciled.append(request.name)
 
     manager = Manager(kube_client, manager_options_for_tests("heirs"))
-    manager.controller("heirs").for_(
-        CONFIG_MAP,
-        predicates=[heirs_relabels_skipped(labels, slots)],
-        options=InformerOptions(scope=Scope(namespace)),
-    ).complete(reconcile)
+    base = Scope(namespace)
+    controller = (
+        manager.controller("heirs")
+        .for_(
+            CONFIG_MAP,
+            predicates=[slots.primary_predicate(), heirs_relabels_skipped(labels, slots)],
+            options=InformerOptions(scope=slots.primary_scope(base, frozenset())),
+        )
+        .complete(reconcile)
+    )
+    slots.add_primary(manager.cache.informer(CONFIG_MAP), base)
+    slots.on_ready(controller.requeue)
     async with run_manager(manager) as running:
         await kube_client.create(
             CONFIG_MAP, labelled_config_map("held", namespace, {labels.shard: "dead"})
         )
+        await slots.follow_wills()  # its cache takes the dead member's objects, and asks
         await eventually(lambda: reconciled == ["held"], message="reconciled by the will")
         relabel = [
             label_test(labels.shard, "dead"),

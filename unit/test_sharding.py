@@ -27,9 +27,9 @@ from crewlet_operator import (
     Request,
     RestartCheckpoint,
     RestConfig,
-    Result,
     Sharding,
     TransportError,
+    metrics,
 )
 from crewlet_operator.cache import Cache, ClusterView, EventHandler, Informer, InformerOptions
 from crewlet_operator.kube.client import ObjectList, Scope
@@ -54,7 +54,7 @@ from crewlet_operator.sharding.sharder import (
     SHARDER_WRITES,
     Sharder,
 )
-from crewlet_operator.sharding.slots import SLOT_WAIT, MemberSlots
+from crewlet_operator.sharding.slots import MemberSlots
 from crewlet_operator.testing import StaticRing
 
 KEYS = [f"tenant-{i}" for i in range(3000)]
@@ -533,9 +533,27 @@ class StoreStandIn:
     def get(self, resource: object, name: str, namespace: str | None = None) -> object:
         return self.objects.get(name)
 
+    def list(self) -> list[dict[str, object]]:
+        return list(self.objects.values())
+
 
 def widget(name: str, **labels: str) -> dict[str, object]:
     return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": "7", "labels": labels}}
+
+
+def gate_outcomes() -> Counter[str]:
+    """``crewlet_operator_shard_gate_total`` of the ring ``r`` so far, by outcome."""
+    return Counter(
+        {
+            outcome: int(
+                metrics.REGISTRY.get_sample_value(
+                    "crewlet_operator_shard_gate_total", {"ring": "r", "outcome": outcome}
+                )
+                or 0
+            )
+            for outcome in metrics.SHARD_GATE_OUTCOMES
+        }
+    )
 
 
 async def test_the_gate_reconciles_only_its_members_objects_and_acknowledges_a_drain() -> None:
@@ -555,9 +573,12 @@ async def test_the_gate_reconciles_only_its_members_objects_and_acknowledges_a_d
         reconciled.append(request.name)
 
     gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, slots=all_slots())
+    before = gate_outcomes()
     for name in ("mine", "theirs", "unassigned", "draining", "gone"):
         await gate.reconcile(Request("ns", name))
     assert reconciled == ["mine"]
+    # crewlet_operator_shard_gate_total tells what the gate did with each.
+    assert gate_outcomes() - before == Counter(reconciled=1, drained=1, not_ours=3)
     # The acknowledgement clears both labels while they still say this member and the drain.
     assert client.patches == [
         (
@@ -607,7 +628,9 @@ async def test_the_gate_reconciles_what_a_will_leaves_to_its_member() -> None:
     slots = member_slots(waiting, member=heir)
     slots.covered = frozenset(range(SLOTS))
     gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, slots=slots)
-    assert await gate.reconcile(Request("ns", "unwilled")) == Result(requeue_after=SLOT_WAIT)
+    before = gate_outcomes()
+    assert await gate.reconcile(Request("ns", "unwilled")) is None  # asked for at the will
+    assert gate_outcomes() - before == Counter(awaiting_will=1)
     # A member whose own Lease carries a will (written by hand: a live member never gets one
     # from the sharder) writes nothing: its heirs do.
     cache.objects["mine"] = widget("mine", **{SHARD: heir, DRAIN: "true"})
@@ -647,12 +670,16 @@ class PrimaryInformer(ChildInformer):
     def __init__(self) -> None:
         super().__init__()
         self.handlers: list[Any] = []
+        self.store = StoreStandIn({}, Recorder())
 
     def add_handler(self, handler: Any) -> None:
         self.handlers.append(handler)
 
     def add(self, namespace: str, member: str = "a") -> None:
-        obj = {"metadata": {"name": "w", "namespace": namespace, "labels": {SHARD: member}}}
+        obj: dict[str, object] = {
+            "metadata": {"name": "w", "namespace": namespace, "labels": {SHARD: member}}
+        }
+        self.store.objects[namespace] = obj
         for handler in self.handlers:
             handler.on_add(obj)
 
@@ -728,7 +755,7 @@ async def test_a_members_cache_of_its_objects_widens_to_what_the_wills_leave_it(
     live.dead = frozenset({"v"})
     await finish(slots.follow_wills(), primary)
     assert primary.scopes[-1] == "app=web,shard.example.com/r in (a,v,w)"
-    assert primary.added[-1] == "app=web,shard.example.com/r in (v)", "v's objects alone listed"
+    assert primary.added == [], "listed whole, as they are now: not at the store's version"
 
 
 async def test_a_member_caches_the_children_of_what_it_inherits_alone() -> None:
@@ -777,12 +804,87 @@ async def test_the_gate_waits_for_the_children_of_a_slot_it_does_not_hold() -> N
         reconciled.append(request.name)
 
     slots = member_slots(StaticRing("a"))
+    asked: list[Request] = []
+    slots.on_ready(asked.append)
     gate = Gate(inner, cast(Cache, cache), CONFIG_MAP, KEYS_R, slots=slots)
-    assert await gate.reconcile(Request("ns", "mine")) == Result(requeue_after=SLOT_WAIT)
+    before = gate_outcomes()
+    assert await gate.reconcile(Request("ns", "mine")) is None
     assert reconciled == []
+    assert gate_outcomes() - before == Counter(awaiting_slot=1)
+    assert asked == [], "nothing polls: the request is asked for once its slot is covered"
     await slots.follow(now=0)
+    assert asked == [Request("ns", "mine")]
     await gate.reconcile(Request("ns", "mine"))
     assert reconciled == ["mine"]
+    await slots.follow(now=1)
+    assert asked == [Request("ns", "mine")], "asked for once"
+
+
+async def test_a_member_asks_for_what_a_will_leaves_it_once() -> None:
+    """The cached objects of a dead member are asked for when a will leaves them to this
+    member, each once, those of its heir's slots alone; then any that comes into the cache
+    after; and those a second will passes on to it (a chain of wills)."""
+    ring = HashRing(["a", "b"])
+    live = StaticRing("a", "b")
+    live.dead = frozenset({"dead"})
+    slots = member_slots(live)
+    asked: list[Request] = []
+    slots.on_ready(asked.append)
+    primary = PrimaryInformer()
+    slots.add_primary(cast(Informer, primary), Scope())
+    spaces = [f"t-{i}" for i in range(40)]
+    for space in spaces:
+        primary.add(space, member="dead")
+    await finish(slots.follow_wills(), primary)
+    assert asked == [], "no will yet: nobody writes them"
+    live.dead, live.wills = frozenset(), {"dead": frozenset({"a", "b"})}
+    await finish(slots.follow_wills(), primary)
+    mine = {s for s in spaces if ring.slot_owner(slot_of(s)) == "a"}
+    assert mine and mine != set(spaces)
+    assert {r.namespace for r in asked} == mine and len(asked) == len(mine)
+    await slots.follow_wills()
+    assert len(asked) == len(mine), "asked for once"
+    later = next(f"u-{i}" for i in range(200) if slot_of(f"u-{i}") in {slot_of(s) for s in mine})
+    primary.add(later, member="dead")
+    assert asked[-1] == Request(later, "w"), "one that comes into the cache after: at once"
+    # b dies too, leaving everything to a: the dead member's objects of b's slots fall to a.
+    live.become("a")
+    live.wills = {"dead": frozenset({"a", "b"}), "b": frozenset({"a"})}
+    await finish(slots.follow_wills(), primary)
+    assert {r.namespace for r in asked} == {*spaces, later}
+
+
+def test_a_members_predicates_let_through_what_it_writes() -> None:
+    """Of the sharded kind: the add of its own object, and any event of one it writes; not the
+    add of a dead member's object (asked for at its will), nor another heir's. Of the
+    children: no add listed into a slot not covered yet."""
+    ring = HashRing(["a", "b"])
+    slots = member_slots(StaticRing("a", "b", wills={"dead": frozenset({"a", "b"})}))
+    mine = next(f"t-{i}" for i in range(200) if ring.slot_owner(slot_of(f"t-{i}")) == "a")
+    theirs = next(f"t-{i}" for i in range(200) if ring.slot_owner(slot_of(f"t-{i}")) == "b")
+    primary = slots.primary_predicate()
+
+    def obj(space: str, member: str) -> dict[str, Any]:
+        return {"metadata": {"name": "w", "namespace": space, "labels": {SHARD: member}}}
+
+    assert primary.create(obj(theirs, "a"))
+    assert not primary.create(obj(mine, "dead")), "asked for at its will, not at its add"
+    assert not primary.create(obj(mine, "b"))
+    assert primary.update(obj(mine, "dead"), obj(mine, "dead"))
+    assert not primary.update(obj(theirs, "dead"), obj(theirs, "dead"))
+    assert primary.delete(obj(mine, "dead")) and primary.delete(obj(theirs, "a"))
+    assert not primary.delete(obj(theirs, "dead"))
+    children = slots.children_predicate()
+    slots.covered = frozenset({slot_of(mine)})
+
+    def child(slot: int | None) -> dict[str, Any]:
+        labels = {} if slot is None else {"slot.example.com/r": str(slot)}
+        return {"metadata": {"name": "c", "namespace": "n", "labels": labels}}
+
+    assert children.create(child(slot_of(mine)))
+    assert not children.create(child(slot_of(theirs)))
+    assert children.create(child(None)), "not a child of the sharded kind's: not for the gate"
+    assert children.update(child(slot_of(theirs)), child(slot_of(theirs)))
 
 
 def lease(
@@ -1265,20 +1367,28 @@ def test_a_static_ring_tells_of_a_join_as_a_list_of_the_leases_would() -> None:
     assert ring.view().live == frozenset({"b"})
 
 
-def test_a_dead_members_object_relabelled_for_its_heir_is_not_reconciled_again() -> None:
-    """The heir reconciled the object when the will came: the sharder's relabel for it asks
-    for no second reconcile. Every other update passes."""
+def relabelled(before: dict[str, object], **labels: str) -> dict[str, object]:
+    after = copy.deepcopy(before)
+    after["metadata"]["labels"] = labels  # type: ignore[index]
+    return after
+
+
+async def test_a_dead_members_object_relabelled_for_its_heir_is_not_reconciled_again() -> None:
+    """The heir asked for the object when the will came: the sharder's relabel for it asks
+    for no second reconcile. Every other update passes, and the relabel too before the heir
+    has asked for the object (it was relabelled while the heir listed its estate)."""
     heir = str(HashRing(["a", "b"]).slot_owner(slot_of("ns")))
     other = "b" if heir == "a" else "a"
     ring = StaticRing("a", "b", wills={"dead": frozenset({"a", "b"})})
-    passes = heirs_relabels_skipped(KEYS_R, member_slots(ring, member=heir)).update
-
-    def relabelled(before: dict[str, object], **labels: str) -> dict[str, object]:
-        after = copy.deepcopy(before)
-        after["metadata"]["labels"] = labels  # type: ignore[index]
-        return after
-
+    slots = member_slots(ring, member=heir)
+    passes = heirs_relabels_skipped(KEYS_R, slots).update
     old = widget("w", **{SHARD: "dead", "app": "web"})
+    assert passes(old, relabelled(old, **{SHARD: heir, "app": "web"})), "not asked for yet"
+    primary = PrimaryInformer()
+    slots.add_primary(cast(Informer, primary), Scope())
+    primary.add("ns", member="dead")
+    await finish(slots.follow_wills(), primary)
+
     assert not passes(old, relabelled(old, **{SHARD: heir, "app": "web"}))
     # Not the heir's to skip: another member's relabel, a drain, a live member's object moved,
     # a first assignment, another label changed at once.

@@ -57,9 +57,12 @@ hold its parts, and the manager runs them on its one run path, as it runs everyt
   primary object from its cache: one neither labelled for it nor inherited by it (moved, not yet
   assigned, or another heir's) is not reconciled, one draining is acknowledged instead, one
   whose slot its informers of children do not hold yet waits for them. What it writes for an
-  object is therefore always written while the object is its own. A dead member's object
-  relabelled for its heir, who already wrote it by the will, is not reconciled again
-  (:func:`~.gate.heirs_relabels_skipped`, on the primary kind's events).
+  object is therefore always written while the object is its own. Nothing polls: the member
+  asks for an object once its slot's children are cached, and for a dead member's objects once
+  a will leaves them to it (:meth:`~.slots.MemberSlots.on_ready`), not at their adds; a dead
+  member's object relabelled for its heir, who already wrote it by the will, is not reconciled
+  again (:func:`~.gate.heirs_relabels_skipped`); the gate counts what it does
+  (``crewlet_operator_shard_gate_total``).
 - **The wiring** (:mod:`.member`): what a manager with sharding adds to what it runs (a Lease,
   loops, what it makes of a sharded controller), and nothing it runs itself.
 

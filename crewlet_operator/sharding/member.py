@@ -146,9 +146,16 @@ class RingMember:
         return gate.reconcile
 
     def predicates(self) -> Sequence[Predicate]:
-        """A dead member's objects relabelled for this member, their heir, are not reconciled
-        again (:func:`~.gate.heirs_relabels_skipped`)."""
-        return [heirs_relabels_skipped(self.labels, self.slots)]
+        """The events of objects this member does not write ask for no reconcile, nor does the
+        add of a dead member's object (:meth:`MemberSlots.primary_predicate
+        <.slots.MemberSlots.primary_predicate>`: asked for when its will leaves it here), nor
+        its relabel for this member, its heir (:func:`~.gate.heirs_relabels_skipped`)."""
+        return [self.slots.primary_predicate(), heirs_relabels_skipped(self.labels, self.slots)]
+
+    def owned_predicates(self) -> Sequence[Predicate]:
+        """A child listed into a slot not covered yet asks for no reconcile
+        (:meth:`MemberSlots.children_predicate <.slots.MemberSlots.children_predicate>`)."""
+        return [self.slots.children_predicate()]
 
     def built(
         self, controller: Controller, primary: Scope, owned: Sequence[tuple[Resource, Scope]]
@@ -161,6 +168,7 @@ class RingMember:
         for child, scope in owned:
             self.slots.add_children(self._cache.informer(child), scope)
         controller.add_rbac_rules(PolicyRule.on(resource, "patch"))
+        self.slots.on_ready(controller.requeue)
         self.controllers.append(controller)
         if self.sharder is None:
             self.sharder = Sharder(
