@@ -533,9 +533,6 @@ class StoreStandIn:
     def get(self, resource: object, name: str, namespace: str | None = None) -> object:
         return self.objects.get(name)
 
-    def list(self) -> list[dict[str, object]]:
-        return list(self.objects.values())
-
 
 def widget(name: str, **labels: str) -> dict[str, object]:
     return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": "7", "labels": labels}}
@@ -670,16 +667,12 @@ class PrimaryInformer(ChildInformer):
     def __init__(self) -> None:
         super().__init__()
         self.handlers: list[Any] = []
-        self.store = StoreStandIn({}, Recorder())
 
     def add_handler(self, handler: Any) -> None:
         self.handlers.append(handler)
 
     def add(self, namespace: str, member: str = "a") -> None:
-        obj: dict[str, object] = {
-            "metadata": {"name": "w", "namespace": namespace, "labels": {SHARD: member}}
-        }
-        self.store.objects[namespace] = obj
+        obj = {"metadata": {"name": "w", "namespace": namespace, "labels": {SHARD: member}}}
         for handler in self.handlers:
             handler.on_add(obj)
 

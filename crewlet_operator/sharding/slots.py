@@ -136,22 +136,24 @@ class MemberSlots:
         frozenset())``), whose slots it counts and whose scope follows the wills."""
         if all(informer is not known for known, _ in self._primaries):
             self._primaries.append((informer, base))
-            informer.add_handler(_Held(self._track))
+            informer.add_handler(_Held(self._came, self._went))
 
-    def _track(self, obj: KubeObject, present: bool, arrived: bool) -> None:
-        """Keep ``_held`` as a primary informer's ``obj`` comes (``present``) or goes, and ask
-        for one that ``arrived`` under a (member, slot) the wills gave this member already."""
+    def _came(self, obj: KubeObject, added: bool) -> None:
+        """Keep ``_held`` as a primary informer's ``obj`` comes (``added``, or by an update),
+        and ask for one added under a (member, slot) the wills gave this member already."""
         pair, request = self._labelled_slot(obj), Request(namespace(obj), name(obj))
-        if not present:
-            held = self._held.get(pair)
-            if held is not None:
-                held.discard(request)
-                if not held:
-                    del self._held[pair]
-            return
         self._held.setdefault(pair, set()).add(request)
-        if arrived and pair in self._inherited:
+        if added and pair in self._inherited:
             self._ask([request])
+
+    def _went(self, obj: KubeObject) -> None:
+        """Keep ``_held`` as a primary informer's ``obj`` goes (deleted, or by an update)."""
+        pair = self._labelled_slot(obj)
+        held = self._held.get(pair)
+        if held is not None:
+            held.discard(Request(namespace(obj), name(obj)))
+            if not held:
+                del self._held[pair]
 
     def on_ready(self, ask: Callable[[Request], None]) -> None:
         """Call ``ask`` (a controller's :meth:`~crewlet_operator.controller.Controller.requeue`)
@@ -336,18 +338,21 @@ class MemberSlots:
 
 
 class _Held:
-    """The primary informers' handler: tells ``track`` each object that comes (present, and
-    arrived when added) and goes."""
+    """The primary informers' handler: tells ``came`` each object that comes (added, or by an
+    update) and ``went`` each that goes."""
 
-    def __init__(self, track: Callable[[KubeObject, bool, bool], None]) -> None:
-        self._track = track
+    def __init__(
+        self, came: Callable[[KubeObject, bool], None], went: Callable[[KubeObject], None]
+    ) -> None:
+        self._came = came
+        self._went = went
 
     def on_add(self, obj: KubeObject, initial: bool = False) -> None:
-        self._track(obj, True, True)
+        self._came(obj, True)
 
     def on_update(self, old: KubeObject, new: KubeObject) -> None:
-        self._track(old, False, False)
-        self._track(new, True, False)
+        self._went(old)
+        self._came(new, False)
 
     def on_delete(self, obj: KubeObject) -> None:
-        self._track(obj, False, False)
+        self._went(obj)
