@@ -56,7 +56,7 @@ async def until(
         await asyncio.sleep(interval)
 
 
-def total(samples: list[Sample], name: str, labels: dict[str, str]) -> float:
+def total(samples: list[Sample], name: str, labels: Mapping[str, str]) -> float:
     """The sum of the samples named ``name`` whose labels include ``labels``."""
     return sum(
         value

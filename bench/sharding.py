@@ -380,7 +380,7 @@ async def _gate_outcomes(daemons: Sequence[Daemon]) -> Counter[str]:
     for daemon in daemons:
         samples = await daemon.samples()  # one scrape for every outcome
         for outcome in SHARD_GATE_OUTCOMES:
-            labels: dict[str, str] = {"outcome": outcome}
+            labels = {"outcome": outcome}
             counts[outcome] += int(total(samples, "crewlet_operator_shard_gate_total", labels))
     return counts
 
