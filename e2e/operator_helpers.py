@@ -49,7 +49,7 @@ from crewlet_operator import (
     find_condition,
 )
 from crewlet_operator.envtest import ControlPlane, binaries
-from crewlet_operator.envtest.controlplane import free_port
+from crewlet_operator.envtest.controlplane import START_ATTEMPTS, free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
 from crewlet_operator.envtest.process import ManagedProcess
 from crewlet_operator.envtest.wait import eventually
@@ -98,32 +98,49 @@ class Operator:
         ``environment``: variables set for it besides."""
         log_dir.mkdir(parents=True, exist_ok=True)
         self.name = name
+        self._command = [
+            sys.executable,
+            "-m",
+            "crewlet_operator_daemon.cli",
+            "--kubeconfig",
+            str(kubeconfig),
+            f"--leader-elect={'true' if leader_elect else 'false'}",
+            "--leader-election-namespace",
+            lease_namespace,
+        ]
+        self._args = list(args)
+        self._log_dir = log_dir
+        self._environment = {**downward_environment(pod), **(environment or {})}
+        self._starts = 0
+        self._start()
+
+    def _start(self) -> None:
+        """Start the daemon on two ports free now (another process may bind one first: then
+        :meth:`ready` starts it again on fresh ones, as envtest starts its binaries)."""
+        self._starts += 1
         self.metrics_port, self.health_port = free_port(), free_port()
         self.process = ManagedProcess(
-            name,
+            self.name,
             [
-                sys.executable,
-                "-m",
-                "crewlet_operator_daemon.cli",
-                "--kubeconfig",
-                str(kubeconfig),
-                f"--leader-elect={'true' if leader_elect else 'false'}",
-                "--leader-election-namespace",
-                lease_namespace,
+                *self._command,
                 f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
                 "--metrics-secure=false",
                 f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
-                *args,
+                *self._args,
             ],
-            log_dir,
-            environment={**downward_environment(pod), **(environment or {})},
+            self._log_dir,
+            environment=self._environment,
         )
         self.process.start()
         self.pid = self.process.pid
 
     def ready(self) -> bool:
         if not self.process.running():
-            raise AssertionError(f"operator exited; {self.process.log_tail(40)}")
+            tail = self.process.log_tail(40)
+            if "address already in use" in tail and self._starts < START_ATTEMPTS:
+                self._start()
+                return False
+            raise AssertionError(f"operator exited; {tail}")
         with contextlib.suppress(OSError):
             url = f"http://127.0.0.1:{self.health_port}/readyz"
             with urllib.request.urlopen(url, timeout=2) as response:
