@@ -20,7 +20,10 @@ Ingress, until its last tests install the Gateway API and restart the daemon for
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import datetime
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -320,10 +323,16 @@ async def test_a_hostname_belongs_to_the_company_that_took_it_first(
     later; once it lets go, the next in line (the oldest) gets it."""
     a, b, c = [await fresh_namespace(client, f"host-{n}") for n in ("a", "b", "c")]
     shared = "webhooks.shared.example"
-    await client.create(COMPANY, company(c, "elder", CLASS, webhookHostname="elder.example"))
+    elder = await client.create(
+        COMPANY, company(c, "elder", CLASS, webhookHostname="elder.example")
+    )
     await wait_converged(client, [(c, "elder")], timeout=90, namespace=c)
     await client.create(COMPANY, company(a, "first", CLASS, webhookHostname=shared))
     await wait_converged(client, [(a, "first")], timeout=90, namespace=a)
+    # A creationTimestamp counts whole seconds, and between companies created in the same one
+    # the first namespace in order ranks first (host-b before host-c): "second" is younger
+    # than "elder" only if created in a later second.
+    await _a_second_after(elder["metadata"]["creationTimestamp"])
     await client.create(COMPANY, company(b, "second", CLASS, webhookHostname=shared))
     refused = await wait_condition(client, b, "second", "Accepted", "False", reason=HOSTNAME_TAKEN)
     assert f"Company {a}/first holds the webhook hostname {shared}" in refused["message"]
@@ -340,6 +349,13 @@ async def test_a_hostname_belongs_to_the_company_that_took_it_first(
     await wait_condition(client, c, "elder", "Accepted", "True")
     after = await wait_condition(client, b, "second", "Accepted", "False", reason=HOSTNAME_TAKEN)
     assert f"Company {c}/elder holds" in after["message"]
+
+
+async def _a_second_after(timestamp: str) -> None:
+    """Return once the clock (the local control plane's too) is in a later second than
+    ``timestamp``, an RFC 3339 time in whole seconds."""
+    then = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    await asyncio.sleep(max(0.0, then + 1 - time.time()))
 
 
 # -- the route's own kind, with the Gateway API ------------------------------------------------
