@@ -20,7 +20,7 @@ from pathlib import Path
 import aiohttp
 
 from bench.cluster import PLATFORM
-from crewlet_operator.envtest.controlplane import free_port
+from crewlet_operator.envtest.controlplane import START_ATTEMPTS, free_port
 from crewlet_operator.envtest.process import ManagedProcess
 from crewlet_operator.incarnation import PodRef, downward_environment
 from crewlet_operator_daemon.cli import MAX_CONCURRENT_RECONCILES
@@ -158,7 +158,6 @@ class Daemon:
         self.name = name
         self.pod = pod
         """The Pod it runs in, as the chart's downward API would say (none by default)."""
-        self.metrics_port, self.health_port = free_port(), free_port()
         command = [sys.executable]
         if profile:
             command += ["-m", "cProfile", "-o", str(log_dir / f"{name}.prof")]
@@ -171,23 +170,39 @@ class Daemon:
             PLATFORM,
             "--leader-election-id",
             LEASE,
-            f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
             "--metrics-secure=false",
-            f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
             f"--max-concurrent-reconciles={WORKERS}",
         ]
         if sharding:
             command.append("--sharding")
-        self.process = ManagedProcess(
-            name, command, log_dir, {**downward_environment(pod), **(environment or {})}
-        )
+        self._command = command
+        self._log_dir = log_dir
+        self._environment = {**downward_environment(pod), **(environment or {})}
+        self._starts = 0
+        self._on_fresh_ports()
         self.idle_controller = SHARDED if sharding else None
         """The controller whose queue tells that it is idle: with sharding, the sharded one
         (the others run on the leader alone, and a follower's queues of them fill unserved);
         without, every controller."""
         self.started_at = 0.0
 
+    def _on_fresh_ports(self) -> None:
+        """The process, on two ports free now (another process may bind one first: then
+        :meth:`check_alive` starts it again on fresh ones, as envtest starts its binaries)."""
+        self.metrics_port, self.health_port = free_port(), free_port()
+        self.process = ManagedProcess(
+            self.name,
+            [
+                *self._command,
+                f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+                f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
+            ],
+            self._log_dir,
+            self._environment,
+        )
+
     def start(self) -> None:
+        self._starts += 1
         self.started_at = time.monotonic()
         self.process.start()
 
@@ -198,8 +213,16 @@ class Daemon:
         return pid
 
     def check_alive(self) -> None:
-        if not self.process.running():
-            raise RuntimeError(f"operator {self.name} exited; {self.process.log_tail()}")
+        """Raise if the process exited, unless a port it was given was taken before it bound
+        it: then start it again on fresh ones (up to envtest's ``START_ATTEMPTS``)."""
+        if self.process.running():
+            return
+        tail = self.process.log_tail()
+        if "address already in use" in tail and self._starts < START_ATTEMPTS:
+            self._on_fresh_ports()
+            self.start()
+            return
+        raise RuntimeError(f"operator {self.name} exited; {tail}")
 
     async def ready(self) -> bool:
         """Whether /readyz answers 200 (every informer has synced)."""
