@@ -28,6 +28,9 @@ from crewlet_operator_daemon.cli import MAX_CONCURRENT_RECONCILES
 WORKERS = int(os.environ.get("BENCH_WORKERS") or MAX_CONCURRENT_RECONCILES)
 """``--max-concurrent-reconciles``: the daemon's default unless ``BENCH_WORKERS`` says
 otherwise (how that default was chosen)."""
+EVENT_LOOP = os.environ.get("BENCH_EVENT_LOOP")
+"""``--event-loop`` for every operator process when ``BENCH_EVENT_LOOP`` names one (how the
+default was chosen); the daemon's default otherwise."""
 LEASE = "crewlet-operator-leader"
 SHARDED = "company"
 """The controller ``--sharding`` spreads over the replicas (its primary kind is sharded)."""
@@ -173,6 +176,8 @@ class Daemon:
             "--metrics-secure=false",
             f"--max-concurrent-reconciles={WORKERS}",
         ]
+        if EVENT_LOOP:
+            command.append(f"--event-loop={EVENT_LOOP}")
         if sharding:
             command.append("--sharding")
         self._command = command

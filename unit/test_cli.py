@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ from crewlet_operator_daemon.cli import (
     LEASE_LABELS,
     manager_options,
     parse_args,
+    run_on,
     unsupported_kubernetes,
     user_agent,
 )
@@ -118,3 +121,24 @@ def test_the_user_agent_names_the_replica_and_keeps_the_managers_name_first() ->
     assert agent.startswith("crewlet-operator/")  # the API server's manager name for updates
     assert agent.endswith("(pod-7_1234)")
     assert manager_options(parse_args([]), "pod-7_1234").identity == "pod-7_1234"
+
+
+def test_the_event_loop_is_asyncios_unless_uvloop_is_asked_for() -> None:
+    assert parse_args([]).event_loop == "asyncio"
+    assert parse_args(["--event-loop=uvloop"]).event_loop == "uvloop"
+    with pytest.raises(SystemExit):
+        parse_args(["--event-loop=trio"])
+
+
+async def _loop_type() -> str:
+    loop = type(asyncio.get_running_loop())
+    return f"{loop.__module__}.{loop.__qualname__}"
+
+
+@pytest.mark.parametrize(
+    ("event_loop", "expected"), [("asyncio", "asyncio."), ("uvloop", "uvloop.")]
+)
+def test_the_daemon_runs_on_the_loop_asked_for(event_loop: str, expected: str) -> None:
+    # In a thread of its own, as the daemon's main thread: the tests' loop is left alone.
+    with ThreadPoolExecutor(1) as thread:
+        assert thread.submit(run_on, event_loop, _loop_type()).result().startswith(expected)

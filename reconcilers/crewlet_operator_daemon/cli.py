@@ -7,12 +7,13 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from importlib.metadata import version
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
+import uvloop
 
 from crewlet_operator import (
     HTTP_ROUTE,
@@ -82,6 +83,13 @@ SHARDING_DOMAIN = "crewlet.ai"
 """The domain of the ring's labels with ``--sharding``: a company carries
 ``shard.crewlet.ai/crewlet-operator: <member>``, each replica's Lease
 ``sharding.crewlet.ai/ring: crewlet-operator``."""
+
+EVENT_LOOPS = ("asyncio", "uvloop")
+"""What ``--event-loop`` takes. asyncio's own loop is the default: uvloop took a fifth less CPU
+in a burst but held more memory over 10,000 companies, and memory is what a replica is sized
+by. Measurements: bench/NOTES.md, "asyncio's loop, not uvloop" and "uvloop, a flag"."""
+
+T = TypeVar("T")
 
 log = structlog.get_logger("crewlet_operator_daemon.cli")
 
@@ -156,6 +164,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             "releases, so a rolling restart moves no company (default: a name per process)"
         ),
     )
+    p.add_argument(
+        "--event-loop",
+        default="asyncio",
+        choices=EVENT_LOOPS,
+        help=(
+            "the event loop to run on: asyncio's own (the default) or uvloop, which takes about "
+            "a fifth less CPU for some more memory (docs/scaling.md)"
+        ),
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--log-format", default="json", choices=["json", "console", "auto"])
     return p.parse_args(argv)
@@ -203,6 +220,8 @@ async def run(args: argparse.Namespace) -> int:
     # Uncompressed: the operator runs beside the API server and lists and watches every
     # company's children; gzip cost both sides CPU on each of them (a start over 3,000
     # companies synced in 5.9 s instead of 7.3).
+    loop = type(asyncio.get_running_loop())
+    log.info("event loop", loop=f"{loop.__module__}.{loop.__qualname__}")
     identity = default_identity()
     client = await Client.from_environment(
         args.kubeconfig, compression=False, user_agent=user_agent(identity)
@@ -246,13 +265,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level, args.log_format)
     tracing = start_tracing()
     try:
-        # asyncio's own loop. uvloop was measured and left out: it took a fifth less CPU in a
-        # burst, but held more memory over 10,000 companies, and memory is what a replica is
-        # sized by. Measurements: bench/NOTES.md, "asyncio's loop, not uvloop".
-        return asyncio.run(run(args))
+        return run_on(args.event_loop, run(args))
     finally:
         if tracing is not None:
             tracing.shutdown()  # sends the spans still batched
+
+
+def run_on(event_loop: str, main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` to its end on a new loop of ``event_loop`` (one of :data:`EVENT_LOOPS`)."""
+    if event_loop == "uvloop":
+        return uvloop.run(main)
+    return asyncio.run(main)
 
 
 def start_tracing() -> TracerProvider | None:
