@@ -86,8 +86,9 @@ SHARDING_DOMAIN = "crewlet.ai"
 
 EVENT_LOOPS = ("asyncio", "uvloop")
 """What ``--event-loop`` takes. asyncio's own loop is the default: uvloop took a fifth less CPU
-in a burst but held more memory over 10,000 companies, and memory is what a replica is sized
-by. Measurements: bench/NOTES.md, "asyncio's loop, not uvloop" and "uvloop, a flag"."""
+in a burst, but up to 11 MiB more at a restart's peak over 10,000 companies (memory is what a
+replica is sized by), and what it does to a start is not measured well enough yet.
+Measurements: bench/NOTES.md, "asyncio's loop, not uvloop" and "uvloop, a flag"."""
 
 T = TypeVar("T")
 
@@ -217,11 +218,11 @@ async def gateway_api_served(client: Client) -> bool:
 
 async def run(args: argparse.Namespace) -> int:
     """Connect, check the server, run the manager until SIGTERM; return the exit code."""
+    loop = type(asyncio.get_running_loop())
+    log.info("event loop", loop=f"{loop.__module__}.{loop.__qualname__}")
     # Uncompressed: the operator runs beside the API server and lists and watches every
     # company's children; gzip cost both sides CPU on each of them (a start over 3,000
     # companies synced in 5.9 s instead of 7.3).
-    loop = type(asyncio.get_running_loop())
-    log.info("event loop", loop=f"{loop.__module__}.{loop.__qualname__}")
     identity = default_identity()
     client = await Client.from_environment(
         args.kubeconfig, compression=False, user_agent=user_agent(identity)
