@@ -86,8 +86,7 @@ SHARDING_DOMAIN = "crewlet.ai"
 
 EVENT_LOOPS = ("asyncio", "uvloop")
 """What ``--event-loop`` takes. asyncio's own loop is the default: uvloop took a fifth less CPU
-in a burst, but up to 11 MiB more at a restart's peak over 10,000 companies (memory is what a
-replica is sized by), and what it does to a start is not measured well enough yet.
+in a burst, but a third more for a restart over 10,000 companies to sync, and up to 11 MiB more.
 Measurements: bench/NOTES.md, "asyncio's loop, not uvloop" and "uvloop, a flag"."""
 
 T = TypeVar("T")
