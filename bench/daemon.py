@@ -20,8 +20,7 @@ from pathlib import Path
 import aiohttp
 
 from bench.cluster import PLATFORM
-from crewlet_operator.envtest.controlplane import START_ATTEMPTS, free_port
-from crewlet_operator.envtest.process import ManagedProcess
+from crewlet_operator.envtest.process import ManagedProcess, ProcessOnFreePorts
 from crewlet_operator.incarnation import PodRef, downward_environment
 from crewlet_operator_daemon.cli import MAX_CONCURRENT_RECONCILES
 
@@ -180,36 +179,39 @@ class Daemon:
             command.append(f"--event-loop={EVENT_LOOP}")
         if sharding:
             command.append("--sharding")
-        self._command = command
-        self._log_dir = log_dir
-        self._environment = {**downward_environment(pod), **(environment or {})}
-        self._starts = 0
-        self._on_fresh_ports()
+        # Two ports free now: check_alive() starts it again on fresh ones if one was taken.
+        self._served = ProcessOnFreePorts(
+            name,
+            lambda ports: [
+                *command,
+                f"--metrics-bind-address=127.0.0.1:{ports[0]}",
+                f"--health-probe-bind-address=127.0.0.1:{ports[1]}",
+            ],
+            2,
+            log_dir,
+            {**downward_environment(pod), **(environment or {})},
+        )
         self.idle_controller = SHARDED if sharding else None
         """The controller whose queue tells that it is idle: with sharding, the sharded one
         (the others run on the leader alone, and a follower's queues of them fill unserved);
         without, every controller."""
         self.started_at = 0.0
 
-    def _on_fresh_ports(self) -> None:
-        """The process, on two ports free now (another process may bind one first: then
-        :meth:`check_alive` starts it again on fresh ones, as envtest starts its binaries)."""
-        self.metrics_port, self.health_port = free_port(), free_port()
-        self.process = ManagedProcess(
-            self.name,
-            [
-                *self._command,
-                f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
-                f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
-            ],
-            self._log_dir,
-            self._environment,
-        )
+    @property
+    def process(self) -> ManagedProcess:
+        return self._served.process
+
+    @property
+    def metrics_port(self) -> int:
+        return self._served.ports[0]
+
+    @property
+    def health_port(self) -> int:
+        return self._served.ports[1]
 
     def start(self) -> None:
-        self._starts += 1
         self.started_at = time.monotonic()
-        self.process.start()
+        self._served.start()
 
     @property
     def pid(self) -> int:
@@ -218,16 +220,9 @@ class Daemon:
         return pid
 
     def check_alive(self) -> None:
-        """Raise if the process exited, unless a port it was given was taken before it bound
-        it: then start it again on fresh ones (up to envtest's ``START_ATTEMPTS``)."""
-        if self.process.running():
-            return
-        tail = self.process.log_tail()
-        if "address already in use" in tail and self._starts < START_ATTEMPTS:
-            self._on_fresh_ports()
-            self.start()
-            return
-        raise RuntimeError(f"operator {self.name} exited; {tail}")
+        """Raise if the process exited (:class:`ProcessFailedError`), unless a port it was given
+        was taken before it bound it: then it starts again on fresh ones."""
+        self._served.check()
 
     async def ready(self) -> bool:
         """Whether /readyz answers 200 (every informer has synced)."""

@@ -48,10 +48,9 @@ from crewlet_operator import (
     Scope,
     find_condition,
 )
-from crewlet_operator.envtest import ControlPlane, binaries
-from crewlet_operator.envtest.controlplane import START_ATTEMPTS, free_port
+from crewlet_operator.envtest import ControlPlane, ProcessFailedError, binaries
 from crewlet_operator.envtest.crds import install_crds, load_crds
-from crewlet_operator.envtest.process import ManagedProcess
+from crewlet_operator.envtest.process import ManagedProcess, ProcessOnFreePorts
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.incarnation import PodRef, downward_environment
 from crewlet_operator.kube.resources import (
@@ -98,7 +97,7 @@ class Operator:
         ``environment``: variables set for it besides."""
         log_dir.mkdir(parents=True, exist_ok=True)
         self.name = name
-        self._command = [
+        command = [
             sys.executable,
             "-m",
             "crewlet_operator_daemon.cli",
@@ -108,39 +107,42 @@ class Operator:
             "--leader-election-namespace",
             lease_namespace,
         ]
-        self._args = list(args)
-        self._log_dir = log_dir
-        self._environment = {**downward_environment(pod), **(environment or {})}
-        self._starts = 0
-        self._start()
-
-    def _start(self) -> None:
-        """Start the daemon on two ports free now (another process may bind one first: then
-        :meth:`ready` starts it again on fresh ones, as envtest starts its binaries)."""
-        self._starts += 1
-        self.metrics_port, self.health_port = free_port(), free_port()
-        self.process = ManagedProcess(
-            self.name,
-            [
-                *self._command,
-                f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+        # Two ports free now: ready() starts it again on fresh ones if another process took one.
+        self._served = ProcessOnFreePorts(
+            name,
+            lambda ports: [
+                *command,
+                f"--metrics-bind-address=127.0.0.1:{ports[0]}",
                 "--metrics-secure=false",
-                f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
-                *self._args,
+                f"--health-probe-bind-address=127.0.0.1:{ports[1]}",
+                *args,
             ],
-            self._log_dir,
-            environment=self._environment,
+            2,
+            log_dir,
+            {**downward_environment(pod), **(environment or {})},
         )
-        self.process.start()
+        self._served.start()
         self.pid = self.process.pid
 
+    @property
+    def process(self) -> ManagedProcess:
+        return self._served.process
+
+    @property
+    def metrics_port(self) -> int:
+        return self._served.ports[0]
+
+    @property
+    def health_port(self) -> int:
+        return self._served.ports[1]
+
     def ready(self) -> bool:
-        if not self.process.running():
-            tail = self.process.log_tail(40)
-            if "address already in use" in tail and self._starts < START_ATTEMPTS:
-                self._start()
+        try:
+            if not self._served.check():
+                self.pid = self.process.pid  # started again on fresh ports
                 return False
-            raise AssertionError(f"operator exited; {tail}")
+        except ProcessFailedError as error:
+            raise AssertionError(str(error)) from None
         with contextlib.suppress(OSError):
             url = f"http://127.0.0.1:{self.health_port}/readyz"
             with urllib.request.urlopen(url, timeout=2) as response:

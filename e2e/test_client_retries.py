@@ -30,8 +30,8 @@ from aiohttp import web
 
 from crewlet_operator import Client, Resource
 from crewlet_operator.envtest import ControlPlane
-from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.pki import CertificateAuthority
+from crewlet_operator.envtest.process import free_port
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import NotFoundError, TooManyRequestsError
 from crewlet_operator.kube import RetryPolicy

@@ -28,8 +28,8 @@ from crewlet_operator.envtest import (
     EmptyAggregatedRolesWarning,
     controlplane,
 )
-from crewlet_operator.envtest.controlplane import KWOK_STORAGE_CLASS, free_port
-from crewlet_operator.envtest.process import alive
+from crewlet_operator.envtest.controlplane import KWOK_STORAGE_CLASS
+from crewlet_operator.envtest.process import alive, free_port
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import ForbiddenError, InvalidError, NotFoundError
 from crewlet_operator.kube import resources as r

@@ -41,8 +41,8 @@ from crewlet_operator import (
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache import ClusterView, EventHandler, Informer
 from crewlet_operator.envtest import USER_FIELD_MANAGER, ControlPlane
-from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
+from crewlet_operator.envtest.process import free_port
 from crewlet_operator.envtest.wait import eventually, no_namespace_terminating
 from crewlet_operator.errors import MetadataOnlyError, NoInformerError
 from crewlet_operator.fieldset import keep_managed_fields_of

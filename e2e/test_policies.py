@@ -68,8 +68,8 @@ import yaml
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache import Cache, ClusterView
 from crewlet_operator.envtest import ControlPlane, binaries
-from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
+from crewlet_operator.envtest.process import free_port
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import ApiError, ForbiddenError, InvalidError, NotFoundError
 from crewlet_operator.incarnation import HOLDER_ANNOTATION, Holder

@@ -29,7 +29,7 @@ import pytest
 from crewlet_operator import LEASE, Client, Scope, find_condition
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.envtest import ControlPlane, install_crds, load_crds
-from crewlet_operator.envtest.controlplane import free_port
+from crewlet_operator.envtest.process import free_port
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.kube import WatchParams
 from crewlet_operator.objects import resource_version

@@ -37,8 +37,8 @@ import yaml
 
 from crewlet_operator import Client
 from crewlet_operator.envtest import USER_FIELD_MANAGER, ControlPlane
-from crewlet_operator.envtest.controlplane import free_port
 from crewlet_operator.envtest.crds import install_crds, load_crds
+from crewlet_operator.envtest.process import free_port
 from crewlet_operator.kube import resources as r
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from hack.demo import operator_argv

@@ -17,8 +17,7 @@ from typing import Any
 
 import yaml
 
-from crewlet_operator.envtest.controlplane import free_port
-from crewlet_operator.envtest.process import ManagedProcess
+from crewlet_operator.envtest.process import ManagedProcess, free_port
 from hack.release import built_go_tool
 
 Span = dict[str, Any]

@@ -48,7 +48,7 @@ import yaml
 
 from crewlet_operator.envtest import ControlPlane
 from crewlet_operator.envtest.binaries import KUBERNETES_VERSION, find
-from crewlet_operator.envtest.controlplane import free_port
+from crewlet_operator.envtest.process import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "crewlet-operator"

@@ -19,8 +19,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from crewlet_operator import Client, Resource
-from crewlet_operator.envtest.controlplane import free_port
-from crewlet_operator.envtest.process import ManagedProcess
+from crewlet_operator.envtest.process import ManagedProcess, free_port
 from crewlet_operator.errors import (
     ApiError,
     ConflictError,

@@ -23,8 +23,7 @@ from typing import Any
 from bench.cluster import PLATFORM, ROOT
 from bench.daemon import WORKERS, Daemon, Memory, cpu_seconds, process_memory, scrape, total
 from bench.peers import toolchain
-from crewlet_operator.envtest.controlplane import free_port
-from crewlet_operator.envtest.process import ManagedProcess
+from crewlet_operator.envtest.process import ManagedProcess, free_port
 from crewlet_operator_daemon.plan import MANAGER_NAME
 
 RECONCILES = "controller_runtime_reconcile_total"

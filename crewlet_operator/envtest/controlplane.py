@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import tempfile
 import time
@@ -51,7 +50,7 @@ from tenacity import (
 
 from crewlet_operator.envtest import binaries, pki
 from crewlet_operator.envtest.crds import load_crds
-from crewlet_operator.envtest.process import ManagedProcess, alive
+from crewlet_operator.envtest.process import START_ATTEMPTS, ManagedProcess, alive, free_port
 from crewlet_operator.errors import ProcessFailedError
 from crewlet_operator.kube.config import RestConfig
 
@@ -106,19 +105,6 @@ _AGGREGATED_ROLES_MESSAGE = (
     "Use ControlPlane(workloads=True), or with the pytest plugin `envtest_workloads = true`, "
     "--envtest-workloads or CREWLET_ENVTEST_WORKLOADS=1, to test RBAC against those roles."
 )
-
-
-START_ATTEMPTS = 3
-"""Starts of a serving process on fresh ports before its failure is raised: a port is free when
-it is picked, and another process can take it before the binary binds it."""
-
-
-def free_port() -> int:
-    """A port free on 127.0.0.1 right now (the start is retried if another process takes it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +23,13 @@ from tenacity import RetryCallState, Retrying, retry_if_result, wait_fixed
 from crewlet_operator.errors import ProcessFailedError
 
 _PR_SET_PDEATHSIG = 1
+
+START_ATTEMPTS = 3
+"""Starts of a serving process on fresh ports before its failure is raised: a port is free when
+it is picked, and another process can take it before the binary binds it."""
+PORT_TAKEN = "address already in use"
+"""What a process's log says when another process bound its port first (Go's and Python's
+``bind`` errors alike)."""
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -171,3 +179,64 @@ class StopSignals:
     def wait(self) -> None:
         """Block until SIGINT or SIGTERM has arrived."""
         os.read(self._read, 1)
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 right now (the start is retried if another process takes it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class ProcessOnFreePorts:
+    """A process serving on ``ports`` ports, each free when it starts (``command`` builds its
+    arguments from them), such as an operator's metrics and probe ports.
+
+    A port is free when it is picked, and another process can bind it before this one does:
+    :meth:`check` then starts it again on fresh ones, as :class:`~.controlplane.ControlPlane`
+    starts its own binaries, up to :data:`START_ATTEMPTS` starts in all.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        command: Callable[[tuple[int, ...]], Sequence[str]],
+        ports: int,
+        log_dir: Path,
+        environment: Mapping[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self._command = command
+        self._port_count = ports
+        self._log_dir = log_dir
+        self._environment = dict(environment or {})
+        self.starts = 0
+        self.ports: tuple[int, ...] = ()
+        """The ports it runs on (or will, until it is started)."""
+        self.process = self._on_fresh_ports()
+
+    def _on_fresh_ports(self) -> ManagedProcess:
+        self.ports = tuple(free_port() for _ in range(self._port_count))
+        return ManagedProcess(
+            self.name, self._command(self.ports), self._log_dir, self._environment
+        )
+
+    def start(self) -> None:
+        """Start the process on the ports picked last (fresh ones after the first start)."""
+        if self.starts:
+            self.process = self._on_fresh_ports()
+        self.starts += 1
+        self.process.start()
+
+    def check(self) -> bool:
+        """Whether the process runs. One that exited because a port was taken is started again
+        on fresh ones (and is not running yet: False); any other exit, or the last start's,
+        raises :class:`ProcessFailedError` with its log's tail."""
+        if self.process.running():
+            return True
+        tail = self.process.log_tail(40)  # a traceback's length: the bind error may be early
+        if PORT_TAKEN in tail and self.starts < START_ATTEMPTS:
+            self.start()
+            return False
+        raise ProcessFailedError(f"{self.name} exited; {tail}")
