@@ -86,7 +86,8 @@ SHARDING_DOMAIN = "crewlet.ai"
 
 EVENT_LOOPS = ("asyncio", "uvloop")
 """What ``--event-loop`` takes. asyncio's own loop is the default: uvloop took a fifth less CPU
-in a burst, but a third more for a restart over 10,000 companies to sync, and up to 11 MiB more.
+in a burst, but a seventh more for a restart over 10,000 companies to sync (and a fifth longer),
+and up to 11 MiB more.
 Measurements: bench/NOTES.md, "asyncio's loop, not uvloop" and "uvloop, a flag"."""
 
 T = TypeVar("T")
