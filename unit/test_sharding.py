@@ -672,9 +672,17 @@ class PrimaryInformer(ChildInformer):
         self.handlers.append(handler)
 
     def add(self, namespace: str, member: str = "a") -> None:
-        obj = {"metadata": {"name": "w", "namespace": namespace, "labels": {SHARD: member}}}
         for handler in self.handlers:
-            handler.on_add(obj)
+            handler.on_add(self._object(namespace, member))
+
+    def delete(self, namespace: str, member: str = "a") -> None:
+        """The object leaves the member's selection (relabelled for another, or deleted)."""
+        for handler in self.handlers:
+            handler.on_delete(self._object(namespace, member))
+
+    @staticmethod
+    def _object(namespace: str, member: str) -> dict[str, Any]:
+        return {"metadata": {"name": "w", "namespace": namespace, "labels": {SHARD: member}}}
 
 
 async def finish(following: Coroutine[None, None, None], children: ChildInformer) -> None:
@@ -811,6 +819,30 @@ async def test_the_gate_waits_for_the_children_of_a_slot_it_does_not_hold() -> N
     assert reconciled == ["mine"]
     await slots.follow(now=1)
     assert asked == [Request("ns", "mine")], "asked for once"
+
+
+async def test_a_request_put_off_for_a_slot_is_dropped_once_its_object_went_elsewhere() -> None:
+    """An object moving towards this member, put off until its slot is cached, that moves away
+    again before: its slot is no longer wanted, and it is not asked for, even when the ring
+    later gives this member the slot."""
+    live = StaticRing("a", "b")
+    slots = member_slots(live, settle=10)
+    asked: list[Request] = []
+    slots.on_ready(asked.append)
+    children, primary = ChildInformer(), PrimaryInformer()
+    slots.add_children(cast(Informer, children), Scope(label_selector="app=web"))
+    slots.add_primary(cast(Informer, primary), Scope(label_selector="app=web"))
+    await finish(slots.follow(now=0), children)
+    ring = HashRing(["a", "b"]).slots("a")
+    theirs = next(f"tenant-{i}" for i in range(100) if slot_of(f"tenant-{i}") not in ring)
+    primary.add(theirs)  # labelled for a: moving to it
+    assert not slots.covers({"metadata": {"namespace": theirs, "name": "w"}})
+    primary.delete(theirs)  # relabelled for b again before a cached its slot
+    await slots.follow(now=1)  # what a wants is the ring's again: nothing to list
+    live.become("a")  # b leaves: every slot is a's, the moved object's included
+    await finish(slots.follow(now=13), children)
+    assert slot_of(theirs) in slots.covered
+    assert asked == [], "put off for a slot no longer wanted: not asked for"
 
 
 async def test_a_member_asks_for_what_a_will_leaves_it_once() -> None:

@@ -51,7 +51,9 @@ class MemberSlots:
     Invariants: :attr:`covered` only holds slots every registered informer of children has
     listed in its current scope, and the gate reconciles an object only when its slot is
     covered; every request put off for a slot not covered (:meth:`covers`) is in
-    ``_awaiting[slot]`` until the slot is covered, when it is asked for again.
+    ``_awaiting[slot]`` until the slot is covered, when it is asked for again, or until the
+    slot is no longer wanted: its object went elsewhere, and should it come back, its own
+    event asks for it.
     ``_held[(member, slot)]`` holds the requests of the objects of ``slot`` labelled for
     ``member`` in the primary informers (no pair without one), kept by their events (a
     handler), so that neither a want nor an inheritance reads, and decodes, the store. Of a
@@ -311,6 +313,10 @@ class MemberSlots:
         """Widen the informers of children to what is wanted now, or narrow them to it once
         it has not changed for ``settle`` seconds; mark the slots covered once listed."""
         wanted = self.wanted()
+        # A request put off for a slot no longer wanted is of an object that went elsewhere.
+        self._awaiting = {
+            slot: put_off for slot, put_off in self._awaiting.items() if slot in wanted
+        }
         if wanted != self._wanted_since[0]:
             self._wanted_since = (wanted, now)
         if wanted == self._requested:
