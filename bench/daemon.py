@@ -20,7 +20,7 @@ from pathlib import Path
 import aiohttp
 
 from bench.cluster import PLATFORM
-from crewlet_operator.envtest.process import ManagedProcess, ProcessOnFreePorts
+from crewlet_operator.envtest.process import ManagerProcess
 from crewlet_operator.incarnation import PodRef, downward_environment
 from crewlet_operator_daemon.cli import MAX_CONCURRENT_RECONCILES
 
@@ -141,7 +141,7 @@ def process_memory(pid: int) -> Memory:
     return Memory(rss=fields["VmRSS"], peak=fields["VmHWM"])
 
 
-class Daemon:
+class Daemon(ManagerProcess):
     """One operator process; ``profile`` runs it under cProfile (the profile is written on a
     graceful stop), ``sharding`` with ``--sharding`` (a member of the ring), ``pod`` in a Pod
     (its downward API's variables), ``environment`` with those variables besides."""
@@ -157,7 +157,6 @@ class Daemon:
         pod: PodRef | None = None,
         environment: Mapping[str, str] | None = None,
     ) -> None:
-        self.name = name
         self.pod = pod
         """The Pod it runs in, as the chart's downward API would say (none by default)."""
         command = [sys.executable]
@@ -180,16 +179,8 @@ class Daemon:
         if sharding:
             command.append("--sharding")
         # Two ports free now: check_alive() starts it again on fresh ones if one was taken.
-        self._served = ProcessOnFreePorts(
-            name,
-            lambda ports: [
-                *command,
-                f"--metrics-bind-address=127.0.0.1:{ports[0]}",
-                f"--health-probe-bind-address=127.0.0.1:{ports[1]}",
-            ],
-            2,
-            log_dir,
-            {**downward_environment(pod), **(environment or {})},
+        super().__init__(
+            name, command, log_dir, {**downward_environment(pod), **(environment or {})}
         )
         self.idle_controller = SHARDED if sharding else None
         """The controller whose queue tells that it is idle: with sharding, the sharded one
@@ -197,21 +188,9 @@ class Daemon:
         without, every controller."""
         self.started_at = 0.0
 
-    @property
-    def process(self) -> ManagedProcess:
-        return self._served.process
-
-    @property
-    def metrics_port(self) -> int:
-        return self._served.ports[0]
-
-    @property
-    def health_port(self) -> int:
-        return self._served.ports[1]
-
     def start(self) -> None:
         self.started_at = time.monotonic()
-        self._served.start()
+        super().start()
 
     @property
     def pid(self) -> int:
@@ -222,7 +201,7 @@ class Daemon:
     def check_alive(self) -> None:
         """Raise if the process exited (:class:`ProcessFailedError`), unless a port it was given
         was taken before it bound it: then it starts again on fresh ones."""
-        self._served.check()
+        self.check()
 
     async def ready(self) -> bool:
         """Whether /readyz answers 200 (every informer has synced)."""

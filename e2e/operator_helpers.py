@@ -1,7 +1,7 @@
 """Helpers shared by the e2e modules that run the operator daemon as a process.
 
 The daemon runs as users run it: ``python -m crewlet_operator_daemon.cli`` with its own flags, in a
-:class:`~crewlet_operator.envtest.process.ManagedProcess` that dies with the test run. The fault,
+:class:`~crewlet_operator.envtest.process.ManagerProcess` that dies with the test run. The fault,
 bad-input and data-safety modules each run their own control plane (:func:`own_control_plane`)
 so that killing etcd or the API server, or deleting the CRDs, disturbs no other module.
 """
@@ -50,7 +50,7 @@ from crewlet_operator import (
 )
 from crewlet_operator.envtest import ControlPlane, ProcessFailedError, binaries
 from crewlet_operator.envtest.crds import install_crds, load_crds
-from crewlet_operator.envtest.process import ManagedProcess, ProcessOnFreePorts
+from crewlet_operator.envtest.process import ManagerProcess
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.incarnation import PodRef, downward_environment
 from crewlet_operator.kube.resources import (
@@ -77,7 +77,7 @@ TEST_FIELD_MANAGER = "e2e-someone-else"
 someone else, as server-side apply sees it."""
 
 
-class Operator:
+class Operator(ManagerProcess):
     """The daemon as a subprocess (dying with the test run), plain-HTTP metrics on a free port."""
 
     def __init__(
@@ -96,7 +96,6 @@ class Operator:
         when the tests themselves run in a Pod: a standby would take over on its evidence);
         ``environment``: variables set for it besides."""
         log_dir.mkdir(parents=True, exist_ok=True)
-        self.name = name
         command = [
             sys.executable,
             "-m",
@@ -108,37 +107,18 @@ class Operator:
             lease_namespace,
         ]
         # Two ports free now: ready() starts it again on fresh ones if another process took one.
-        self._served = ProcessOnFreePorts(
+        super().__init__(
             name,
-            lambda ports: [
-                *command,
-                f"--metrics-bind-address=127.0.0.1:{ports[0]}",
-                "--metrics-secure=false",
-                f"--health-probe-bind-address=127.0.0.1:{ports[1]}",
-                *args,
-            ],
-            2,
+            [*command, "--metrics-secure=false", *args],
             log_dir,
             {**downward_environment(pod), **(environment or {})},
         )
-        self._served.start()
+        self.start()
         self.pid = self.process.pid
-
-    @property
-    def process(self) -> ManagedProcess:
-        return self._served.process
-
-    @property
-    def metrics_port(self) -> int:
-        return self._served.ports[0]
-
-    @property
-    def health_port(self) -> int:
-        return self._served.ports[1]
 
     def ready(self) -> bool:
         try:
-            if not self._served.check():
+            if not self.check():
                 self.pid = self.process.pid  # started again on fresh ports
                 return False
         except ProcessFailedError as error:

@@ -84,6 +84,6 @@ def test_any_other_exit_fails_at_once(tmp_path: Path) -> None:
         "crash", lambda ports: [sys.executable, "-c", "raise SystemExit('no config')"], 1, tmp_path
     )
     served.start()
-    with pytest.raises(ProcessFailedError, match="(?s)crash exited;.*no config"):
+    with pytest.raises(ProcessFailedError, match=r"(?s)crash exited;.*no config"):
         _checked_until_running(served)
     assert served.starts == 1

@@ -240,3 +240,37 @@ class ProcessOnFreePorts:
             self.start()
             return False
         raise ProcessFailedError(f"{self.name} exited; {tail}")
+
+
+class ManagerProcess(ProcessOnFreePorts):
+    """A manager's daemon as a process, such as an operator built on this library under test:
+    ``command`` and then its metrics and health probe ports, each free when it starts, as
+    ``--metrics-bind-address`` and ``--health-probe-bind-address`` (controller-runtime's
+    flags, which the operator's command line keeps) on 127.0.0.1."""
+
+    def __init__(
+        self,
+        name: str,
+        command: Sequence[str],
+        log_dir: Path,
+        environment: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(
+            name,
+            lambda ports: [
+                *command,
+                f"--metrics-bind-address=127.0.0.1:{ports[0]}",
+                f"--health-probe-bind-address=127.0.0.1:{ports[1]}",
+            ],
+            2,
+            log_dir,
+            environment,
+        )
+
+    @property
+    def metrics_port(self) -> int:
+        return self.ports[0]
+
+    @property
+    def health_port(self) -> int:
+        return self.ports[1]
