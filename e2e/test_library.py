@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import gc
 import signal
-import subprocess
 import sys
 import time
 import urllib.request
@@ -42,7 +41,7 @@ from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache import ClusterView, EventHandler, Informer
 from crewlet_operator.envtest import USER_FIELD_MANAGER, ControlPlane
 from crewlet_operator.envtest.crds import install_crds, load_crds
-from crewlet_operator.envtest.process import free_port
+from crewlet_operator.envtest.process import ManagerProcess
 from crewlet_operator.envtest.wait import eventually, no_namespace_terminating
 from crewlet_operator.errors import MetadataOnlyError, NoInformerError
 from crewlet_operator.fieldset import keep_managed_fields_of
@@ -1045,27 +1044,22 @@ def leading(port: int) -> bool:
 
 
 class Replica:
-    def __init__(self, kubeconfig: Path, identity: str, namespace: str) -> None:
+    """``examples/run_widgets.py`` as a process, on fresh metrics and probe ports."""
+
+    def __init__(self, kubeconfig: Path, identity: str, namespace: str, log_dir: Path) -> None:
         self.identity = identity
-        self.metrics_port = free_port()
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(EXAMPLES / "run_widgets.py"),
-                "--kubeconfig",
-                str(kubeconfig),
-                "--identity",
-                identity,
-                "--lease-namespace",
-                namespace,
-                "--metrics-bind-address",
-                f"127.0.0.1:{self.metrics_port}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        command = [sys.executable, str(EXAMPLES / "run_widgets.py"), "--kubeconfig"]
+        command += [str(kubeconfig), "--identity", identity, "--lease-namespace", namespace]
+        self.daemon = ManagerProcess(identity, command, log_dir)
+        self.daemon.start()
+
+    @property
+    def metrics_port(self) -> int:
+        return self.daemon.metrics_port
 
     def up(self) -> bool:
+        if not self.daemon.check():  # started again on fresh ports
+            return False
         with contextlib.suppress(OSError):
             scrape(self.metrics_port)
             return True
@@ -1079,10 +1073,16 @@ async def holder(client: Client, namespace: str) -> str:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 async def test_two_managers_exactly_one_leads_and_the_other_takes_over(
-    kube_client: Client, namespace: str, control_plane: ControlPlane, sig: signal.Signals
+    kube_client: Client,
+    namespace: str,
+    control_plane: ControlPlane,
+    sig: signal.Signals,
+    tmp_path: Path,
 ) -> None:
     await install_widget_crd(kube_client)
-    replicas = [Replica(control_plane.kubeconfig, f"replica-{i}", namespace) for i in range(2)]
+    replicas = [
+        Replica(control_plane.kubeconfig, f"replica-{i}", namespace, tmp_path) for i in range(2)
+    ]
     try:
         await eventually(lambda: all(r.up() for r in replicas), timeout=30, message="replicas up")
         await eventually(lambda: holder(kube_client, namespace), timeout=30, message="a leader")
@@ -1097,7 +1097,7 @@ async def test_two_managers_exactly_one_leads_and_the_other_takes_over(
         assert scrape(other.metrics_port).get(done, 0.0) == 0.0  # the follower reconciled nothing
 
         signalled = time.monotonic()
-        first.proc.send_signal(sig)
+        first.daemon.process.signal(sig)
         await eventually(
             lambda: leading(other.metrics_port),
             timeout=40,
@@ -1107,7 +1107,7 @@ async def test_two_managers_exactly_one_leads_and_the_other_takes_over(
         took = time.monotonic() - signalled
         print(f"\nhandover after {sig.name}: {took:.2f}s")
         if sig == signal.SIGTERM:
-            assert first.proc.wait(10) == 0
+            assert first.daemon.process.wait(10) == 0
             # Released, not expired: far quicker than the 15 s lease.
             assert took < 15.0
         else:
@@ -1119,9 +1119,7 @@ async def test_two_managers_exactly_one_leads_and_the_other_takes_over(
         await eventually(lambda: kube_client.get_or_none(CONFIG_MAP, "w2-rendered", namespace))
     finally:
         for replica in replicas:
-            if replica.proc.poll() is None:
-                replica.proc.send_signal(signal.SIGTERM)
-                replica.proc.wait(20)
+            replica.daemon.process.stop()
 
 
 class StaleView:

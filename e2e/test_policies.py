@@ -52,7 +52,6 @@ import copy
 import itertools
 import json
 import os
-import signal
 import sys
 import uuid
 from collections import defaultdict
@@ -69,7 +68,7 @@ from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache import Cache, ClusterView
 from crewlet_operator.envtest import ControlPlane, binaries
 from crewlet_operator.envtest.crds import install_crds, load_crds
-from crewlet_operator.envtest.process import free_port
+from crewlet_operator.envtest.process import ManagerProcess
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.errors import ApiError, ForbiddenError, InvalidError, NotFoundError
 from crewlet_operator.incarnation import HOLDER_ANNOTATION, Holder
@@ -3080,8 +3079,11 @@ async def test_the_operator_runs_a_company_under_the_charts_rbac_and_policy(
     platform = f"{namespace}-platform"[:63]
     class_name = f"policy-{namespace}"[:63]
     await kube_client.create(r.NAMESPACE, {"metadata": {"name": platform}})
-    log = tmp_path / "operator.log"
-    daemon: asyncio.subprocess.Process | None = None
+    command = [sys.executable, "-m", "crewlet_operator_daemon.cli", "--leader-elect"]
+    command += [f"--leader-election-namespace={RELEASE_NS}", "--log-format=json"]
+    kubeconfig = tmp_path / "kubeconfig"
+    daemon = ManagerProcess("operator", [*command, "--kubeconfig", str(kubeconfig)], tmp_path)
+    log = daemon.process.log_path
     try:
         await kube_client.create(
             r.SECRET,
@@ -3117,26 +3119,12 @@ async def test_the_operator_runs_a_company_under_the_charts_rbac_and_policy(
             },
         )
         token = control_plane.request_token(RELEASE_NS, account)
-        kubeconfig = control_plane.token_config(token).write_kubeconfig(tmp_path / "kubeconfig")
-        health = free_port()
-        with log.open("ab") as out:
-            daemon = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "crewlet_operator_daemon.cli",
-                "--kubeconfig",
-                str(kubeconfig),
-                "--leader-elect",
-                f"--leader-election-namespace={RELEASE_NS}",
-                "--metrics-bind-address=0",
-                f"--health-probe-bind-address=127.0.0.1:{health}",
-                "--log-format=json",
-                stdout=out,
-                stderr=asyncio.subprocess.STDOUT,
-            )
+        control_plane.token_config(token).write_kubeconfig(kubeconfig)
+        daemon.start()
 
         async def ready() -> bool:
-            assert daemon is not None and daemon.returncode is None, log.read_text()[-3000:]
+            if not daemon.check():  # started again on fresh ports
+                return False
             company = await kube_client.get(COMPANY, "acme", namespace)
             conditions = (company.get("status") or {}).get("conditions") or []
             return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
@@ -3162,13 +3150,7 @@ async def test_the_operator_runs_a_company_under_the_charts_rbac_and_policy(
         assert "denied request" not in log.read_text()
         assert "Forbidden" not in log.read_text()
     finally:
-        if daemon is not None and daemon.returncode is None:
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(daemon.wait(), 40)
-            except TimeoutError:
-                daemon.kill()
-                await daemon.wait()
+        await asyncio.to_thread(daemon.process.stop, 40)
         for doc in rbac:
             if doc["kind"] != "ServiceAccount":
                 with contextlib.suppress(NotFoundError):

@@ -16,9 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import signal
-import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -29,7 +28,7 @@ import pytest
 from crewlet_operator import LEASE, Client, Scope, find_condition
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.envtest import ControlPlane, install_crds, load_crds
-from crewlet_operator.envtest.process import free_port
+from crewlet_operator.envtest.process import ManagerProcess
 from crewlet_operator.envtest.wait import eventually
 from crewlet_operator.kube import WatchParams
 from crewlet_operator.objects import resource_version
@@ -49,35 +48,27 @@ Object = dict[str, Any]
 
 
 class Replica:
-    """``examples/run_widgets.py`` as a process, logging every reconcile (JSON lines)."""
+    """``examples/run_widgets.py`` as a process on fresh ports, logging every reconcile (JSON
+    lines)."""
 
-    def __init__(self, kubeconfig: Path, identity: str, namespace: str, log: Path) -> None:
+    def __init__(self, kubeconfig: Path, identity: str, namespace: str, log_dir: Path) -> None:
         self.identity = identity
-        self.log = log
-        with log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    str(EXAMPLES / "run_widgets.py"),
-                    "--kubeconfig",
-                    str(kubeconfig),
-                    "--identity",
-                    identity,
-                    "--lease-namespace",
-                    namespace,
-                    "--metrics-bind-address",
-                    "0",
-                    "--health-probe-bind-address",
-                    f"127.0.0.1:{free_port()}",
-                    "--log-level",
-                    "debug",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        command = [sys.executable, str(EXAMPLES / "run_widgets.py"), "--kubeconfig"]
+        command += [str(kubeconfig), "--identity", identity, "--lease-namespace", namespace]
+        self.daemon = ManagerProcess(identity, [*command, "--log-level", "debug"], log_dir)
+        self.daemon.start()
+
+    def up(self) -> bool:
+        """Whether it answers its health probe (started again on fresh ports if need be)."""
+        if not self.daemon.check():
+            return False
+        address = f"http://127.0.0.1:{self.daemon.health_port}/healthz"
+        with contextlib.suppress(OSError), urllib.request.urlopen(address, timeout=5):
+            return True
+        return False
 
     def events(self) -> list[Object]:
-        lines = self.log.read_text(errors="replace").splitlines()
+        lines = self.daemon.process.log_path.read_text(errors="replace").splitlines()
         parsed = []
         for line in lines:
             with contextlib.suppress(ValueError):
@@ -86,29 +77,19 @@ class Replica:
                     parsed.append(event)
         return parsed
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
 
 @pytest.fixture
 def replicas(
     control_plane: ControlPlane, namespace: str, tmp_path: Path
 ) -> Iterator[list[Replica]]:
     started = [
-        Replica(control_plane.kubeconfig, f"replica-{i}", namespace, tmp_path / f"replica-{i}.log")
-        for i in range(2)
+        Replica(control_plane.kubeconfig, f"replica-{i}", namespace, tmp_path) for i in range(2)
     ]
     try:
         yield started
     finally:
         for replica in started:
-            replica.stop()
+            replica.daemon.process.stop(30)
 
 
 def widget(namespace: str, name: str) -> Object:
@@ -139,6 +120,7 @@ async def test_the_standby_takes_over_at_expiry_and_serves_the_new_object_first(
     kube_client: Client, namespace: str, replicas: list[Replica]
 ) -> None:
     await install_crds(kube_client, load_crds(EXAMPLES / "example.crewlet.ai_widgets.yaml"))
+    await eventually(lambda: all(r.up() for r in replicas), timeout=30, message="replicas up")
     for i in range(WIDGETS):
         await kube_client.create(WIDGET, widget(namespace, f"w{i:03d}"))
     lease_versions: list[Object] = []
@@ -161,7 +143,7 @@ async def test_the_standby_takes_over_at_expiry_and_serves_the_new_object_first(
         leader = next(r for r in replicas if r.identity == old)
         standby = next(r for r in replicas if r.identity != old)
 
-        leader.proc.kill()  # SIGKILL: no release, the lease must expire
+        leader.daemon.process.kill()  # SIGKILL: no release, the lease must expire
         await kube_client.create(WIDGET, widget(namespace, "fresh"))
 
         async def taken_over() -> str | None:

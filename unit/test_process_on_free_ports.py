@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from crewlet_operator.envtest import ProcessFailedError, process
-from crewlet_operator.envtest.process import START_ATTEMPTS, ProcessOnFreePorts
+from crewlet_operator.envtest.process import START_ATTEMPTS, ManagedProcess, ProcessOnFreePorts
 
 # Binds each port given as an argument, as the operator binds its metrics and probe ports
 # (asyncio's message for a taken one: "... address already in use"), then serves until stopped.
@@ -87,3 +88,22 @@ def test_any_other_exit_fails_at_once(tmp_path: Path) -> None:
     with pytest.raises(ProcessFailedError, match=r"(?s)crash exited;.*no config"):
         _checked_until_running(served)
     assert served.starts == 1
+
+
+def test_a_managed_process_is_waited_for_its_exit_code(tmp_path: Path) -> None:
+    """``wait`` gives the exit code (the e2e tests check a replica stopped cleanly), and raises
+    ``TimeoutExpired`` while the process still runs."""
+    exiting = ManagedProcess("exiting", [sys.executable, "-c", "raise SystemExit(3)"], tmp_path)
+    with pytest.raises(ProcessFailedError, match="not started"):
+        exiting.wait(1)
+    exiting.start()
+    assert exiting.wait(30) == 3
+    sleeping = ManagedProcess(
+        "sleeping", [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path
+    )
+    sleeping.start()
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            sleeping.wait(0.2)
+    finally:
+        sleeping.stop()

@@ -118,6 +118,13 @@ class ManagedProcess:
         )
         waiting(ready)
 
+    def wait(self, timeout: float) -> int:
+        """Wait up to ``timeout`` seconds for the process to exit (``subprocess.TimeoutExpired``
+        when it has not); its exit code."""
+        if self._proc is None:
+            raise ProcessFailedError(f"{self.name} is not started")
+        return self._proc.wait(timeout)
+
     def signal(self, sig: signal.Signals) -> None:
         """Send ``sig`` to the process group (SIGSTOP and SIGCONT simulate a silent server)."""
         if self._proc is not None and self._proc.poll() is None:
