@@ -54,7 +54,7 @@ from crewlet_operator.sharding.sharder import (
     SHARDER_WRITES,
     Sharder,
 )
-from crewlet_operator.sharding.slots import MemberSlots
+from crewlet_operator.sharding.slots import WIDEN_SLOTS, MemberSlots
 from crewlet_operator.testing import StaticRing
 
 KEYS = [f"tenant-{i}" for i in range(3000)]
@@ -686,10 +686,12 @@ class PrimaryInformer(ChildInformer):
 
 
 async def finish(following: Coroutine[None, None, None], children: ChildInformer) -> None:
-    """Run a follow whose informer's list ends as soon as it has begun."""
+    """Run a follow whose informer's lists (one, or a widening's, one a group) each end as
+    soon as it has begun."""
     task = asyncio.create_task(following)
-    await asyncio.sleep(0)
-    children.listed.set()
+    while not task.done():
+        await asyncio.sleep(0)
+        children.listed.set()
     await task
 
 
@@ -843,6 +845,50 @@ async def test_a_request_put_off_for_a_slot_is_dropped_once_its_object_went_else
     await finish(slots.follow(now=13), children)
     assert slot_of(theirs) in slots.covered
     assert asked == [], "put off for a slot no longer wanted: not asked for"
+
+
+async def test_a_widening_covers_its_slots_a_group_at_a_time_the_awaited_first() -> None:
+    """Slots added to a scope already held are listed :data:`WIDEN_SLOTS` at a time, those with
+    requests put off first: each group is covered, and its put-off requests asked for, once its
+    lists end, before the next group is listed."""
+    live = StaticRing("a", "b")
+    slots = member_slots(live)
+    asked: list[Request] = []
+    slots.on_ready(asked.append)
+    children, primary = ChildInformer(), PrimaryInformer()
+    slots.add_children(cast(Informer, children), Scope(label_selector="app=web"))
+    slots.add_primary(cast(Informer, primary), Scope(label_selector="app=web"))
+    await finish(slots.follow(now=0), children)
+    ring = HashRing(["a", "b"]).slots("a")
+    moving: dict[int, str] = {}  # a namespace of each of WIDEN_SLOTS + 3 slots of b's
+    for candidate in (f"tenant-{i}" for i in range(5000)):
+        if slot_of(candidate) not in ring and len(moving) < WIDEN_SLOTS + 3:
+            moving.setdefault(slot_of(candidate), candidate)
+    for moved in moving.values():
+        primary.add(moved)  # labelled for a: moving to it
+    awaited = max(moving)  # last in slot order, first by its put-off request
+    assert not slots.covers({"metadata": {"namespace": moving[awaited], "name": "w"}})
+
+    async def widened(groups: int) -> None:
+        for _ in range(100):
+            if len(children.added) == groups:
+                return
+            await asyncio.sleep(0)
+        raise AssertionError(children.added)
+
+    following = asyncio.create_task(slots.follow(now=1))
+    await widened(1)
+    first = frozenset(sorted(set(moving) - {awaited})[: WIDEN_SLOTS - 1]) | {awaited}
+    assert children.added == [selector(first)]
+    assert slots.covered == ring, "nothing new is covered before its lists end"
+    children.listed.set()
+    await widened(2)
+    assert slots.covered == ring | first, "the first group, before the second is listed"
+    assert asked == [Request(moving[awaited], "w")]
+    assert children.added[1] == selector(frozenset(moving) - first)
+    children.listed.set()
+    await following
+    assert slots.covered == ring | set(moving)
 
 
 async def test_a_member_asks_for_what_a_will_leaves_it_once() -> None:
