@@ -52,7 +52,8 @@ hold its parts, and the manager runs them on its one run path, as it runs everyt
   informers of the kinds a sharded controller owns select the slots the member holds: those the
   ring gives it and those of the objects labelled for it. A slot label never changes, so a move
   writes no child: the new member's informers widen to the slot (a list, no write) and find the
-  children there.
+  children there; many slots at once (an heir's) are listed
+  :data:`~.slots.WIDEN_SLOTS` at a time, each group reconciled as soon as it is cached.
 - **The gate** (:mod:`.gate`, a reconciler wrapper). Before each reconcile a member reads the
   primary object from its cache: one neither labelled for it nor inherited by it (moved, not yet
   assigned, or another heir's) is not reconciled, one draining is acknowledged instead, one
