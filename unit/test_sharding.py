@@ -823,10 +823,11 @@ async def test_the_gate_waits_for_the_children_of_a_slot_it_does_not_hold() -> N
     assert asked == [Request("ns", "mine")], "asked for once"
 
 
-async def test_a_request_put_off_for_a_slot_is_dropped_once_its_object_went_elsewhere() -> None:
-    """An object moving towards this member, put off until its slot is cached, that moves away
-    again before: its slot is no longer wanted, and it is not asked for, even when the ring
-    later gives this member the slot."""
+async def a_following_its_slots() -> tuple[
+    StaticRing, MemberSlots, ChildInformer, PrimaryInformer, list[Request]
+]:
+    """Member a of the ring of a and b, its informers of children covering the ring's slots
+    (settling in 10 s), and the requests it asks for."""
     live = StaticRing("a", "b")
     slots = member_slots(live, settle=10)
     asked: list[Request] = []
@@ -835,6 +836,14 @@ async def test_a_request_put_off_for_a_slot_is_dropped_once_its_object_went_else
     slots.add_children(cast(Informer, children), Scope(label_selector="app=web"))
     slots.add_primary(cast(Informer, primary), Scope(label_selector="app=web"))
     await finish(slots.follow(now=0), children)
+    return live, slots, children, primary, asked
+
+
+async def test_a_request_put_off_for_a_slot_is_dropped_once_its_object_went_elsewhere() -> None:
+    """An object moving towards this member, put off until its slot is cached, that moves away
+    again before: its slot is no longer wanted, and it is not asked for, even when the ring
+    later gives this member the slot."""
+    live, slots, children, primary, asked = await a_following_its_slots()
     ring = HashRing(["a", "b"]).slots("a")
     theirs = next(f"tenant-{i}" for i in range(100) if slot_of(f"tenant-{i}") not in ring)
     primary.add(theirs)  # labelled for a: moving to it
@@ -851,14 +860,7 @@ async def test_a_widening_covers_its_slots_a_group_at_a_time_the_awaited_first()
     """Slots added to a scope already held are listed :data:`WIDEN_SLOTS` at a time, those with
     requests put off first: each group is covered, and its put-off requests asked for, once its
     lists end, before the next group is listed."""
-    live = StaticRing("a", "b")
-    slots = member_slots(live)
-    asked: list[Request] = []
-    slots.on_ready(asked.append)
-    children, primary = ChildInformer(), PrimaryInformer()
-    slots.add_children(cast(Informer, children), Scope(label_selector="app=web"))
-    slots.add_primary(cast(Informer, primary), Scope(label_selector="app=web"))
-    await finish(slots.follow(now=0), children)
+    _, slots, children, primary, asked = await a_following_its_slots()
     ring = HashRing(["a", "b"]).slots("a")
     moving: dict[int, str] = {}  # a namespace of each of WIDEN_SLOTS + 3 slots of b's
     for candidate in (f"tenant-{i}" for i in range(5000)):
