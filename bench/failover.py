@@ -41,6 +41,8 @@ from crewlet_operator_daemon.plan import MANAGER_NAME
 LEASE_DURATION = ManagerOptions(name=MANAGER_NAME).lease_duration
 """The daemon's lease (the library's default): a crashed leader is replaced this long after its
 last renewal."""
+RETRY_PERIOD = ManagerOptions(name=MANAGER_NAME).retry_period
+"""How often the daemon renews a Lease it holds (the library's default)."""
 LATENCY = 0.5
 """What the crash's takeover may take past the lease's expiry: the follower sees the last
 renewal through its watch, and its acquiring write takes a request."""

@@ -27,8 +27,11 @@ member Lease).
    capacity figure changes it, followed by its :class:`~bench.capacity.Observer`), and the
    member is then killed (SIGKILL) and its Pod deleted (each replica runs "in" a Pod object no
    kubelet runs): every change waits for the heirs at the kill, so the figure measures the
-   takeover, not the bench's rate of sending (the figure says if the frozen member's Lease
-   expired while the changes went out, which hands them over before the kill). Measured
+   takeover, not the bench's rate of sending. While the changes go out the bench renews the
+   frozen member's Lease in its stead (:func:`_renewed_in_its_stead`), as a member whose
+   workers are stuck while its lease client renews would: on a slow machine sending 4,000
+   changes outlasts the lease, which would hand them over before the kill (the figure says if
+   a will came all the same). Measured
    from the kill: until its Lease carries its will (the sharder writes it once it finds the
    Pod gone, at its next list of the ring; without that evidence, once the Lease has expired,
    :data:`LEASE_DURATION` after its last renewal, which is reported too; from then on the
@@ -50,7 +53,7 @@ import itertools
 import math
 import time
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -67,17 +70,17 @@ from bench.daemon import (
     total,
     until,
 )
-from bench.failover import LEASE_DURATION, moment
+from bench.failover import LEASE_DURATION, RETRY_PERIOD, moment
 from bench.latency import percentile
 from bench.progress import Key
 from bench.report import MIB, Figure
 from bench.session import SETTLE, WRITTEN, Pass, Session, writes_between
-from crewlet_operator import LEASE, POD, Client, TransportError
+from crewlet_operator import LEASE, POD, Client, ConflictError, TransportError
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache.informer import INITIAL_EVENTS_END
 from crewlet_operator.kube import WatchParams
 from crewlet_operator.metrics import SHARD_GATE_OUTCOMES
-from crewlet_operator.objects import labels, name, namespace, resource_version
+from crewlet_operator.objects import labels, micro_time, name, namespace, resource_version
 from crewlet_operator.sharding.ring import RingLabels
 from crewlet_operator.testing import replica_pod
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY
@@ -311,7 +314,6 @@ async def _takeover(
     gone = members[victim]
     live = {m for m in members if m != gone}
     held = shards.held(gone)
-    lease = await cluster.api.get(LEASE, gone, PLATFORM)  # deleted once its Companies moved
     async with Observer(cluster.api) as observer:
         frozen = time.monotonic()
         daemons[victim].freeze()
@@ -322,7 +324,9 @@ async def _takeover(
         async def send(change: Change) -> None:
             await send_change(cluster, observer, change)
 
-        await each(changes, send, CREATE_CONCURRENCY)
+        async with _renewed_in_its_stead(cluster.api, gone):
+            await each(changes, send, CREATE_CONCURRENCY)
+        lease = await cluster.api.get(LEASE, gone, PLATFORM)  # deleted once its Companies moved
         willed_while_frozen = await _will(cluster.api, gone) is not None
         heirs = [d for i, d in enumerate(daemons) if i != victim]
         gated = await _gate_outcomes(heirs)
@@ -371,6 +375,26 @@ async def _takeover(
         "converged_p50_s": round(percentile(to_converged, 0.5), 2) if to_converged else None,
         "converged_s": round(to_converged[-1], 2) if to_converged else None,
     }
+
+
+@contextlib.asynccontextmanager
+async def _renewed_in_its_stead(client: Client, member: str) -> AsyncIterator[None]:
+    """Renew ``member``'s Lease every retry period until the block ends, as its frozen holder
+    would (a compare-and-swap of its ``renewTime``, the holder unchanged)."""
+
+    async def renew() -> None:
+        while True:
+            lease = await client.get(LEASE, member, PLATFORM)
+            lease["spec"]["renewTime"] = micro_time()
+            with contextlib.suppress(ConflictError):
+                await client.replace(LEASE, lease)
+            await asyncio.sleep(RETRY_PERIOD)
+
+    task = asyncio.create_task(renew())
+    try:
+        yield
+    finally:
+        await cancel_and_wait(task)
 
 
 async def _gate_outcomes(daemons: Sequence[Daemon]) -> Counter[str]:
