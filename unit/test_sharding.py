@@ -35,7 +35,12 @@ from crewlet_operator.cache import Cache, ClusterView, EventHandler, Informer, I
 from crewlet_operator.kube.client import ObjectList, Scope
 from crewlet_operator.sharding import by_namespace
 from crewlet_operator.sharding.gate import Gate, heirs_relabels_skipped
-from crewlet_operator.sharding.membership import EXPIRY_MARGIN, WILL_LISTS, Membership
+from crewlet_operator.sharding.membership import (
+    EXPIRY_MARGIN,
+    HOLD_AT_MOST,
+    WILL_LISTS,
+    Membership,
+)
 from crewlet_operator.sharding.ring import (
     SLOTS,
     Assign,
@@ -49,7 +54,6 @@ from crewlet_operator.sharding.ring import (
     slot_of,
 )
 from crewlet_operator.sharding.sharder import (
-    HOLD_AT_MOST,
     RELABELS_A_PASS,
     SHARDER_WRITES,
     Sharder,
@@ -856,15 +860,42 @@ async def test_a_request_put_off_for_a_slot_is_dropped_once_its_object_went_else
     assert asked == [], "put off for a slot no longer wanted: not asked for"
 
 
+async def test_a_member_caches_no_slot_of_the_ring_before_it_settles() -> None:
+    """A replica that starts first finds itself alone in the ring. Until the ring has settled
+    (no member joined for the sharder's settle), it lists the slots of the objects labelled
+    for it alone, not those of a ring of one (every slot); then the settled ring's. A member's
+    death does not unsettle the ring: an heir widens at once."""
+    live = StaticRing("a")
+    live.last_join = 100.0  # a joined (its own first list)
+    slots = MemberSlots(
+        KEYS_R, "a", live, key=by_namespace, retry_period=1, settle=10, ring_settle=4
+    )
+    children, primary = ChildInformer(), PrimaryInformer()
+    slots.add_children(cast(Informer, children), Scope(label_selector="app=web"))
+    slots.add_primary(cast(Informer, primary), Scope(label_selector="app=web"))
+    primary.add("mine")  # labelled for a: a restarted member's own
+    await finish(slots.follow(now=100.5), children)
+    assert slots.covered == {slot_of("mine")}, "its own object's slot, not all 256"
+    live.become("a", "b")
+    live.last_join = 101.0  # b joined
+    await finish(slots.follow(now=104.5), children)
+    assert slots.covered == {slot_of("mine")}, "b joined 3.5 s ago"
+    await finish(slots.follow(now=105.0), children)
+    assert slots.covered == HashRing(["a", "b"]).slots("a") | {slot_of("mine")}
+    live.become("a")  # b died: no join
+    await finish(slots.follow(now=105.5), children)
+    assert slots.covered == frozenset(range(SLOTS)), "a's, b's by its death, at once"
+
+
 async def test_a_widening_covers_its_slots_a_group_at_a_time_the_awaited_first() -> None:
-    """Slots added to a scope already held are listed :data:`WIDEN_SLOTS` at a time, those with
-    requests put off first: each group is covered, and its put-off requests asked for, once its
-    lists end, before the next group is listed."""
+    """Slots added to a scope already held are listed in groups, :data:`WIDEN_SLOTS` first and
+    then twice the last one's, those with requests put off first: each group is covered, and
+    its put-off requests asked for, once its lists end, before the next group is listed."""
     _, slots, children, primary, asked = await a_following_its_slots()
     ring = HashRing(["a", "b"]).slots("a")
-    moving: dict[int, str] = {}  # a namespace of each of WIDEN_SLOTS + 3 slots of b's
+    moving: dict[int, str] = {}  # a namespace of each of 3 * WIDEN_SLOTS + 3 slots of b's
     for candidate in (f"tenant-{i}" for i in range(5000)):
-        if slot_of(candidate) not in ring and len(moving) < WIDEN_SLOTS + 3:
+        if slot_of(candidate) not in ring and len(moving) < 3 * WIDEN_SLOTS + 3:
             moving.setdefault(slot_of(candidate), candidate)
     for moved in moving.values():
         primary.add(moved)  # labelled for a: moving to it
@@ -887,7 +918,12 @@ async def test_a_widening_covers_its_slots_a_group_at_a_time_the_awaited_first()
     await widened(2)
     assert slots.covered == ring | first, "the first group, before the second is listed"
     assert asked == [Request(moving[awaited], "w")]
-    assert children.added[1] == selector(frozenset(moving) - first)
+    second = frozenset(sorted(set(moving) - first)[: 2 * WIDEN_SLOTS])
+    assert children.added[1] == selector(second), "twice as many, in slot order"
+    children.listed.set()
+    await widened(3)
+    assert slots.covered == ring | first | second
+    assert children.added[2] == selector(frozenset(moving) - first - second), "the last 3"
     children.listed.set()
     await following
     assert slots.covered == ring | set(moving)

@@ -24,7 +24,8 @@ hold its parts, and the manager runs them on its one run path, as it runs everyt
   reads the cluster's answers from. It decides nothing until the ring has *settled*: no member
   has joined for :data:`~.sharder.SETTLE_PERIODS` retry periods (every member it finds at its
   own start joined then), so that replicas started together get each object once, not all of
-  them first and a drain after (:meth:`~.sharder.Sharder.settled`).
+  them first and a drain after (:meth:`~.sharder.Sharder.settled`); nor does a member cache the
+  slots the ring gives it before (:class:`~.membership.Settling`).
 - **Handoff.** An object whose member is live but no longer its hash target gets the *drain
   label* ``drain.<domain>/<ring>``. Its member, on its next request for it (after any reconcile
   of it in flight: the queue never hands one request to two workers), writes nothing else for it
@@ -52,8 +53,9 @@ hold its parts, and the manager runs them on its one run path, as it runs everyt
   informers of the kinds a sharded controller owns select the slots the member holds: those the
   ring gives it and those of the objects labelled for it. A slot label never changes, so a move
   writes no child: the new member's informers widen to the slot (a list, no write) and find the
-  children there; many slots at once (an heir's) are listed
-  :data:`~.slots.WIDEN_SLOTS` at a time, each group reconciled as soon as it is cached.
+  children there; many slots at once (an heir's) are listed in groups, of
+  :data:`~.slots.WIDEN_SLOTS` first and twice the last one's after, each group reconciled as
+  soon as it is cached.
 - **The gate** (:mod:`.gate`, a reconciler wrapper). Before each reconcile a member reads the
   primary object from its cache: one neither labelled for it nor inherited by it (moved, not yet
   assigned, or another heir's) is not reconciled, one draining is acknowledged instead, one

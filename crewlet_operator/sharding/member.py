@@ -104,6 +104,7 @@ class RingMember:
             key=sharding.key,
             retry_period=leader.retry_period,
             settle=leader.lease_duration,
+            ring_settle=self._ring_settle(leader.retry_period),
         )
         self._sharder_client = client.with_field_manager(f"{client.field_manager}-sharder")
         self._retry_period = leader.retry_period
@@ -181,12 +182,14 @@ class RingMember:
                 key=self.sharding.key,
                 retry_period=self._retry_period,
                 evidence=self.elector.config.pod is not None,
-                settle=(
-                    SETTLE_PERIODS * self._retry_period
-                    if self.sharding.settle is None
-                    else self.sharding.settle
-                ),
+                settle=self._ring_settle(self._retry_period),
             )
+
+    def _ring_settle(self, retry_period: float) -> float:
+        """Seconds in which no member may have joined for the ring to be settled: the sharder
+        decides nothing, and a member caches no slot the ring gives it, before."""
+        settle = self.sharding.settle
+        return SETTLE_PERIODS * retry_period if settle is None else settle
 
     def labels_for(self, obj: KubeObject) -> dict[str, str]:
         """The slot label of ``obj``'s children: ``{slot.<domain>/<ring>: <slot>}``."""

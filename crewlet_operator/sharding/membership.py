@@ -19,10 +19,12 @@ from crewlet_operator.sharding.ring import RingLabels, RingView, will_heirs
 
 __all__ = [
     "EXPIRY_MARGIN",
+    "HOLD_AT_MOST",
     "VACANCY_PERIODS",
     "WILL_LISTS",
     "Membership",
     "RingMembers",
+    "Settling",
     "Signal",
 ]
 
@@ -83,6 +85,33 @@ class RingMembers(Protocol):
     async def gone(self) -> dict[str, Evidence]:
         """The live members whose process the API server shows gone, with the evidence."""
         ...
+
+
+class Settling:
+    """Whether the ring has settled: no member joined (:attr:`RingMembers.last_join`) in the
+    last ``settle`` seconds, or it has been waited for :data:`HOLD_AT_MOST` times that in a row.
+    A member that dies does not unsettle it. The sharder decides nothing until it has
+    (:meth:`Sharder.settled <.sharder.Sharder.settled>`), nor does a member cache the slots the
+    ring gives it (:meth:`MemberSlots.wanted <.slots.MemberSlots.wanted>`): a replica that
+    starts first finds itself alone in the ring, and would list every child of every object
+    for the slots of a ring of one, to drop three quarters of them seconds later."""
+
+    def __init__(self, membership: RingMembers, settle: float) -> None:
+        self._membership = membership
+        self.settle = settle
+        """Seconds in which no member may have joined."""
+        self.waiting_since: float | None = None
+        """Since when (monotonic seconds) the ring has been waited for; None once settled."""
+
+    def settled(self, now: float) -> bool:
+        """Whether the ring has settled at ``now``."""
+        joined = self._membership.last_join
+        if joined is None or now - joined >= self.settle:
+            self.waiting_since = None
+            return True
+        if self.waiting_since is None:
+            self.waiting_since = now
+        return now - self.waiting_since >= HOLD_AT_MOST * self.settle
 
 
 class Membership:
@@ -240,6 +269,10 @@ class Membership:
             wait = min(wait, self._retry_period / 4)
         return wait
 
+
+HOLD_AT_MOST = 4.0
+"""Settle periods a ring is waited for at most in a row (:class:`Settling`): a ring that keeps
+growing (a scale-up one replica at a time) still gets its wills and new objects their members."""
 
 VACANCY_PERIODS = 1.0
 """How many retry periods a released member Lease of a ring of fixed names stays live, its slots

@@ -18,7 +18,7 @@ from crewlet_operator.incarnation import Evidence
 from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.resources import LEASE, Resource
 from crewlet_operator.objects import KubeObject, object_key
-from crewlet_operator.sharding.membership import RingMembers
+from crewlet_operator.sharding.membership import RingMembers, Settling
 from crewlet_operator.sharding.ring import (
     Assign,
     Drain,
@@ -32,7 +32,7 @@ from crewlet_operator.sharding.ring import (
     will_text,
 )
 
-__all__ = ["HOLD_AT_MOST", "RELABELS_A_PASS", "SETTLE_PERIODS", "SHARDER_WRITES", "Sharder"]
+__all__ = ["RELABELS_A_PASS", "SETTLE_PERIODS", "SHARDER_WRITES", "Sharder"]
 
 log = structlog.get_logger("crewlet_operator.sharding")
 
@@ -53,10 +53,6 @@ SETTLE_PERIODS = 2.0
 replicas of a ring that start together join within a period or two of each other, and a
 decision made before the last one joins is undone by a drain of a third of the objects, three
 writes each (bench/NOTES.md, "A settled start")."""
-
-HOLD_AT_MOST = 4.0
-"""Settle periods the sharder waits at most in a row for a settled ring: a ring that keeps
-growing (a scale-up one replica at a time) still gets its wills and new objects their members."""
 
 
 class Sharder:
@@ -93,9 +89,7 @@ class Sharder:
         self._scope = scope
         self._evidence = evidence
         self._evidence_asked_at: float | None = None
-        self._settle = settle
-        self._held_since: float | None = None
-        """Since when (monotonic seconds) the passes have waited for the ring to settle."""
+        self._settling = Settling(membership, settle)
         self._written: dict[str, str] = {}
         """The objects this sharder labelled, by key, with the version its decision read: a
         pass does not decide one again until the view shows it at another version. The view
@@ -196,23 +190,19 @@ class Sharder:
         return steps + relabels[:RELABELS_A_PASS], on_paths
 
     def settled(self, now: float) -> bool:
-        """Whether the ring has settled at ``now``: no member joined in the last ``settle``
-        seconds (:attr:`Membership.last_join <.membership.Membership.last_join>`), or the passes
-        have waited :data:`HOLD_AT_MOST` times that already. A member that dies does not unsettle
-        it: its will is written at once, naming the members live then. A member that joins does:
-        a will or label decided just before it came would be undone by a drain (three writes an
-        object), where waiting leaves the objects with their members, or unassigned (nothing
-        writes them) for a few seconds."""
-        joined = self._membership.last_join
-        if joined is None or now - joined >= self._settle:
-            if self._held_since is not None:
-                log.info("the ring settled; sharding", waited=round(now - self._held_since, 2))
-            self._held_since = None
-            return True
-        if self._held_since is None:
-            self._held_since = now
-            log.info("waiting for the ring to settle", seconds=self._settle)
-        return now - self._held_since >= HOLD_AT_MOST * self._settle
+        """Whether the ring has settled at ``now`` (:class:`~.membership.Settling`). A member
+        that dies does not unsettle it: its will is written at once, naming the members live
+        then. A member that joins does: a will or label decided just before it came would be
+        undone by a drain (three writes an object), where waiting leaves the objects with their
+        members, or unassigned (nothing writes them) for a few seconds."""
+        settling = self._settling
+        waited_since = settling.waiting_since
+        settled = settling.settled(now)
+        if waited_since is not None and settling.waiting_since is None:
+            log.info("the ring settled; sharding", waited=round(now - waited_since, 2))
+        elif waited_since is None and settling.waiting_since is not None:
+            log.info("waiting for the ring to settle", seconds=settling.settle)
+        return settled
 
     async def _gone(self) -> dict[str, Evidence]:
         """With ``evidence``, the live members the API server shows gone
