@@ -778,11 +778,11 @@ async def test_a_member_caches_the_children_of_what_it_inherits_alone() -> None:
     theirs_by_will = next(f"t-{i}" for i in range(200) if ring.slot_owner(slot_of(f"t-{i}")) == "b")
     primary.add(mine_by_will, member="dead")
     primary.add(theirs_by_will, member="dead")
-    assert slots.wanted() == ring.slots("a")
-    assert slot_of(mine_by_will) in slots.wanted()
-    assert slot_of(theirs_by_will) not in slots.wanted()
+    assert slots.wanted(now=1) == ring.slots("a")
+    assert slot_of(mine_by_will) in slots.wanted(now=1)
+    assert slot_of(theirs_by_will) not in slots.wanted(now=1)
     primary.add(theirs_by_will, member="a")  # labelled for a: moving to it
-    assert slot_of(theirs_by_will) in slots.wanted()
+    assert slot_of(theirs_by_will) in slots.wanted(now=1)
 
 
 async def test_a_member_narrows_its_slots_once_they_have_settled() -> None:

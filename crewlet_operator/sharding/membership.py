@@ -94,7 +94,7 @@ class Settling:
     (:meth:`Sharder.settled <.sharder.Sharder.settled>`), nor does a member cache the slots the
     ring gives it (:meth:`MemberSlots.wanted <.slots.MemberSlots.wanted>`): a replica that
     starts first finds itself alone in the ring, and would list every child of every object
-    for the slots of a ring of one, to drop three quarters of them seconds later."""
+    for the slots of a ring of one, to drop most of them seconds later."""
 
     def __init__(self, membership: RingMembers, settle: float) -> None:
         self._membership = membership

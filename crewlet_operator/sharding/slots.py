@@ -250,12 +250,12 @@ class MemberSlots:
         view = self._membership.view()
         return view is not None and view.state(self._member) is MemberState.WILLED
 
-    def wanted(self, now: float | None = None) -> frozenset[int]:
-        """The slots the ring gives this member, as it was when last settled at ``now`` (the
-        monotonic clock's by default), and those of the objects it holds: labelled for it, or
-        left to it by a will."""
+    def wanted(self, now: float) -> frozenset[int]:
+        """The slots the ring gives this member, as it was when last settled at ``now``
+        (monotonic seconds), and those of the objects it holds: labelled for it, or left to it
+        by a will."""
         view = self._membership.view()
-        if view is not None and self._settling.settled(time.monotonic() if now is None else now):
+        if view is not None and self._settling.settled(now):
             self._ring = view.slots(self._member)
         return self._ring | {
             slot
