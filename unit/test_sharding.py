@@ -699,8 +699,18 @@ async def finish(following: Coroutine[None, None, None], children: ChildInformer
     await task
 
 
-def member_slots(live: StaticRing, settle: float = 10, member: str = "a") -> MemberSlots:
-    return MemberSlots(KEYS_R, member, live, key=by_namespace, retry_period=1, settle=settle)
+def member_slots(
+    live: StaticRing, settle: float = 10, member: str = "a", ring_settle: float = 0.0
+) -> MemberSlots:
+    return MemberSlots(
+        KEYS_R,
+        member,
+        live,
+        key=by_namespace,
+        retry_period=1,
+        settle=settle,
+        ring_settle=ring_settle,
+    )
 
 
 def all_slots() -> MemberSlots:
@@ -867,9 +877,7 @@ async def test_a_member_caches_no_slot_of_the_ring_before_it_settles() -> None:
     death does not unsettle the ring: an heir widens at once."""
     live = StaticRing("a")
     live.last_join = 100.0  # a joined (its own first list)
-    slots = MemberSlots(
-        KEYS_R, "a", live, key=by_namespace, retry_period=1, settle=10, ring_settle=4
-    )
+    slots = member_slots(live, ring_settle=4)
     children, primary = ChildInformer(), PrimaryInformer()
     slots.add_children(cast(Informer, children), Scope(label_selector="app=web"))
     slots.add_primary(cast(Informer, primary), Scope(label_selector="app=web"))
