@@ -212,6 +212,9 @@ class Replica:
     """The requests it sent that may write, until its share was done."""
     memory: Memory
     """VmRSS :data:`SETTLE` seconds after every replica's share was done; VmHWM until then."""
+    cached: int
+    """The Companies its caches held then (``crewlet_operator_cache_objects``): its own, the
+    cluster view's (those asking for a hostname) and, on the leader, the leader's view's."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -225,6 +228,7 @@ class Replica:
             "write_requests": self.write_requests,
             "rss_mib": round(self.memory.rss / MIB, 1),
             "peak_rss_mib": round(self.memory.peak / MIB, 1),
+            "companies_cached": self.cached,
         }
 
 
@@ -280,6 +284,9 @@ async def _ring(
         )
         writes = writes_between(await asyncio.to_thread(plane.mutating_requests, WRITTEN), before)
         await asyncio.sleep(SETTLE)
+        cached = await asyncio.gather(
+            *(d.metric("crewlet_operator_cache_objects", kind=COMPANY.group_kind) for d in daemons)
+        )
     except BaseException:
         for daemon in daemons:
             await daemon.stop()
@@ -295,9 +302,10 @@ async def _ring(
             cpu_s=share[1],
             write_requests=share[2],
             memory=daemon.memory(),
+            cached=int(held),
         )
-        for daemon, ready_at, (member_at, member), share in zip(
-            daemons, ready, joined, shares, strict=True
+        for daemon, ready_at, (member_at, member), share, held in zip(
+            daemons, ready, joined, shares, cached, strict=True
         )
     ]
     return daemons, replicas, writes
@@ -493,7 +501,8 @@ def _replica_text(replica: Replica) -> str:
     return (
         f"ready {shown['ready_s']} s, {replica.companies} companies done at "
         f"{shown['share_done_s']} s ({shown['cpu_s']} CPU s, {replica.write_requests} write "
-        f"requests), {shown['rss_mib']} MiB steady ({shown['peak_rss_mib']} peak)"
+        f"requests), {shown['rss_mib']} MiB steady ({shown['peak_rss_mib']} peak), "
+        f"{replica.cached} companies cached"
     )
 
 

@@ -35,15 +35,17 @@ Whatever the options, the manager sorts what it runs into groups, as controller-
 runnable groups do, and starts them in one order on one path:
 
 1. the *servers*: health probes, metrics, the event loop's lag;
-2. the *caches*: the cache's informers, the :class:`~crewlet_operator.cache.ClusterView`, the
-   runnables of :meth:`Manager.add` and the loops that follow them (with sharding, the ring's
-   membership and the member's slots), then their first lists (a cold standby starts them
-   once it holds its first Lease instead);
+2. the *caches*: the cache's informers, the cluster view (a
+   :class:`~crewlet_operator.cache.ClusterView`; without leader election the leader's view
+   too), the runnables of :meth:`Manager.add` and the loops that follow them (with sharding,
+   the ring's membership and the member's slots), then their first lists (a cold standby
+   starts them once it holds its first Lease instead);
 3. the controllers that run *everywhere*, on every replica (``need_leader_election=False``);
 4. the *elections*, one Lease each, in order: with sharding the member's Lease first (the
    sharded controllers and the fence on its own will run while it holds it), then the leader's
-   (the other controllers, and the sharder with sharding). The first is awaited; the manager
-   counts as started once it holds it and its controllers run. Later ones campaign beside.
+   (the leader's view first, then the other controllers, and the sharder with sharding). The
+   first is awaited; the manager counts as started once it holds it and its controllers run.
+   Later ones campaign beside.
 
 A feature adds to the groups, never a path of its own.
 
@@ -249,6 +251,8 @@ class Election:
     claim: Callable[[], Awaitable[LeaderElector]] | None = None
     """What chooses the Lease right before the campaign, when it is not known before (a ring
     member's, of a fixed set): it replaces :attr:`elector`."""
+    views: list[ClusterView] = field(default_factory=list)
+    """Views that start once the Lease is held, before its controllers (the leader's view)."""
 
 
 @dataclass
@@ -261,6 +265,9 @@ class RunnableGroups:
     """Leases in the order they are campaigned for, each with what runs while it is held."""
     with_caches: list[Loop]
     """Loops that start once the caches have synced."""
+    views: list[ClusterView]
+    """Views that start with the caches (the cluster view; the leader's view too where
+    nothing is elected)."""
 
 
 class Manager:
@@ -282,8 +289,15 @@ class Manager:
         self.cache = Cache(self.client, self.options.cache_options)
         self.cluster_view = ClusterView(self.client, self.cache)
         """Every object of the kinds declared in it, whatever share of them this replica
-        reconciles: what a question of the whole cluster reads (see
-        :class:`~crewlet_operator.cache.ClusterView`)."""
+        reconciles: what a question of the whole cluster reads on every replica (see
+        :class:`~crewlet_operator.cache.ClusterView`). Declare in it what a sharded replica
+        needs beyond its share, as narrowly as a scope can say (every object of a kind here is
+        every object on every replica)."""
+        self.leader_view = ClusterView(self.client, self.cache)
+        """The same, for what runs on the leader alone (its controllers, the sharder): listed
+        once this replica leads, so that the other replicas of a sharded ring do not hold every
+        object of a kind for a question only the leader asks. Where the manager's cache holds
+        every object already (no sharding), it reads that informer and lists nothing."""
         self.mapper = RESTMapper(self.client)
         """Kinds to resources by discovery, shared by the controllers."""
         self.controllers: list[Controller] = []
@@ -334,18 +348,20 @@ class Manager:
                 self.client,
                 self._lease_client or self.client,
                 self.cache,
-                self.cluster_view,
+                self.leader_view,
                 self.options.sharding,
                 name=self.options.name,
                 leader=self.elector.config,
             )
             self.add(self.ring)
+            self.cluster_view.narrowed(self.options.sharding.resource)
         self._stop = asyncio.Event()
         self._lost = False
         self._lost_because = "leader election lost"
         self._cold_campaigning = False
         self._caches_started = False
         self._started_runnables: list[Runnable] = []
+        self._started_views: list[ClusterView] = []
         self._running: list[Controller] = []
         self._electors: list[LeaderElector] = []
         self._holding: list[asyncio.Task[None]] = []
@@ -514,8 +530,11 @@ class Manager:
             )
             if ring is not None and ring.sharder is not None:
                 leader.loops.append(("sharder", ring.sharder.run))
+            leader.views.append(self.leader_view)
             elections.append(leader)
-        return RunnableGroups(everywhere, elections, with_caches)
+        # Without an election, what runs on the leader runs here from the start.
+        views = [self.cluster_view] + ([self.leader_view] if elector is None else [])
+        return RunnableGroups(everywhere, elections, with_caches, views)
 
     @property
     def _warm(self) -> bool:
@@ -587,6 +606,9 @@ class Manager:
         )
         if not self._caches_started and not await self._start_caches(groups):
             return
+        for view in election.views:
+            await view.start()
+            self._started_views.append(view)
         # What a warm standby queued while the previous holder was alive was that holder's
         # work: it waits behind what came after (what that holder may have missed).
         await self._start_controllers(
@@ -635,7 +657,9 @@ class Manager:
         for runnable in self.runnables:
             await runnable.start()
             self._started_runnables.append(runnable)
-        await self.cluster_view.start()
+        for view in groups.views:
+            await view.start()
+            self._started_views.append(view)
         await self.cache.start()
         synced = await self._until_stopped(
             self.cache.wait_for_sync(self.options.cache_sync_timeout)
@@ -687,7 +711,8 @@ class Manager:
                 await elector.release()
         for runnable in reversed(self._started_runnables):
             await runnable.stop()
-        await self.cluster_view.stop()
+        for view in self._started_views:
+            await view.stop()
         await self.cache.stop()
         await self.loop_lag.stop()
         await self.metrics.stop()

@@ -450,11 +450,19 @@ async def test_a_class_change_to_one_that_does_not_exist_leaves_the_children_alo
 
 
 def loosened(crd: dict[str, Any]) -> dict[str, Any]:
-    """The CRD as an older, looser release might have shipped it: any spec, no rules."""
+    """The CRD as an older, looser release might have shipped it: any spec, no rules; its
+    selectable fields (which the operator lists by) stay, as plain strings, since the API
+    server refuses one its schema does not declare."""
     loose = copy.deepcopy(crd)
-    schema = loose["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    version = loose["spec"]["versions"][0]
+    schema = version["schema"]["openAPIV3Schema"]
     schema.pop("x-kubernetes-validations", None)
-    schema["properties"]["spec"] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    selectable = [f["jsonPath"].removeprefix(".spec.") for f in version.get("selectableFields", [])]
+    schema["properties"]["spec"] = {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+        "properties": {field: {"type": "string"} for field in selectable},
+    }
     return loose
 
 

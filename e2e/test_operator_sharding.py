@@ -9,6 +9,8 @@ Asserted from the API server's records:
   companies;
 - what needs every company still sees every company: an EngineClass counts the companies of
   every member, and a webhook hostname asked for by companies on two members goes to the first;
+  yet a replica other than the leader holds its own companies and those that ask for a hostname
+  alone (``crewlet_operator_cache_objects``);
 - a killed member's companies are relabelled for live members, and a change made to each of
   them after the kill is converged by its new member, which writes none of their children the
   change leaves alone (a move rewrites nothing);
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -123,6 +126,11 @@ async def live_members(client: Client) -> dict[str, str]:
         lease["metadata"]["name"]: str(lease["spec"].get("holderIdentity") or "")
         for lease in leases.items
     }
+
+
+def held_companies(replica: Operator) -> int:
+    """The Companies a replica's caches hold, by its ``crewlet_operator_cache_objects``."""
+    return int(replica.metric('crewlet_operator_cache_objects{kind="Company.crewlet.ai"}'))
 
 
 def ring_member(replica: Operator) -> str | None:
@@ -242,6 +250,22 @@ async def test_three_replicas_share_the_companies_and_pick_up_a_killed_ones(
             client, second_ns, "second", "Accepted", "False", reason=HOSTNAME_TAKEN
         )
         assert f"Company {first_ns}/first holds the webhook hostname {shared}" in refused["message"]
+
+        # What each replica holds of the companies: its share, and the two that ask for a
+        # hostname (the cluster view's field selector); the leader every company besides (its
+        # view, where the class counts them). No other replica holds every company.
+        async def held_as_wanted() -> bool:
+            shares = Counter((await members_of(client)).values())
+            total, claimants = sum(shares.values()), 2
+            held = {member: held_companies(r) for member, r in members.items()}
+            wanted = {
+                member: shares[member] + claimants + (total if r.leading() else 0)
+                for member, r in members.items()
+            }
+            return held == wanted
+
+        await eventually(held_as_wanted, timeout=30, message="each replica holds its share")
+        assert sum(r.leading() for r in replicas) == 1
 
         # The member holding most companies is killed; each of them is changed at once.
         victim_member = max(by_member, key=lambda m: len(by_member[m]))

@@ -26,6 +26,7 @@ from crewlet_operator_daemon.api import v1alpha1
 from crewlet_operator_daemon.api.__main__ import main
 from crewlet_operator_daemon.api.crds import HEADER, all_crds
 from crewlet_operator_daemon.api.v1alpha1 import Company, EngineClass
+from crewlet_operator_daemon.controller import CLAIMANTS_OPTIONS
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests" / "crds"
 CRDS = {crd["spec"]["names"]["kind"]: crd for crd in all_crds()}
@@ -453,6 +454,41 @@ def test_names_scope_columns_and_status_subresource(
     assert (resource.group, resource.version, resource.kind) == ("crewlet.ai", "v1alpha1", kind)
     assert resource.plural == spec["names"]["plural"]
     assert resource.namespaced == (scope == "Namespaced")
+
+
+def test_the_claimants_field_selector_names_a_selectable_string_field() -> None:
+    """The replicas list the companies that ask for a webhook hostname by a field selector; the
+    API server refuses one on a custom resource's field its CRD does not make selectable."""
+    (company,) = CRDS["Company"]["spec"]["versions"]
+    (engine_class,) = CRDS["EngineClass"]["spec"]["versions"]
+    selector = CLAIMANTS_OPTIONS.scope.field_selector
+    assert selector is not None and selector.endswith("!=")
+    path = "." + selector.removesuffix("!=")
+    assert company["selectableFields"] == [{"jsonPath": path}]
+    assert "selectableFields" not in engine_class
+    spec = company["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert spec[path.rsplit(".", 1)[1]]["type"] == "string"
+
+
+def test_generator_writes_selectable_fields_only_when_asked() -> None:
+    class Thing(BaseModel):
+        owner: str = ""
+
+    def thing(**kwargs: Any) -> dict[str, Any]:
+        crd = crd_for(
+            Thing,
+            group="example.com",
+            version="v1",
+            kind="Thing",
+            plural="things",
+            scope="Namespaced",
+            **kwargs,
+        )
+        (version,) = crd["spec"]["versions"]
+        return dict(version)
+
+    assert "selectableFields" not in thing()
+    assert thing(selectable_fields=[".owner"])["selectableFields"] == [{"jsonPath": ".owner"}]
 
 
 # -- round trip ---------------------------------------------------------------------------------

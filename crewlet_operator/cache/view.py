@@ -5,7 +5,10 @@ A controller's cache may hold a share of a kind only (with sharding, a member ca
 labelled for it), yet some questions are the cluster's: which objects ask for one hostname,
 how many objects a class has. A :class:`ClusterView` answers them from every object of the kinds
 declared in it, trimmed by each kind's ``transform`` and indexed by its ``indexers``, on every
-replica, sharded or not: the code that reads it has no branch on sharding.
+replica, sharded or not: the code that reads it has no branch on sharding. A manager has two:
+its ``cluster_view``, on every replica, and its ``leader_view``, listed once the replica leads,
+for the questions only the leader asks (a count across the cluster; the sharder's), so that the
+other members of a sharded ring do not hold every object.
 
 Where the manager's cache already holds every object of a kind in the same scope, whole, with
 the indexes asked for (a replica without sharding), the view reads that informer instead of

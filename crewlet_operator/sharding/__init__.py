@@ -20,12 +20,15 @@ hold its parts, and the manager runs them on its one run path, as it runs everyt
   *sharder*: it hashes each primary object's key (its namespace by default, so that a tenant's
   objects stay together) onto the live members (:class:`~.ring.HashRing`) and writes the member
   into the object's *shard label* ``shard.<domain>/<ring>``. It reads every object of the kind
-  from the manager's :class:`~crewlet_operator.cache.ClusterView`, the same view a controller
-  reads the cluster's answers from. It decides nothing until the ring has *settled*: no member
-  has joined for :data:`~.sharder.SETTLE_PERIODS` retry periods (every member it finds at its
-  own start joined then), so that replicas started together get each object once, not all of
-  them first and a drain after (:meth:`~.sharder.Sharder.settled`); nor does a member cache the
-  slots the ring gives it before (:class:`~.membership.Settling`).
+  from the manager's leader's view (:attr:`Manager.leader_view
+  <crewlet_operator.manager.Manager.leader_view>`, a :class:`~crewlet_operator.cache.ClusterView`
+  that lists once the replica leads), the same view the leader's controllers read the cluster's
+  answers from: the other members hold no copy of every object. It decides nothing until the
+  ring has *settled*: no member has joined for :data:`~.sharder.SETTLE_PERIODS` retry periods
+  (every member it finds at its own start joined then), so that replicas started together get
+  each object once, not all of them first and a drain after
+  (:meth:`~.sharder.Sharder.settled`); nor does a member cache the slots the ring gives it
+  before (:class:`~.membership.Settling`).
 - **Handoff.** An object whose member is live but no longer its hash target gets the *drain
   label* ``drain.<domain>/<ring>``. Its member, on its next request for it (after any reconcile
   of it in flight: the queue never hands one request to two workers), writes nothing else for it

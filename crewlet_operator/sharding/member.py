@@ -61,7 +61,8 @@ class RingMember:
     """A replica's membership of the ring ``sharding`` describes, for a manager ``name``,
     whose leader Lease is ``leader`` (the members share its namespace and timings). Its member
     Lease is renewed through ``lease_client`` (the manager's connections for Leases), the rest
-    through ``client``."""
+    through ``client``. The sharder reads every object of the sharded kind from ``view``, the
+    manager's leader's view."""
 
     def __init__(
         self,
@@ -271,7 +272,7 @@ class RingMember:
 
     async def start(self) -> None:
         """Report ``crewlet_operator_shard_member_status`` (a Runnable, with the caches), and
-        have the sharder read the cluster view (which starts after)."""
+        have the sharder read the leader's view (which starts once this replica leads)."""
         metrics.SHARD_MEMBER_STATUS.labels(ring=self.labels.ring).set_function(
             lambda: 0 if self.blocked() else 1
         )

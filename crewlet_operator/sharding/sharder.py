@@ -100,7 +100,7 @@ class Sharder:
         self._placed = Placements(key, labels, self._pass_due)
 
     def watch(self) -> None:
-        """Read the objects from the cluster view: its kind's entries as declared there (by
+        """Read the objects from the leader's view: its kind's entries as declared there (by
         the controller, trimmed as it reads them), else their metadata alone, in the sharded
         controller's scope. Called before the view starts."""
         if not self._view.declares(self._resource):
@@ -109,7 +109,7 @@ class Sharder:
         self._view.add_handler(self._resource, self._placed)
 
     async def run(self) -> None:
-        """Make a pass over the objects (read from the cluster view) whenever they or the
+        """Make a pass over the objects (read from the leader's view) whenever they or the
         members change, at least every ``retry_period``, until cancelled. It does not wait for
         the view's first list: a will needs no object, and each label decision reads one
         object's labels alone, so the first passes write the wills at once and label the
@@ -321,7 +321,7 @@ class Placed:
 
 
 class Placements:
-    """What the sharder reads of each object, by key, kept by the cluster view's events (an
+    """What the sharder reads of each object, by key, kept by the leader's view's events (an
     informer handler), which also wake a pass. A pass follows every change during a takeover,
     and decoding the view's compact copies of 10,000 objects took 33 ms a pass where these take
     about 2 (bench/NOTES.md, "One run path")."""

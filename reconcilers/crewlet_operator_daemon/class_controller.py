@@ -99,11 +99,12 @@ class EngineClassController:
     """Counts each class's companies and checks that its references resolve."""
 
     def __init__(self, manager: Manager, secrets: NamedObjects) -> None:
-        """The classes count the companies of the manager's cluster view (every company,
-        whatever share the caches hold), which the Company controller declares."""
+        """The classes count the companies of the manager's leader's view (every company,
+        whatever share the caches hold; the controller runs on the leader), which the Company
+        controller declares."""
         self.client = manager.client
         self.cache = manager.cache
-        self.view = manager.cluster_view
+        self.view = manager.leader_view
         self.secrets = secrets
         self._counted: dict[str, float] = {}
         """EngineClass name to when its status was last written (monotonic seconds)."""

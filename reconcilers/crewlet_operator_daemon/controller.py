@@ -54,6 +54,7 @@ from crewlet_operator import KubeObject as Object
 from crewlet_operator.fieldset import keep_owned_fields_of
 from crewlet_operator.objects import is_being_deleted, labels, name, namespace, namespaced_key
 from crewlet_operator_daemon import hostnames, naming
+from crewlet_operator_daemon.api.crds import WEBHOOK_HOSTNAME_FIELD
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY, ENGINE_CLASS
 from crewlet_operator_daemon.census import COMPANIES, CompanyCensus
 from crewlet_operator_daemon.checkpoint import ANNOTATION, LINES, code_version
@@ -134,6 +135,16 @@ COMPANY_OPTIONS = InformerOptions(
     lists=Stream(page_size=COMPACT_PAGE),
     storage=Compact(),
 )
+CLAIMANTS_OPTIONS = InformerOptions(
+    scope=Scope(field_selector=f"{WEBHOOK_HOSTNAME_FIELD.removeprefix('.')}!="),
+    transform=view_entry,
+    indexers={HOSTNAME_INDEX: hostname_of},
+    lists=Stream(page_size=COMPACT_PAGE),
+    storage=Compact(),
+)
+"""The cluster view's companies: those that ask for a webhook hostname (a selectable field of the
+CRD), trimmed. A hostname is the cluster's, whichever replica its claimants are on, but a
+replica of a sharded ring then holds the claimants alone, not every company."""
 LABELLED_OPTIONS = InformerOptions(
     scope=Scope(label_selector=naming.MANAGED_BY_SELECTOR),
     lists=Stream(page_size=COMPACT_PAGE),
@@ -205,8 +216,8 @@ class CrewletControllers:
         self.namesakes = self._namesakes_cache()
         manager.add(self.namesakes)
         self.view = manager.cluster_view
-        """Every company and webhook route of the cluster, by what ranks a hostname's
-        claimants and counts a class's companies, whatever share of them the caches hold."""
+        """The companies of the cluster that ask for a webhook hostname and the webhook routes,
+        by what ranks a hostname's claimants, whatever share of them the caches hold."""
         self._declare_view()
         self._keep_owned = keep_owned_fields_of(manager.field_manager)
         self.company_controller = self._company_controller()
@@ -276,10 +287,12 @@ class CrewletControllers:
     def _map_other_events(self) -> None:
         """Reconcile the companies that events outside the controller's own watches concern:
         a referenced Secret's, a claimant's of a hostname freed (its holder deleted, or given
-        another), a namesake's, another workload's route's."""
+        another) or asked for by one more company, a namesake's, another workload's route's."""
         controller = self.company_controller
         self.secrets.add_handler(controller.enqueue_handler(self._companies_of_secret))
-        hostname_peers = new_predicate_funcs(create=lambda _: False, update=hostname_changed)
+        # The view holds the claimants alone: a company that asks for a hostname joins it (an
+        # add), one that asks for none any more leaves it (a delete).
+        hostname_peers = new_predicate_funcs(update=hostname_changed)
         self.view.add_handler(
             COMPANY, controller.enqueue_handler(self._hostname_peers, [hostname_peers])
         )
@@ -295,13 +308,12 @@ class CrewletControllers:
         self.company_controller.requeue(request, priority)
 
     def _declare_view(self) -> None:
-        """Every company and managed webhook route, trimmed (:func:`view_entry`): a hostname is
-        the cluster's, whichever replica its claimants are on. Where the caches hold every
-        company (no sharding), the view reads their informer of them."""
-        self.view.declare(
-            COMPANY,
-            replace(COMPANY_OPTIONS, transform=view_entry),
-        )
+        """The companies that ask for a webhook hostname (:data:`CLAIMANTS_OPTIONS`) and the
+        managed webhook routes, trimmed (:func:`view_entry`), in the cluster view; every
+        company, trimmed, in the leader's view, where the class controller counts them (where
+        the caches hold every company, without sharding, it reads their informer of them)."""
+        self.view.declare(COMPANY, CLAIMANTS_OPTIONS)
+        self.manager.leader_view.declare(COMPANY, replace(COMPANY_OPTIONS, transform=view_entry))
         self.view.declare(
             self.route,
             InformerOptions(
