@@ -18,7 +18,11 @@ member Lease).
    member caches only the children labelled for it, so it applies every child of a Company
    new to it again, with its label.
 3. *A ring of three*: the one stopped gracefully (its member Lease released, so its Companies
-   are relabelled at once), three started at once: each replica's figures as above.
+   are relabelled at once), three started at once: each replica's figures as above, with the
+   Companies its caches hold (``crewlet_operator_cache_objects``); beside them the bytes the
+   API server sends for a whole list of Companies in each scope a replica lists them by: every
+   Company (the leader's), those asking for a webhook hostname (every replica's), each
+   member's own (its label).
 4. *A burst* of new Companies (300; small: 50) with the three running, followed as in the
    convergence figure (:func:`bench.convergence.burst`): every one Accepted with its 13
    children, which includes the sharder's labelling of each.
@@ -78,13 +82,14 @@ from bench.session import SETTLE, WRITTEN, Pass, Session, writes_between
 from crewlet_operator import LEASE, POD, Client, ConflictError, TransportError
 from crewlet_operator._tasks import cancel_and_wait
 from crewlet_operator.cache.informer import INITIAL_EVENTS_END
-from crewlet_operator.kube import WatchParams
+from crewlet_operator.kube import ListParams, Scope, WatchParams
 from crewlet_operator.metrics import SHARD_GATE_OUTCOMES
 from crewlet_operator.objects import labels, micro_time, name, namespace, resource_version
 from crewlet_operator.sharding.ring import RingLabels
 from crewlet_operator.testing import replica_pod
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY
 from crewlet_operator_daemon.cli import SHARDING_DOMAIN
+from crewlet_operator_daemon.controller import CLAIMANTS_OPTIONS
 from crewlet_operator_daemon.plan import MANAGER_NAME
 
 RING = RingLabels(SHARDING_DOMAIN, MANAGER_NAME)
@@ -230,6 +235,22 @@ class Replica:
             "peak_rss_mib": round(self.memory.peak / MIB, 1),
             "companies_cached": self.cached,
         }
+
+
+async def _list_bytes(client: Client, members: Sequence[str]) -> dict[str, Any]:
+    """The bytes the API server sends for a whole list of Companies in each scope a replica
+    lists them by: every company (the leader's view; before, every replica's cluster view), those
+    asking for a webhook hostname (the cluster view), each member's own (its label)."""
+
+    async def size(scope: Scope) -> int:
+        query = ListParams(scope, page_size=0).query()
+        return len(await client.transport.send("GET", COMPANY.path(None), query=query))
+
+    return {
+        "every_company": await size(Scope()),
+        "claimants": await size(CLAIMANTS_OPTIONS.scope),
+        "members": {m: await size(Scope(label_selector=f"{RING.shard}={m}")) for m in members},
+    }
 
 
 async def _member(daemon: Daemon, timeout: float) -> tuple[float, str]:
@@ -452,6 +473,8 @@ async def sharding(session: Session) -> Figure:
                 await daemon.stop()
             running, three, three_writes = await _ring(session, shards, 3)
             _progress("a ring of three: " + _ring_text(three, three_writes))
+            listed = await _list_bytes(session.cluster.api, [r.member for r in three])
+            _progress(f"list bytes: {listed}")
             rushed = await burst(session, "shard-burst", scale.sharding_burst, running)
             _progress(f"a burst: {rushed}")
             takeover = await _takeover(session, shards, running, [r.member for r in three])
@@ -469,6 +492,7 @@ async def sharding(session: Session) -> Figure:
         "ring_of_one_writes": one_writes,
         "ring_of_three": [r.as_json() for r in three],
         "ring_of_three_writes": three_writes,
+        "list_bytes": listed,
         "burst": {"companies": scale.sharding_burst, **rushed},
         "takeover": takeover,
         "lease_duration_s": LEASE_DURATION,
@@ -513,6 +537,14 @@ def _ring_text(replicas: Sequence[Replica], writes: dict[str, int]) -> str:
     )
 
 
+def _list_text(listed: dict[str, Any]) -> str:
+    return (
+        f"a list of every company {listed['every_company']} B, of those asking for a hostname "
+        f"{listed['claimants']} B, of each member's own "
+        + ", ".join(f"{size} B" for size in listed["members"].values())
+    )
+
+
 def _line(data: dict[str, Any], one: Sequence[Replica], three: Sequence[Replica]) -> str:
     base, rushed, takeover = data["unsharded"], data["burst"], data["takeover"]
     after_renewal = takeover["relabelled_after_last_renewal_s"]
@@ -521,7 +553,8 @@ def _line(data: dict[str, Any], one: Sequence[Replica], three: Sequence[Replica]
         f"pass {base['first_pass_s']} s, {base['mutating_requests']} writes, "
         f"{base['rss_mib']} MiB steady ({base['peak_rss_mib']} peak); a ring of one: "
         f"{_ring_text(one, data['ring_of_one_writes'])}; a ring of three: "
-        f"{_ring_text(three, data['ring_of_three_writes'])}; a burst of "
+        f"{_ring_text(three, data['ring_of_three_writes'])}; {_list_text(data['list_bytes'])}; "
+        f"a burst of "
         f"{rushed['companies']} converged in {rushed['operator_s']} s; a member holding "
         f"{takeover['companies']} frozen, each of them changed "
         f"({takeover['changes_sent_while_frozen_s']} s"
