@@ -35,7 +35,7 @@ from crewlet_operator import (
     set_condition,
 )
 from crewlet_operator._tasks import cancel_and_wait
-from crewlet_operator.cache import Informer, InformerOptions, MetadataOnly, Stream
+from crewlet_operator.cache import Cache, Informer, InformerOptions, MetadataOnly, Stream
 from crewlet_operator.crd import ConditionDict, crd_for, list_map
 from crewlet_operator.envtest import ControlPlane, install_crds
 from crewlet_operator.envtest.wait import eventually
@@ -508,6 +508,56 @@ async def test_an_api_server_that_refuses_streamed_lists_is_listed_in_pages(
         async with Client(plane.admin_config()) as client:
             informer = await _informer_syncs_and_watches(client, "default")
     assert not informer.streams_lists
+
+
+class _PlateSpec(BaseModel):
+    owner: str = ""
+
+
+class _Plate(BaseModel):
+    """A test kind whose owner a CRD's next version makes selectable."""
+
+    spec: _PlateSpec = Field(default_factory=_PlateSpec)
+
+
+def _plate_crd(*, selectable: bool) -> dict[str, Any]:
+    return crd_for(
+        _Plate,
+        group="helpers.example.com",
+        version="v1",
+        kind="Plate",
+        plural="plates",
+        scope="Namespaced",
+        selectable_fields=[".spec.owner"] if selectable else [],
+    )
+
+
+async def test_a_list_refused_for_a_field_not_selectable_yet_is_retried_until_it_is(
+    kube_client: Client, namespace: str
+) -> None:
+    """A list the API server refuses is retried, as client-go's reflector retries it, the
+    refusal told: an informer selecting by a field its CRD makes selectable only in a later
+    version (an operator upgraded before its CRD) lists once that version is installed."""
+    await install_crds(kube_client, [_plate_crd(selectable=False)])
+    plates = await RESTMapper(kube_client).resource_for("helpers.example.com", "Plate")
+    for owner in ("a", "b"):
+        plate = {"metadata": {"name": owner, "namespace": namespace}, "spec": {"owner": owner}}
+        await kube_client.create(plates, plate)
+    cache = Cache(kube_client)
+    scope = Scope(namespace, field_selector="spec.owner=a")
+    informer = cache.informer(plates, InformerOptions(scope=scope, max_backoff=1.0))
+    await cache.start()
+    try:
+        await eventually(
+            lambda: informer.watch_failures >= 2, timeout=30, message="refused, then retried"
+        )
+        (why,) = cache.not_synced()
+        assert "not listed" in why and "spec.owner" in why, why
+        await install_crds(kube_client, [_plate_crd(selectable=True)])
+        await informer.wait_for_sync(60)
+        assert informer.store.keys() == [f"{namespace}/a"]
+    finally:
+        await cache.stop()
 
 
 # -- individually named objects ----------------------------------------------------------------

@@ -373,23 +373,33 @@ class Informer:
                     raise  # not ended by rescope()
                 self._log.info("rescoped; listing", scope=str(self.options.scope))
             except (BadRequestError, InvalidError) as refused:
-                if not listing or not self.streams_lists:
-                    raise
-                self._log.info("streaming lists refused; listing in pages", error=str(refused))
-                self.streams_lists = False
+                if listing and self.streams_lists:
+                    self._log.info("streaming lists refused; listing in pages", error=str(refused))
+                    self.streams_lists = False
+                else:
+                    # Refused in pages too (a field selector on a field the CRD does not make
+                    # selectable, say): retried like any failure, as client-go's reflector
+                    # does, so that the informer lists once the CRD is upgraded.
+                    failures = await self._back_off(refused, failures)
             except GoneError:
                 self._log.info("watch resourceVersion expired; relisting")
                 self._resource_version = None
                 self._widening = None
             except (TransportError, ApiError, CrewletError, ValueError) as exc:
-                failures += 1
-                self.watch_failures += 1
-                self.last_error = exc if isinstance(exc, CrewletError) else CrewletError(str(exc))
-                self._answered.set()
-                delay = min(self.options.max_backoff, 0.2 * 2 ** min(failures, 10))
-                delay *= random.uniform(0.8, 1.2)
-                self._log.warning("list/watch failed; retrying", error=str(exc), delay=delay)
-                await asyncio.sleep(delay)
+                failures = await self._back_off(exc, failures)
+
+    async def _back_off(self, exc: Exception, failures: int) -> int:
+        """Record a failed list or watch, log it and wait before the next attempt, longer after
+        each failure in a row; the failures in a row now."""
+        failures += 1
+        self.watch_failures += 1
+        self.last_error = exc if isinstance(exc, CrewletError) else CrewletError(str(exc))
+        self._answered.set()
+        delay = min(self.options.max_backoff, 0.2 * 2 ** min(failures, 10))
+        delay *= random.uniform(0.8, 1.2)
+        self._log.warning("list/watch failed; retrying", error=str(exc), delay=delay)
+        await asyncio.sleep(delay)
+        return failures
 
     async def _list_and_watch(self, listing: bool) -> None:
         """One attempt: list if ``listing`` (streamed, or in pages; what a :meth:`widen` added,
