@@ -498,8 +498,17 @@ async def test_webhook_route_is_an_ingress_without_the_gateway_api_and_an_httpro
     async def ingress() -> dict[str, Any] | None:
         return await kube_client.get_or_none(INGRESS, "acme-webhooks", namespace)
 
-    async with operator(daemon_kubeconfig, tmp_path / "without"):
+    async with operator(daemon_kubeconfig, tmp_path / "without") as unsharded:
         found = await eventually(ingress, timeout=60, message="Ingress written")
+
+        # Unsharded, the cluster view reads the cache's informer of the companies: the
+        # claimant of a hostname is held once, as every other company.
+        async def held_once() -> bool:
+            stored = len((await kube_client.list(COMPANY)).items)
+            held = unsharded.metric('crewlet_operator_cache_objects{kind="Company.crewlet.ai"}')
+            return held == stored
+
+        await eventually(held_once, timeout=30, message="each company held once")
     rule = found["spec"]["rules"][0]
     assert rule["host"] == "acme.example.com"
     assert rule["http"]["paths"][0]["path"] == "/webhooks"

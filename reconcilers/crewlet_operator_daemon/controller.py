@@ -142,9 +142,9 @@ CLAIMANTS_OPTIONS = InformerOptions(
     lists=Stream(page_size=COMPACT_PAGE),
     storage=Compact(),
 )
-"""The cluster view's companies: those that ask for a webhook hostname (a selectable field of the
-CRD), trimmed. A hostname is the cluster's, whichever replica its claimants are on, but a
-replica of a sharded ring then holds the claimants alone, not every company."""
+"""A sharded replica's cluster view of the companies: those that ask for a webhook hostname (a
+selectable field of the CRD), trimmed. A hostname is the cluster's, whichever replica its
+claimants are on, but the replica then holds the claimants alone, not every company."""
 LABELLED_OPTIONS = InformerOptions(
     scope=Scope(label_selector=naming.MANAGED_BY_SELECTOR),
     lists=Stream(page_size=COMPACT_PAGE),
@@ -308,12 +308,16 @@ class CrewletControllers:
         self.company_controller.requeue(request, priority)
 
     def _declare_view(self) -> None:
-        """The companies that ask for a webhook hostname (:data:`CLAIMANTS_OPTIONS`) and the
-        managed webhook routes, trimmed (:func:`view_entry`), in the cluster view; every
-        company, trimmed, in the leader's view, where the class controller counts them (where
-        the caches hold every company, without sharding, it reads their informer of them)."""
-        self.view.declare(COMPANY, CLAIMANTS_OPTIONS)
-        self.manager.leader_view.declare(COMPANY, replace(COMPANY_OPTIONS, transform=view_entry))
+        """The companies that ask for a webhook hostname and the managed webhook routes,
+        trimmed (:func:`view_entry`), in the cluster view; every company, trimmed, in the
+        leader's view, where the class controller counts them. Without sharding the cache holds
+        every company and both views read its informer, nothing listed twice (the hostname
+        index leaves the others out); a sharded replica lists the claimants alone
+        (:data:`CLAIMANTS_OPTIONS`)."""
+        every_company = replace(COMPANY_OPTIONS, transform=view_entry)
+        sharded = self.manager.ring is not None
+        self.view.declare(COMPANY, CLAIMANTS_OPTIONS if sharded else every_company)
+        self.manager.leader_view.declare(COMPANY, every_company)
         self.view.declare(
             self.route,
             InformerOptions(
