@@ -31,7 +31,7 @@ from operator_helpers import (
     secret,
     wait_converged,
 )
-from test_bad_input import loosened
+from test_bad_input import install_loosened
 
 from crewlet_operator import SECRET, Client, find_condition
 from crewlet_operator.envtest import ControlPlane
@@ -99,7 +99,7 @@ async def test_a_stored_company_with_a_name_the_crd_now_refuses_is_reported(
     plane: ControlPlane, client: Client, tmp_path: Path, name: str
 ) -> None:
     real = all_crds()
-    await install_crds(client, [loosened(crd) for crd in real])
+    await install_loosened(client, real, NS)
     try:
         await client.create(COMPANY, company(NS, name, "anything"))
     finally:
@@ -115,7 +115,7 @@ async def test_a_stored_company_with_a_mistyped_field_is_reported(
     plane: ControlPlane, client: Client, tmp_path: Path
 ) -> None:
     real = all_crds()
-    await install_crds(client, [loosened(crd) for crd in real])
+    await install_loosened(client, real, NS)
     try:
         await client.create(COMPANY, company(NS, "seats-many", "x", seats={"replicas": "many"}))
     finally:
@@ -158,7 +158,7 @@ async def test_an_unparseable_stored_class_is_reported_not_panicked_on(
     client: Client, daemon: Operator
 ) -> None:
     real = all_crds()
-    await install_crds(client, [loosened(crd) for crd in real])
+    await install_loosened(client, real, NS)
     try:
         no_engine = {"metadata": {"name": "no-engine"}, "spec": {"storage": {"size": "12Gi"}}}
         await client.create(ENGINE_CLASS, no_engine)
