@@ -457,8 +457,9 @@ def test_names_scope_columns_and_status_subresource(
 
 
 def test_the_claimants_field_selector_names_a_selectable_string_field() -> None:
-    """The replicas list the companies that ask for a webhook hostname by a field selector; the
-    API server refuses one on a custom resource's field its CRD does not make selectable."""
+    """A sharded replica lists the companies that ask for a webhook hostname by a field
+    selector; the API server refuses one on a custom resource's field its CRD does not make
+    selectable."""
     (company,) = CRDS["Company"]["spec"]["versions"]
     (engine_class,) = CRDS["EngineClass"]["spec"]["versions"]
     selector = CLAIMANTS_OPTIONS.scope.field_selector

@@ -290,8 +290,9 @@ class CrewletControllers:
         another) or asked for by one more company, a namesake's, another workload's route's."""
         controller = self.company_controller
         self.secrets.add_handler(controller.enqueue_handler(self._companies_of_secret))
-        # The view holds the claimants alone: a company that asks for a hostname joins it (an
-        # add), one that asks for none any more leaves it (a delete).
+        # Sharded, the view holds the claimants alone: a company that asks for a hostname joins
+        # it (an add), one that asks for none any more leaves it (a delete); unsharded, either
+        # is an update that changes the hostname.
         hostname_peers = new_predicate_funcs(update=hostname_changed)
         self.view.add_handler(
             COMPANY, controller.enqueue_handler(self._hostname_peers, [hostname_peers])

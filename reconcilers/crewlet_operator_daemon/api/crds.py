@@ -13,10 +13,10 @@ from crewlet_operator_daemon.api.conditions import ACCEPTED, READY, REFERENCES_R
 from crewlet_operator_daemon.api.v1alpha1 import GROUP, VERSION
 
 CATEGORIES = ("crewlet",)
+"""``kubectl get crewlet`` lists every kind of the group."""
 WEBHOOK_HOSTNAME_FIELD = ".spec.webhookHostname"
 """A Company's webhook hostname, a selectable field: ``fieldSelector=spec.webhookHostname!=``
 lists the companies that ask for one."""
-"""``kubectl get crewlet`` lists every kind of the group."""
 
 HEADER = """\
 # Generated from crewlet_operator_daemon/api/v1alpha1.py by `python -m crewlet_operator_daemon.api`.
@@ -46,8 +46,8 @@ def company_crd() -> JsonSchema:
             {"name": "Suspend", "type": "boolean", "jsonPath": ".spec.suspend", "priority": 1},
             {"name": "Image", "type": "string", "jsonPath": ".status.engineImage", "priority": 1},
         ],
-        # The replicas list the companies that ask for a hostname alone, not every company
-        # (crewlet_operator_daemon.controller.CLAIMANTS_OPTIONS).
+        # A sharded replica lists the companies that ask for a hostname alone, not every
+        # company (crewlet_operator_daemon.controller.CLAIMANTS_OPTIONS).
         selectable_fields=[WEBHOOK_HOSTNAME_FIELD],
     )
 
