@@ -9,7 +9,8 @@ where a quiet tenant's verdict spends its time, read from the traces themselves 
    trace annotation. Each probe's create -> Accepted is cut, from the spans of its trace, into:
    the create answered and its event queued (``event``), the queue (``queued``), the
    reconcile's work before its verdict (``work``, the apply-slot waits inside it beside), the
-   status write (``status``), and the verdict reaching the bench's watch (``seen``). With
+   status write (``status``), and the verdict reaching the bench's watch (``seen``; 0 when the
+   watch saw it before the operator read the write's answer, the status stage ending there). With
    ``BENCH_WORKLOADS=1`` the control plane runs pods for the StatefulSets (bench/cluster.py),
    whose status changes the operator follows too.
 2. **tracing**: bursts of N Companies (the convergence figure's largest) with tracing off and
@@ -267,13 +268,16 @@ def _stages(spans: list[Span], sent: float, accepted: float) -> dict[str, float]
         and parent_of(s) == root["spanID"]
         and end(s) <= start(status)
     ]
+    # The bench's watch can show the verdict before the operator has read the write's answer
+    # (the status span's end): the status stage then ends when the watch saw it, seen is 0.
+    written = min(end(status), accepted)
     return {
         "total": accepted - sent,
         "event": start(root) - sent,
         "queued": end(queued) - start(queued),
         "work": start(status) - end(queued),
-        "status": end(status) - start(status),
-        "seen": accepted - end(status),
+        "status": written - start(status),
+        "seen": accepted - written,
         "slot_waits": sum(end(s) - start(s) for s in waits),
         "events_folded": float(tags(root).get("crewlet.trigger.events", 1)),
     }

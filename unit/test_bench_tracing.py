@@ -1,11 +1,14 @@
 """The tracing figures' own arithmetic (bench/tracing.py), on spans as Jaeger's query API gives
-them, without a Jaeger: a new company's two reconciles read as one chain by their link."""
+them, without a Jaeger: a new company's two reconciles read as one chain by their link, and a
+quiet tenant's verdict cut into stages that sum to its create -> Accepted."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from bench.tracing import create_stages
+import pytest
+
+from bench.tracing import _stages, create_stages
 
 Span = dict[str, Any]
 
@@ -47,3 +50,32 @@ def test_a_link_to_a_reconcile_outside_the_window_is_no_chain() -> None:
     children = span("c", "reconcile company", 100.3, 2.5, FOLLOWS_FROM="gone")
     spans = [children, span("cq", "queued", 100.3, 2.0, CHILD_OF="c")]
     assert all(not values for values in create_stages(spans, {"c": children}).values())
+
+
+def _verdict(status_ends: float) -> list[Span]:
+    """A probe's verdict reconcile from 100.1: queued 0.1 s, its status write from 100.3."""
+    return [
+        span("r", "reconcile company", 100.1, status_ends - 100.1),
+        span("q", "queued", 100.1, 0.1, CHILD_OF="r"),
+        span("s", "PATCH companies/status", 100.3, status_ends - 100.3, CHILD_OF="r"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("status_ends", "accepted", "status", "seen"),
+    [
+        (100.4, 100.45, 0.1, 0.05),  # the bench's watch sees the verdict after the answer
+        (100.5, 100.4, 0.1, 0.0),  # ... or before the operator has read it: no negative stage
+    ],
+)
+def test_a_probes_stages_sum_to_its_create_to_accepted_none_negative(
+    status_ends: float, accepted: float, status: float, seen: float
+) -> None:
+    stages = _stages(_verdict(status_ends), sent=100.0, accepted=accepted)
+    assert stages["event"] == pytest.approx(0.1)
+    assert stages["queued"] == pytest.approx(0.1)
+    assert stages["work"] == pytest.approx(0.1)
+    assert stages["status"] == pytest.approx(status)
+    assert stages["seen"] == pytest.approx(seen)
+    parts = sum(stages[k] for k in ("event", "queued", "work", "status", "seen"))
+    assert parts == pytest.approx(stages["total"])
