@@ -44,6 +44,12 @@ member Lease).
    relabel: the sharder relabels them for their heirs afterwards), and until each change has
    converged (``Accepted=True`` at the new generation, and the seats StatefulSet with the new
    replicas).
+6. *The leader's takeover*: of the two members left, the one holding the leader Lease (the
+   sharder's replica) is frozen, its Companies changed and it is killed in the same way (its
+   leader Lease renewed in its stead too while it is frozen): measured from the kill as well,
+   with when the other replica leads (it finds the Pod gone at its next look, or the Lease
+   expired) and starts the sharder, which writes the will; every Company then falls to the
+   last member.
 
 The figure runs last: it leaves every Company and child labelled for a member of its rings, and
 an unsharded operator started after it would apply every child again, without the label.
@@ -65,6 +71,7 @@ from typing import Any, Self
 from bench.capacity import DEFAULT_REPLICAS, Change, Observer, next_replicas, send_change
 from bench.cluster import CREATE_CONCURRENCY, PLATFORM, each
 from bench.convergence import burst
+from bench.daemon import LEASE as LEADER_LEASE
 from bench.daemon import (
     SHARDED,
     Daemon,
@@ -101,8 +108,9 @@ more without that evidence)."""
 _PODS = itertools.count()
 """The replicas' Pods' numbers."""
 TARGET = (
-    f"a killed member's companies held by live members (its will written) <= "
-    f"{TAKEOVER_LIMIT:.0f} s after the kill and its Pod's deletion; per-replica steady RSS "
+    f"a killed member's companies (a member's, then the leader's) held by live members (its "
+    f"will written) <= {TAKEOVER_LIMIT:.0f} s after the kill and its Pod's deletion; "
+    "per-replica steady RSS "
     "with 3 replicas below the single replica's; every company converged"
 )
 SHARE_RATE = 5.0
@@ -333,27 +341,38 @@ async def _ring(
 
 
 async def _takeover(
-    session: Session, shards: Shards, daemons: Sequence[Daemon], members: Sequence[str]
+    session: Session,
+    shards: Shards,
+    daemons: Sequence[Daemon],
+    members: Sequence[str],
+    replicas: dict[Key, int],
+    *,
+    leader: bool,
 ) -> dict[str, Any]:
-    """Kill a member that does not lead, change each of its Companies right after, and follow
-    them (see the module's docstring)."""
+    """Kill a member that leads (``leader``: the sharder's replica) or one that does not,
+    change each of its Companies right after, and follow them (see the module's docstring).
+    ``replicas``: the seats replicas each Company was last changed to, kept up to date (a
+    Company the first takeover changed is changed to another count by the second)."""
     cluster, timeout = session.cluster, session.scale.timeout
     leads = [await d.leading() for d in daemons]
-    victim = leads.index(False)
+    victim = leads.index(leader)
     gone = members[victim]
     live = {m for m in members if m != gone}
     held = shards.held(gone)
     async with Observer(cluster.api) as observer:
         frozen = time.monotonic()
         daemons[victim].freeze()
-        changes = [
-            Change(key, "update", frozen, replicas=next_replicas(DEFAULT_REPLICAS)) for key in held
-        ]
+        for key in held:
+            replicas[key] = next_replicas(replicas.get(key, DEFAULT_REPLICAS))
+        changes = [Change(key, "update", frozen, replicas=replicas[key]) for key in held]
 
         async def send(change: Change) -> None:
             await send_change(cluster, observer, change)
 
-        async with _renewed_in_its_stead(cluster.api, gone):
+        # A frozen leader's leader Lease is renewed too: it would change hands on expiry.
+        async with contextlib.AsyncExitStack() as renewed:
+            for lease_name in (gone, LEADER_LEASE) if leader else (gone,):
+                await renewed.enter_async_context(_renewed_in_its_stead(cluster.api, lease_name))
             await each(changes, send, CREATE_CONCURRENCY)
         lease = await cluster.api.get(LEASE, gone, PLATFORM)  # deleted once its Companies moved
         willed_while_frozen = await _will(cluster.api, gone) is not None
@@ -362,10 +381,11 @@ async def _takeover(
         wall, killed = time.time(), time.monotonic()
         daemons[victim].kill()
         will = asyncio.create_task(_will_written(cluster.api, gone, timeout))
+        led = asyncio.create_task(_leading(heirs, timeout))
         pod = daemons[victim].pod
         assert pod is not None
         await cluster.api.delete(POD, pod.name, pod.namespace, grace_period_seconds=0)
-        willed = await will
+        willed, leading = await will, await led
 
         async def relabelled() -> bool:
             shards.check()
@@ -389,6 +409,8 @@ async def _takeover(
     return {
         "killed": daemons[victim].name,
         "member": gone,
+        "leader": leader,
+        "new_leader_s": round(leading - killed, 2) if leader else None,
         "companies": len(held),
         "to_survivors": dict(sorted(by_member.items())),
         "changes_sent_while_frozen_s": round(killed - frozen, 2),
@@ -424,6 +446,15 @@ async def _renewed_in_its_stead(client: Client, member: str) -> AsyncIterator[No
         yield
     finally:
         await cancel_and_wait(task)
+
+
+async def _leading(daemons: Sequence[Daemon], timeout: float) -> float:
+    """When one of ``daemons`` was first seen leading (polled every 0.1 s; monotonic)."""
+
+    async def leads() -> bool:
+        return any([await d.leading() for d in daemons])
+
+    return await until(leads, timeout, "a new leader", interval=0.1)
 
 
 async def _gate_outcomes(daemons: Sequence[Daemon]) -> Counter[str]:
@@ -477,8 +508,20 @@ async def sharding(session: Session) -> Figure:
             _progress(f"list bytes: {listed}")
             rushed = await burst(session, "shard-burst", scale.sharding_burst, running)
             _progress(f"a burst: {rushed}")
-            takeover = await _takeover(session, shards, running, [r.member for r in three])
+            members = [r.member for r in three]
+            replicas: dict[Key, int] = {}
+            takeover = await _takeover(session, shards, running, members, replicas, leader=False)
             _progress(f"takeover: {takeover}")
+            left = [i for i, member in enumerate(members) if member != takeover["member"]]
+            leader_takeover = await _takeover(
+                session,
+                shards,
+                [running[i] for i in left],
+                [members[i] for i in left],
+                replicas,
+                leader=True,
+            )
+            _progress(f"the leader's takeover: {leader_takeover}")
             for daemon in running:
                 if not await daemon.exited():
                     await daemon.quiesce(scale.timeout)
@@ -495,13 +538,15 @@ async def sharding(session: Session) -> Figure:
         "list_bytes": listed,
         "burst": {"companies": scale.sharding_burst, **rushed},
         "takeover": takeover,
+        "leader_takeover": leader_takeover,
         "lease_duration_s": LEASE_DURATION,
     }
     single = one[0].memory.rss
+    takeovers = (takeover, leader_takeover)
     met = (
-        takeover["will_written_s"] <= TAKEOVER_LIMIT
+        all(t["will_written_s"] <= TAKEOVER_LIMIT for t in takeovers)
         and max(r.memory.rss for r in three) < single
-        and takeover["changes_failed"] == 0
+        and all(t["changes_failed"] == 0 for t in takeovers)
     )
     return Figure("sharding", _line(data, one, three), TARGET, met, data)
 
@@ -546,8 +591,7 @@ def _list_text(listed: dict[str, Any]) -> str:
 
 
 def _line(data: dict[str, Any], one: Sequence[Replica], three: Sequence[Replica]) -> str:
-    base, rushed, takeover = data["unsharded"], data["burst"], data["takeover"]
-    after_renewal = takeover["relabelled_after_last_renewal_s"]
+    base, rushed = data["unsharded"], data["burst"]
     return (
         f"{data['companies']} companies: unsharded restart ready {base['ready_s']} s, first "
         f"pass {base['first_pass_s']} s, {base['mutating_requests']} writes, "
@@ -555,11 +599,26 @@ def _line(data: dict[str, Any], one: Sequence[Replica], three: Sequence[Replica]
         f"{_ring_text(one, data['ring_of_one_writes'])}; a ring of three: "
         f"{_ring_text(three, data['ring_of_three_writes'])}; {_list_text(data['list_bytes'])}; "
         f"a burst of "
-        f"{rushed['companies']} converged in {rushed['operator_s']} s; a member holding "
-        f"{takeover['companies']} frozen, each of them changed "
+        f"{rushed['companies']} converged in {rushed['operator_s']} s; "
+        f"{_takeover_text(data['takeover'])}; then of the two left, "
+        f"{_takeover_text(data['leader_takeover'])}"
+    )
+
+
+def _takeover_text(takeover: dict[str, Any]) -> str:
+    after_renewal = takeover["relabelled_after_last_renewal_s"]
+    who = "the leader" if takeover["leader"] else "a member"
+    return (
+        f"{who} holding {takeover['companies']} frozen, each of them changed "
         f"({takeover['changes_sent_while_frozen_s']} s"
         + (", its lease expired meanwhile" if takeover["willed_while_frozen"] else "")
-        + f"), then SIGKILLed: its will written {takeover['will_written_s']} s after the kill, "
+        + "), then SIGKILLed: "
+        + (
+            f"another replica leading {takeover['new_leader_s']} s after the kill, "
+            if takeover["leader"]
+            else ""
+        )
+        + f"its will written {takeover['will_written_s']} s after the kill, "
         f"relabelled for its heirs from {takeover['first_relabelled_s']} s to "
         f"{takeover['relabelled_s']} s ({after_renewal} s after its last renewal), the "
         f"changes converged from {takeover['first_converged_s']} s to "
