@@ -133,16 +133,13 @@ class Sharder:
         view = self._membership.view()
         if view is None or not view.live or not self.settled(time.monotonic()):
             return 0
-        gone = await self._gone()
-        heirs = view.live.difference(gone)
-        dead: dict[str, Evidence | None] = dict.fromkeys(view.unwilled())
-        if heirs:
-            dead |= gone
-        bequeathed = sum(
-            await asyncio.gather(
-                *(self._bequeath(member, heirs or view.live, why) for member, why in dead.items())
-            )
-        )
+        bequeathed, changed = await self._wills(view)
+        if changed and await self._membership.observe():
+            # A member the API server shows gone renewed its Lease after the list this pass
+            # read (a new leader's first pass reads one up to a retry period old): judged again
+            # on a list made now, its will is written now, not at the next list.
+            view = self._membership.view() or view
+            bequeathed += (await self._wills(view))[0]
         if bequeathed:
             await self._membership.observe()  # the heirs hold the dead members' objects now
             view = self._membership.view() or view
@@ -161,6 +158,21 @@ class Sharder:
         forgettable = view.wills.keys() - on_paths - named if listed else set()
         forgotten = await asyncio.gather(*(self._forget(dead) for dead in forgettable))
         return bequeathed + sum(labelled) + sum(forgotten)
+
+    async def _wills(self, view: RingView) -> tuple[int, bool]:
+        """Write the wills of the members ``view`` finds dead and of those the API server
+        shows gone (:meth:`_gone`): how many were written, and whether the Lease of one shown
+        gone had changed since the list (its will refused)."""
+        gone = await self._gone()
+        heirs = view.live.difference(gone)
+        dead: dict[str, Evidence | None] = dict.fromkeys(view.unwilled())
+        if heirs:
+            dead |= gone
+        written = await asyncio.gather(
+            *(self._bequeath(member, heirs or view.live, why) for member, why in dead.items())
+        )
+        changed = any(will is None for will in written)
+        return sum(bool(will) for will in written), changed
 
     def _plan(self, view: RingView) -> tuple[list[Planned], set[str]]:
         """A pass's label writes, and the members an object's label leads through. A decision
@@ -218,10 +230,12 @@ class Sharder:
 
     async def _bequeath(
         self, dead: str, live: frozenset[str], evidence: Evidence | None = None
-    ) -> bool:
+    ) -> bool | None:
         """Write ``dead``'s will, naming ``live``, while its Lease is at the version it was
         judged dead by (refused otherwise: it changed, so it was not dead). ``evidence``: why a
-        member that was live is dead."""
+        member that was live is dead. True when written; None when refused for a member with
+        ``evidence`` (its process is gone; its Lease changed since the list, before it went:
+        judge it again on a new list); False otherwise."""
         version = self._membership.versions.get(dead, "")
         patch = {
             "metadata": {
@@ -233,7 +247,9 @@ class Sharder:
             await self._client.patch(
                 LEASE, dead, patch, self._membership.namespace, patch_type="merge"
             )
-        except (ConflictError, NotFoundError):
+        except ConflictError:
+            return None if evidence is not None else False
+        except NotFoundError:
             return False
         log.info(
             "a member's will written",
