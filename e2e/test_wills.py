@@ -370,7 +370,6 @@ class TwoMembers:
     members: dict[str, str]
     membership: Membership
     sharder: Sharder
-    view: ClusterView
 
     async def will_of(self, client: Client, member: str) -> str | None:
         lease = await client.get(LEASE, self.members[member], self.membership.namespace)
@@ -419,7 +418,7 @@ async def two_members(client: Client, namespace: str) -> AsyncIterator[TwoMember
     await view.start()
     try:
         await view.wait_for_sync(30)
-        yield TwoMembers(pods, members, membership, sharder, view)
+        yield TwoMembers(pods, members, membership, sharder)
     finally:
         await view.stop()
 

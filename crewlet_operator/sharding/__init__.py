@@ -37,8 +37,8 @@ hold its parts, and the manager runs them on its one run path, as it runs everyt
 - **Takeover.** A member whose Lease has expired (it stopped writing before: fencing) or was
   released gets a *will* from the sharder, one write on its Lease (the annotation
   ``sharding.<domain>/heirs``: the members live then, conditional on the Lease's
-  ``resourceVersion`` at which it was judged dead; one found gone by its Pod that renewed
-  since that list is judged again on a new list at once). From the will every member reads the same
+  ``resourceVersion`` at which it was judged dead; one found gone by its Pod that renewed since
+  that list is judged again on a new list at once). From the will every member reads the same
   *heir* for each of the dead member's objects (the ring of the will's members' owner of its
   slot: :meth:`~.ring.RingView.holder`) and the heir writes them at once, whatever their number;
   the sharder relabels them for their heirs afterwards, and deletes the dead member's Lease once
