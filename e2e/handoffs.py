@@ -33,9 +33,9 @@ def handoff_violations(
     plural, ``sharder`` the field manager of the sharder's label writes.
 
     A writer may follow another only if the previous writer's last write was its
-    acknowledgement of a drain (a patch of the primary object itself), and the sharder labelled
-    the object in between; or if it had left before the next one's first write, and the sharder
-    labelled the object, or wrote its will (a patch of its member Lease), in between."""
+    acknowledgement of a drain (a patch of the primary object itself, which labels it for the
+    member the drain names); or if it had left before the next one's first write, and the
+    sharder labelled the object, or wrote its will (a patch of its member Lease), in between."""
     wills = [
         (event["objectRef"].get("name"), moment(event["stageTimestamp"]))
         for event in events
@@ -64,11 +64,7 @@ def handoff_violations(
                 continue
             if writer is not None and agent != writer:
                 assert last is not None
-                acknowledged = (
-                    last.get("verb") == "patch"
-                    and last["objectRef"].get("resource") == primary
-                    and not last["objectRef"].get("subresource")
-                )
+                acknowledged = _acknowledgement(last, primary)
                 left = departures.get(writer)
                 at = moment(event["stageTimestamp"])
                 dead = left is not None and at > left
@@ -82,7 +78,18 @@ def handoff_violations(
                         f"(acknowledged={acknowledged}, dead={dead}, relabelled={labelled_since},"
                         f" willed={willed})"
                     )
-            # The next writer must come after a label write that follows this one.
-            labelled_since = False
+            # The next writer must come after a label write that follows this one (an
+            # acknowledgement is one: it labels the object for the next writer).
+            labelled_since = _acknowledgement(event, primary)
             writer, last = agent, event
     return violations
+
+
+def _acknowledgement(event: Object, primary: str) -> bool:
+    """Whether a replica's audited write is its acknowledgement of a drain: a patch of the
+    primary object itself (a replica writes nothing else of it)."""
+    return (
+        event.get("verb") == "patch"
+        and event["objectRef"].get("resource") == primary
+        and not event["objectRef"].get("subresource")
+    )

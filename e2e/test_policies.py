@@ -170,7 +170,7 @@ MANAGER_RULES: dict[str, tuple[str, str]] = {
     "claim-version-kept": ("claims", "the claim's high-water version is never lowered"),
     "status-version-kept": ("company status", "status.highestEngineVersion is never lowered"),
     "company-ring-labels": ("company", "a Company changes only in its two ring labels"),
-    "company-ring-label-values": ("company", "shard: a member's name or none; drain: true or none"),
+    "company-ring-label-values": ("company", "shard and drain: a member's name or none"),
     "manager-only": ("scope", "the same writes by another ServiceAccount are unaffected"),
     "release-prefix": ("scope", "every release name keeps the manager checked"),
     "fullname-override": ("scope", "a fullnameOverride that renames the SA leaves it unchecked"),
@@ -2439,8 +2439,15 @@ CASES: list[Case] = [
                 {SHARD: MEMBER, DRAIN: None},
                 SHARDER,
             ),
-            ("drained-by-the-sharder", at((*LABELS, SHARD), OLD_MEMBER), {DRAIN: "true"}, SHARDER),
+            ("drained-by-the-sharder", at((*LABELS, SHARD), OLD_MEMBER), {DRAIN: MEMBER}, SHARDER),
             (
+                "handed-on-by-its-member",
+                both(at((*LABELS, SHARD), OLD_MEMBER), at((*LABELS, DRAIN), MEMBER)),
+                {SHARD: MEMBER, DRAIN: None},
+                MANAGER_NAME,
+            ),
+            (
+                # An older version's drain, acknowledged as that version did.
                 "let-go-by-its-member",
                 both(at((*LABELS, SHARD), MEMBER), at((*LABELS, DRAIN), "true")),
                 {SHARD: None, DRAIN: None},
@@ -2516,8 +2523,8 @@ CASES: list[Case] = [
             f"company-{case}",
             "company-ring-label-values",
             THE_COMPANY,
-            f"may set the label {SHARD} of Company {{ns}}/acme only to a replica's name (a "
-            f'DNS-1123 label) or remove it, and {DRAIN} only to "true" or remove it, not {shown}',
+            f"may set the labels {SHARD} and {DRAIN} of Company {{ns}}/acme only to a "
+            f"replica's name (a DNS-1123 label) or remove them, not {shown}",
             op="patch",
             existing=existing,
             patch={"metadata": {"resourceVersion": RESOURCE_VERSION, "labels": labels}},
@@ -2525,10 +2532,10 @@ CASES: list[Case] = [
         )
         for case, existing, labels, shown in (
             (
-                "drain-set-to-false",
+                "drain-not-a-member-name",
                 at((*LABELS, SHARD), MEMBER),
-                {DRAIN: "false"},
-                f'{DRAIN}: "false"',
+                {DRAIN: "Member_0"},
+                f'{DRAIN}: "Member_0"',
             ),
             ("shard-label-emptied", at((*LABELS, SHARD), MEMBER), {SHARD: ""}, f'{SHARD}: ""'),
             (
@@ -2777,8 +2784,8 @@ async def test_the_sharder_and_a_member_move_a_company_as_the_manager(
 ) -> None:
     """With manager.sharding.enabled: the library's own Sharder and Gate, writing as the
     manager (its token, and impersonated), move a Company under the policy. The sharder assigns
-    it to the one live member, drains it when a newcomer's hash takes its namespace, the member
-    lets it go (clears both labels) and the sharder assigns it to the newcomer. Real writes, as
+    it to the one live member, drains it towards a newcomer whose hash takes its namespace, and
+    the member hands it on (labels it for the newcomer and clears the drain). Real writes, as
     each step reads the last; the policy holds these same writes to the ring labels."""
     await kube_client.create(COMPANY, company_doc(namespace))
     # Two replicas' members such that the newcomer's arrival takes the namespace's slot: over
@@ -2823,7 +2830,7 @@ async def test_the_sharder_and_a_member_move_a_company_as_the_manager(
     try:
         await admitted(RING_RULES, labelled({SHARD: first, DRAIN: None}))
         ring.become(first, newcomer)
-        draining = await admitted(RING_RULES, labelled({SHARD: first, DRAIN: "true"}))
+        draining = await admitted(RING_RULES, labelled({SHARD: first, DRAIN: newcomer}))
         member = CachedCompany(held.with_field_manager(MANAGER_NAME), draining)
         # The slots do not matter here: a drain is acknowledged before any slot is looked at.
         slots = MemberSlots(RING, first, ring, key=by_namespace, retry_period=1, settle=1)

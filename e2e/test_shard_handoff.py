@@ -24,13 +24,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from handoffs import handoff_violations
+from handoffs import handoff_violations, moment
 
 from crewlet_operator import (
     CONFIG_MAP,
@@ -260,6 +261,7 @@ async def test_replicas_share_the_widgets_hand_over_on_join_and_pick_up_the_dead
             lambda: shared(admin, first), timeout=120, interval=0.5, message="over 2 members"
         )
         before = await members_of(admin)
+        joined_at = datetime.datetime.now(datetime.UTC)
         joined = replicas.start()
         everyone = {*first, joined.member}
         await eventually(
@@ -280,6 +282,7 @@ async def test_replicas_share_the_widgets_hand_over_on_join_and_pick_up_the_dead
         theirs = {k for k, m in (await members_of(admin)).items() if m == victim.member}
         assert theirs, "the sharder's replica has Widgets of its own"
         await asyncio.sleep(3)  # keep writing everywhere a while longer
+        killed_at = datetime.datetime.now(datetime.UTC)
         started = time.monotonic()
         victim.kill()
         survivors = everyone - {victim.member}
@@ -316,6 +319,24 @@ async def test_replicas_share_the_widgets_hand_over_on_join_and_pick_up_the_dead
         and (e.get("responseStatus") or {}).get("code") == 200
     }
     assert moved <= acknowledged, "each move on the join was acknowledged"
+    # A move is two label writes: the sharder's drain, naming the newcomer, and the old
+    # member's acknowledgement, which labels the Widget for it (clearing both labels instead,
+    # for the sharder to label it after, made three).
+    label_writes = Counter(
+        company_of(e)
+        for e in events
+        if company_of(e) in moved
+        and e["objectRef"].get("resource") == "widgets"
+        and not e["objectRef"].get("subresource")
+        and e.get("verb") == "patch"
+        and (
+            e.get("userAgent") in identities
+            or f"fieldManager={NAME}-sharder" in str(e.get("requestURI"))
+        )
+        and 200 <= int((e.get("responseStatus") or {}).get("code") or 0) < 300
+        and joined_at < moment(e["stageTimestamp"]) < killed_at
+    )
+    assert set(label_writes.values()) == {2}, label_writes
     assert violations(events, identities, replicas.departures()) == []
 
 

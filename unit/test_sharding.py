@@ -165,10 +165,12 @@ def slot_for(target: str) -> int:
     [
         ({}, "a", Assign("a")),  # new
         ({SHARD: "a"}, "a", None),  # in place
-        ({SHARD: "a"}, "b", Drain()),  # live, elsewhere: its member must let go first
-        ({SHARD: "a", DRAIN: "true"}, "b", None),  # waiting for the acknowledgement
-        ({SHARD: "a", DRAIN: "true"}, "a", None),  # a drain is never withdrawn
-        ({DRAIN: "true"}, "b", Assign("b")),  # acknowledged (or a leftover drain label)
+        ({SHARD: "a"}, "b", Drain("b")),  # live, elsewhere: its member hands it to the target
+        ({SHARD: "a", DRAIN: "b"}, "b", None),  # waiting for the acknowledgement
+        ({SHARD: "a", DRAIN: "b"}, "a", None),  # a drain is never withdrawn
+        ({SHARD: "b", DRAIN: "b"}, "b", None),  # not one the sharder writes: left alone
+        ({SHARD: "true"}, "b", Assign("b")),  # an older version's drain ("true"), acknowledged
+        ({DRAIN: "true"}, "b", Assign("b")),  # a leftover drain label
         ({SHARD: "nobody"}, "b", Assign("b")),  # a member without a Lease: straight over
         ({SHARD: "dead"}, "b", None),  # dead: its will comes first
         ({SHARD: "willed"}, "b", Assign("a")),  # to the heir its will names, who writes it
@@ -349,13 +351,13 @@ def test_no_object_is_ever_written_by_two_live_members(seed: int) -> None:
         if isinstance(step, Assign):
             world.write(o, version, {SHARD: step.member, DRAIN: None})
         elif isinstance(step, Drain):
-            world.write(o, version, {DRAIN: "true"})
+            world.write(o, version, {DRAIN: step.member})
 
     def acknowledge(name: str, o: str) -> None:
         member = members[name]
         labels, version = member.cache.get(o, ({}, -1))
         if labels.get(SHARD) == name and DRAIN in labels and o not in member.in_flight:
-            world.write(o, version, {SHARD: None, DRAIN: None})
+            world.write(o, version, {SHARD: labels[DRAIN], DRAIN: None})
 
     def bequeath() -> None:
         for dead in world.view().unwilled():
@@ -564,7 +566,7 @@ async def test_the_gate_reconciles_only_its_members_objects_and_acknowledges_a_d
             "mine": widget("mine", **{SHARD: "a"}),
             "theirs": widget("theirs", **{SHARD: "b"}),
             "unassigned": widget("unassigned"),
-            "draining": widget("draining", **{SHARD: "a", DRAIN: "true"}),
+            "draining": widget("draining", **{SHARD: "a", DRAIN: "b"}),
         },
         client,
     )
@@ -580,15 +582,17 @@ async def test_the_gate_reconciles_only_its_members_objects_and_acknowledges_a_d
     assert reconciled == ["mine"]
     # crewlet_operator_shard_gate_total tells what the gate did with each.
     assert gate_outcomes() - before == Counter(reconciled=1, drained=1, not_ours=3)
-    # The acknowledgement clears both labels while they still say this member and the drain.
+    # The acknowledgement labels the object for the member the drain names and clears the
+    # drain, while the labels still say this member and that drain.
+    shard, drain = "/metadata/labels/shard.example.com~1r", "/metadata/labels/drain.example.com~1r"
     assert client.patches == [
         (
             "draining",
             [
-                {"op": "test", "path": "/metadata/labels/shard.example.com~1r", "value": "a"},
-                {"op": "test", "path": "/metadata/labels/drain.example.com~1r", "value": "true"},
-                {"op": "remove", "path": "/metadata/labels/shard.example.com~1r"},
-                {"op": "remove", "path": "/metadata/labels/drain.example.com~1r"},
+                {"op": "test", "path": shard, "value": "a"},
+                {"op": "test", "path": drain, "value": "b"},
+                {"op": "replace", "path": shard, "value": "b"},
+                {"op": "remove", "path": drain},
             ],
         )
     ]
@@ -1457,10 +1461,10 @@ def test_the_sharders_writes_test_the_labels_they_were_decided_on() -> None:
         ],
         "json",
     )
-    assert sharder._patch({SHARD: "b"}, "7", Drain()) == (
+    assert sharder._patch({SHARD: "b"}, "7", Drain("a")) == (
         [
             {"op": "test", "path": shard, "value": "b"},
-            {"op": "add", "path": drain, "value": "true"},
+            {"op": "add", "path": drain, "value": "a"},
         ],
         "json",
     )

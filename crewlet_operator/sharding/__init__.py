@@ -30,10 +30,11 @@ hold its parts, and the manager runs them on its one run path, as it runs everyt
   (:meth:`~.sharder.Sharder.settled`); nor does a member cache the slots the ring gives it
   before (:class:`~.membership.Settling`).
 - **Handoff.** An object whose member is live but no longer its hash target gets the *drain
-  label* ``drain.<domain>/<ring>``. Its member, on its next request for it (after any reconcile
-  of it in flight: the queue never hands one request to two workers), writes nothing else for it
-  and acknowledges by clearing both labels; only then does the sharder label it for its new
-  member.
+  label* ``drain.<domain>/<ring>``, naming the target. Its member, on its next request for it
+  (after any reconcile of it in flight: the queue never hands one request to two workers),
+  writes nothing else for it and acknowledges by labelling it for the member the drain names
+  and clearing the drain, in one write: a move is two writes, and the sharder's next pass
+  waits for neither.
 - **Takeover.** A member whose Lease has expired (it stopped writing before: fencing) or was
   released gets a *will* from the sharder, one write on its Lease (the annotation
   ``sharding.<domain>/heirs``: the members live then, conditional on the Lease's
@@ -73,14 +74,17 @@ hold its parts, and the manager runs them on its one run path, as it runs everyt
 - **The wiring** (:mod:`.member`): what a manager with sharding adds to what it runs (a Lease,
   loops, what it makes of a sharded controller), and nothing it runs itself.
 
-Invariants: (1) only the sharder sets a shard label: on an object with none, or with a member
-that has no Lease, or, for a dead member's, the heir its will names; (2) only the member clears
-its own label, and only in answer to a drain; (3) a will is written once, for a member judged
-dead at the version of its Lease it was judged by, and never changes; (4) a member writes for an
-object only while the object carries its label and no drain, or carries a dead member's label
-whose will leads to it, read before each reconcile. Hence no object is written by two live
-members in any window: an object moves from one live member to another only through an empty
-shard label, and from a dead member only to the heir its will names, who is already its writer.
+Invariants: (1) only the sharder chooses a shard label: it sets one on an object with none, or
+with a member that has no Lease, or, for a dead member's, the heir its will names, and it names
+in a drain the member an object is to go to; (2) only the member changes its own label, only in
+answer to a drain, and only to the member the drain names; (3) a will is written once, for a
+member judged dead at the version of its Lease it was judged by, and never changes; (4) a member
+writes for an object only while the object carries its label and no drain, or carries a dead
+member's label whose will leads to it, read before each reconcile. Hence no object is written by
+two live members in any window: an object moves from one live member to another only by the
+first one's acknowledgement, its last write for the object, which the second one's cache must
+show before it writes; and from a dead member only to the heir its will names, who is already
+its writer.
 """
 
 from crewlet_operator.sharding.options import Sharding, by_namespace

@@ -83,19 +83,23 @@ class Gate:
         return ("reconciled" if self._slots.covers(obj) else "awaiting_slot"), labels
 
     async def _acknowledge(self, request: Request, drain: str) -> None:
-        """Let the object go: clear both labels, while they still say this member and the
-        drain (refused otherwise: the cache was behind, and the request is retried)."""
+        """Hand the object to the member the drain names (``drain``): label it for that member
+        and clear the drain, in one write, while the labels still say this member and that
+        drain (refused otherwise: the cache was behind, and the request is retried). The
+        sharder wrote the drain for the member the ring gave the object, so it writes nothing
+        more for the move: two writes an object where clearing both labels, for the sharder to
+        label it once it saw them cleared, took three and a pass."""
         patch = [
             label_test(self._shard, self._slots.member),
             label_test(self._drain, drain),
-            {"op": "remove", "path": label_path(self._shard)},
+            {"op": "replace", "path": label_path(self._shard), "value": drain},
             {"op": "remove", "path": label_path(self._drain)},
         ]
         with contextlib.suppress(NotFoundError):
             await self._cache.client.patch(
                 self._resource, request.name, patch, request.namespace, patch_type="json"
             )
-            log.info("handed off", namespace=request.namespace, name=request.name)
+            log.info("handed off", namespace=request.namespace, name=request.name, to=drain)
 
 
 def heirs_relabels_skipped(labels: RingLabels, slots: MemberSlots) -> Predicate:

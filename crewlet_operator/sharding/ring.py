@@ -229,7 +229,9 @@ class Assign:
 
 @dataclass(frozen=True)
 class Drain:
-    """Ask the object's current member to let it go (set the drain label)."""
+    """Ask the object's current member to hand it to ``member`` (the drain label, naming it)."""
+
+    member: str
 
 
 Step = Assign | Drain | None
@@ -243,11 +245,14 @@ def next_step(labels: Mapping[str, str], keys: RingLabels, slot: int, view: Ring
 
     - Unassigned, or assigned to a member that has no Lease: assign it to the ring's target for
       the slot straight away.
-    - Assigned to a live member other than the target: drain it, then wait. Only that member's
-      acknowledgement (it clears both labels once nothing of its own is in flight) leaves it
-      unassigned, and only then is it assigned to the target.
-    - Draining: wait, even if the target is the member again; a drain is never withdrawn, so the
-      member's acknowledgement can never clear a label the sharder wrote after it.
+    - Assigned to a live member other than the target: drain it towards the target, then wait.
+      Only that member's acknowledgement moves it: once nothing of its own is in flight, it
+      labels the object for the member the drain names and clears the drain, in one write.
+    - Draining: wait, even if the target is another member by now, or the member again; a drain
+      is never withdrawn, so the member's acknowledgement can never undo a label the sharder
+      wrote after it. The member it named, if no longer the target, is drained in turn; if it
+      has no Lease any more, the object is assigned afresh (as one a drain of an older version,
+      ``"true"``, named).
     - Assigned to a dead member (it stopped writing before its Lease could be judged expired:
       a member that cannot renew within its deadline stops): label it for the heir its will
       names, who writes it already (:meth:`RingView.holder`); without a will yet, wait (the
@@ -262,7 +267,7 @@ def next_step(labels: Mapping[str, str], keys: RingLabels, slot: int, view: Ring
     if member in view.live:
         if keys.drain in labels or member == target:
             return None
-        return Drain()
+        return Drain(target)
     heir = view.holder(member, slot)
     return Assign(heir) if heir in view.live else None
 

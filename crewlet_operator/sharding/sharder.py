@@ -205,7 +205,7 @@ class Sharder:
         """Whether the ring has settled at ``now`` (:class:`~.membership.Settling`). A member
         that dies does not unsettle it: its will is written at once, naming the members live
         then. A member that joins does: a will or label decided just before it came would be
-        undone by a drain (three writes an object), where waiting leaves the objects with their
+        undone by a drain (two writes an object), where waiting leaves the objects with their
         members, or unassigned (nothing writes them) for a few seconds."""
         settling = self._settling
         waited_since = settling.waiting_since
@@ -287,12 +287,16 @@ class Sharder:
         except (ConflictError, InvalidError, NotFoundError):
             return False
         self._written[key] = placed.version
-        log.info(
-            "assigned" if isinstance(step, Assign) else "draining",
-            namespace=namespace or None,
-            name=name,
-            member=step.member if isinstance(step, Assign) else placed.shard,
-        )
+        if isinstance(step, Assign):
+            log.info("assigned", namespace=namespace or None, name=name, member=step.member)
+        else:
+            log.info(
+                "draining",
+                namespace=namespace or None,
+                name=name,
+                member=placed.shard,
+                to=step.member,
+            )
         return True
 
     def _patch(
@@ -302,7 +306,7 @@ class Sharder:
         shard, drain = self._labels.shard, self._labels.drain
         member = labels.get(shard)
         if isinstance(step, Drain):  # of an assigned object: next_step drains no other
-            add = {"op": "add", "path": label_path(drain), "value": "true"}
+            add = {"op": "add", "path": label_path(drain), "value": step.member}
             return [label_test(shard, member or ""), add], "json"
         if member is None:
             # An unassigned object is new: nothing races its first label but a stale cache.
