@@ -50,6 +50,10 @@ member Lease).
    with when the other replica leads (it finds the Pod gone at its next look, or the Lease
    expired) and starts the sharder, which writes the will; every Company then falls to the
    last member.
+7. *A replica joins* the last member, as a replica started after a crash or a scale-up does:
+   the Companies the ring of two gives it move to it by drains (the last member hands each on
+   once it writes nothing more for it). Its figures as in a ring's start, the Companies that
+   moved, and the label writes a move took (the API server's patches of Companies).
 
 The figure runs last: it leaves every Company and child labelled for a member of its rings, and
 an unsharded operator started after it would apply every child again, without the label.
@@ -63,7 +67,7 @@ import itertools
 import math
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -275,11 +279,12 @@ async def _member(daemon: Daemon, timeout: float) -> tuple[float, str]:
 
 
 async def _ring(
-    session: Session, shards: Shards, size: int
+    session: Session, shards: Shards, size: int, staying: Collection[str] = ()
 ) -> tuple[list[Daemon], list[Replica], dict[str, int]]:
     """Start ``size`` sharded replicas at once, each in a Pod of its own, and follow each until
-    its share is done (see the module's docstring): the replicas (running), their figures, and
-    the writes the API server counted meanwhile (by verb and resource, Leases aside)."""
+    its share is done (see the module's docstring), beside the members ``staying`` of a ring
+    they join: the replicas (running), their figures, and the writes the API server counted
+    meanwhile (by verb and resource, Leases aside)."""
     plane = session.cluster.plane
     timeout = session.scale.timeout + len(shards.members) / SHARE_RATE
     before = await asyncio.to_thread(plane.mutating_requests, WRITTEN)
@@ -292,7 +297,7 @@ async def _ring(
     try:
         ready = await asyncio.gather(*(until(d.ready, timeout, f"{d.name} ready") for d in daemons))
         joined = await asyncio.gather(*(_member(d, timeout) for d in daemons))
-        members = {member for _, member in joined}
+        members = {member for _, member in joined} | set(staying)
 
         async def share_done(daemon: Daemon, member: str) -> tuple[float, float, int, int]:
             async def done() -> bool:
@@ -522,6 +527,12 @@ async def sharding(session: Session) -> Figure:
                 leader=True,
             )
             _progress(f"the leader's takeover: {leader_takeover}")
+            last = [m for m in members if m not in (takeover["member"], leader_takeover["member"])]
+            before = dict(shards.members)
+            joining, joined, join_writes = await _ring(session, shards, 1, staying=last)
+            running += joining
+            join = _join(joined[0], join_writes, before, shards.members)
+            _progress(f"a replica joins: {join}")
             for daemon in running:
                 if not await daemon.exited():
                     await daemon.quiesce(scale.timeout)
@@ -539,6 +550,7 @@ async def sharding(session: Session) -> Figure:
         "burst": {"companies": scale.sharding_burst, **rushed},
         "takeover": takeover,
         "leader_takeover": leader_takeover,
+        "join": join,
         "lease_duration_s": LEASE_DURATION,
     }
     single = one[0].memory.rss
@@ -549,6 +561,30 @@ async def sharding(session: Session) -> Figure:
         and all(t["changes_failed"] == 0 for t in takeovers)
     )
     return Figure("sharding", _line(data, one, three), TARGET, met, data)
+
+
+def _join(
+    replica: Replica, writes: dict[str, int], before: Mapping[Key, str], after: Mapping[Key, str]
+) -> dict[str, Any]:
+    """A replica joining the ring of the last member: its figures, the Companies that moved to
+    it, and the label writes a move took (the API server's patches of Companies: the drains and
+    the old member's acknowledgements)."""
+    moved = sum(1 for key, member in after.items() if before.get(key) != member)
+    labels = writes.get("PATCH companies", 0)
+    return {
+        **replica.as_json(),
+        "moved": moved,
+        "writes": writes,
+        "label_writes_a_move": round(labels / moved, 2) if moved else None,
+    }
+
+
+def _join_text(join: dict[str, Any]) -> str:
+    return (
+        f"a replica joining the last one took {join['moved']} companies, its share done "
+        f"{join['share_done_s']} s after its start, {join['label_writes_a_move']} label writes "
+        f"a move ({sum(join['writes'].values())} writes in all)"
+    )
 
 
 def _progress(text: str) -> None:
@@ -601,7 +637,7 @@ def _line(data: dict[str, Any], one: Sequence[Replica], three: Sequence[Replica]
         f"a burst of "
         f"{rushed['companies']} converged in {rushed['operator_s']} s; "
         f"{_takeover_text(data['takeover'])}; then of the two left, "
-        f"{_takeover_text(data['leader_takeover'])}"
+        f"{_takeover_text(data['leader_takeover'])}; {_join_text(data['join'])}"
     )
 
 
