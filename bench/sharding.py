@@ -47,9 +47,9 @@ member Lease).
 6. *The leader's takeover*: of the two members left, the one holding the leader Lease (the
    sharder's replica) is frozen, its Companies changed and it is killed in the same way (its
    leader Lease renewed in its stead too while it is frozen): measured from the kill as well,
-   with when the other replica leads (it finds the Pod gone at its next look, or the Lease
-   expired) and starts the sharder, which writes the will; every Company then falls to the
-   last member.
+   with when the other replica took the leader Lease (its ``acquireTime``: it finds the Pod
+   gone at its next look, or the Lease expired) and starts the sharder, which writes the will;
+   every Company then falls to the last member.
 7. *A replica joins* the last member, as a replica started after a crash or a scale-up does:
    the Companies the ring of two gives it move to it by drains (the last member hands each on
    once it writes nothing more for it). Its figures as in a ring's start, the Companies that
@@ -96,7 +96,7 @@ from crewlet_operator.cache.informer import INITIAL_EVENTS_END
 from crewlet_operator.kube import ListParams, Scope, WatchParams
 from crewlet_operator.metrics import SHARD_GATE_OUTCOMES
 from crewlet_operator.objects import labels, micro_time, name, namespace, resource_version
-from crewlet_operator.sharding.ring import RingLabels
+from crewlet_operator.sharding.ring import RingLabels, ring_of, slot_of
 from crewlet_operator.testing import replica_pod
 from crewlet_operator_daemon.api.v1alpha1 import COMPANY
 from crewlet_operator_daemon.cli import SHARDING_DOMAIN
@@ -165,6 +165,14 @@ class Shards:
         """Whether every Company is labelled for one of ``members`` and none is draining."""
         self.check()
         return not self.draining and all(m in members for m in self.members.values())
+
+    def placed(self, members: Collection[str]) -> bool:
+        """Whether every Company is labelled for the member the ring of ``members`` gives its
+        namespace, and none is draining."""
+        ring = ring_of(frozenset(members))
+        return self.settled(members) and all(
+            member == ring.slot_owner(slot_of(ns)) for (ns, _), member in self.members.items()
+        )
 
     async def _watch(self) -> None:
         version: str | None = None
@@ -301,7 +309,8 @@ async def _ring(
 
         async def share_done(daemon: Daemon, member: str) -> tuple[float, float, int, int]:
             async def done() -> bool:
-                if not shards.settled(members):
+                # Joining a ring, a member's share is done once the moves to it are.
+                if not (shards.placed(members) if staying else shards.settled(members)):
                     return False
                 samples = await daemon.samples()
                 reconciled = total(
@@ -386,11 +395,14 @@ async def _takeover(
         wall, killed = time.time(), time.monotonic()
         daemons[victim].kill()
         will = asyncio.create_task(_will_written(cluster.api, gone, timeout))
-        led = asyncio.create_task(_leading(heirs, timeout))
+        led = asyncio.create_task(_leading(heirs, timeout)) if leader else None
         pod = daemons[victim].pod
         assert pod is not None
         await cluster.api.delete(POD, pod.name, pod.namespace, grace_period_seconds=0)
-        willed, leading = await will, await led
+        willed = await will
+        # When the new leader took the Lease, from its acquireTime: its metrics, polled,
+        # would say when it was first seen leading (after its will, at times).
+        new_leader_s = await _acquired(cluster.api, led) - wall if led is not None else None
 
         async def relabelled() -> bool:
             shards.check()
@@ -415,7 +427,7 @@ async def _takeover(
         "killed": daemons[victim].name,
         "member": gone,
         "leader": leader,
-        "new_leader_s": round(leading - killed, 2) if leader else None,
+        "new_leader_s": round(new_leader_s, 2) if new_leader_s is not None else None,
         "companies": len(held),
         "to_survivors": dict(sorted(by_member.items())),
         "changes_sent_while_frozen_s": round(killed - frozen, 2),
@@ -460,6 +472,14 @@ async def _leading(daemons: Sequence[Daemon], timeout: float) -> float:
         return any([await d.leading() for d in daemons])
 
     return await until(leads, timeout, "a new leader", interval=0.1)
+
+
+async def _acquired(client: Client, led: asyncio.Task[float]) -> float:
+    """When the leader Lease was acquired by the replica ``led`` saw leading (its
+    ``acquireTime``; epoch seconds)."""
+    await led
+    lease = await client.get(LEASE, LEADER_LEASE, PLATFORM)
+    return moment(lease["spec"]["acquireTime"]).timestamp()
 
 
 async def _gate_outcomes(daemons: Sequence[Daemon]) -> Counter[str]:
@@ -650,7 +670,7 @@ def _takeover_text(takeover: dict[str, Any]) -> str:
         + (", its lease expired meanwhile" if takeover["willed_while_frozen"] else "")
         + "), then SIGKILLed: "
         + (
-            f"another replica leading {takeover['new_leader_s']} s after the kill, "
+            f"another replica taking the leader Lease {takeover['new_leader_s']} s after the kill, "
             if takeover["leader"]
             else ""
         )
