@@ -33,8 +33,8 @@ hold its parts, and the manager runs them on its one run path, as it runs everyt
   label* ``drain.<domain>/<ring>``, naming the target. Its member, on its next request for it
   (after any reconcile of it in flight: the queue never hands one request to two workers),
   writes nothing else for it and acknowledges by labelling it for the member the drain names
-  and clearing the drain, in one write: a move is two writes, and the sharder's next pass
-  waits for neither.
+  and clearing the drain, in one write: a move is two writes, and needs no pass of the
+  sharder after the drain.
 - **Takeover.** A member whose Lease has expired (it stopped writing before: fencing) or was
   released gets a *will* from the sharder, one write on its Lease (the annotation
   ``sharding.<domain>/heirs``: the members live then, conditional on the Lease's
