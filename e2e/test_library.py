@@ -1180,6 +1180,45 @@ async def test_the_sharders_writes_test_the_labels_they_were_decided_on(
     assert kept["metadata"]["labels"][labels.shard] == "other", "decided on labels gone by"
 
 
+async def test_a_drain_the_sharders_view_does_not_show_yet_is_not_written_over(
+    kube_client: Client, namespace: str
+) -> None:
+    """A user's change read before a drain was written, its event coming in after: the
+    sharder decides on labels without the drain again, and its second drain is refused by the
+    API server (it tests the drain label absent), so a move stays two writes and a drain is
+    never renamed under the member acknowledging it."""
+    labels = RingLabels("example.crewlet.ai", "widgets")
+    view = StaleView()
+    sharder = Sharder(
+        kube_client,
+        CONFIG_MAP,
+        cast(ClusterView, view),
+        Scope(namespace),
+        labels=labels,
+        membership=StaticRing("a", "b"),
+        key=by_namespace,
+        retry_period=1,
+    )
+    sharder.watch()
+    for member in ("a", "b"):  # one namespace, one slot: one of them is not on its target
+        view.put(
+            await kube_client.create(
+                CONFIG_MAP, labelled_config_map(member, namespace, {labels.shard: member})
+            )
+        )
+    drain = [{"op": "add", "path": label_path(labels.drain), "value": "earlier"}]
+    for member in ("a", "b"):
+        await kube_client.patch(CONFIG_MAP, member, drain, namespace, patch_type="json")
+    assert await sharder.shard_pass() == 0
+    for member in ("a", "b"):
+        kept = await kube_client.get(CONFIG_MAP, member, namespace)
+        assert kept["metadata"]["labels"][labels.drain] == "earlier"
+    undrained = [{"op": "remove", "path": label_path(labels.drain)}]
+    for member in ("a", "b"):
+        await kube_client.patch(CONFIG_MAP, member, undrained, namespace, patch_type="json")
+    assert await sharder.shard_pass() == 1, "with no drain there, the same decision is written"
+
+
 async def test_an_heir_is_not_asked_again_by_its_own_relabel(
     kube_client: Client, namespace: str
 ) -> None:

@@ -1464,6 +1464,7 @@ def test_the_sharders_writes_test_the_labels_they_were_decided_on() -> None:
     assert sharder._patch({SHARD: "b"}, "7", Drain("a")) == (
         [
             {"op": "test", "path": shard, "value": "b"},
+            {"op": "test", "path": drain, "value": None},
             {"op": "add", "path": drain, "value": "a"},
         ],
         "json",

@@ -249,10 +249,10 @@ def next_step(labels: Mapping[str, str], keys: RingLabels, slot: int, view: Ring
       Only that member's acknowledgement moves it: once nothing of its own is in flight, it
       labels the object for the member the drain names and clears the drain, in one write.
     - Draining: wait, even if the target is another member by now, or the member again; a drain
-      is never withdrawn, so the member's acknowledgement can never undo a label the sharder
-      wrote after it. The member it named, if no longer the target, is drained in turn; if it
-      has no Lease any more, the object is assigned afresh (as one a drain of an older version,
-      ``"true"``, named).
+      is never withdrawn nor written over (its write tests the label absent), so the member's
+      acknowledgement can never undo a label the sharder wrote after it. The member it named,
+      if no longer the target, is drained in turn; if it has no Lease any more, the object is
+      assigned afresh (as one a drain of an older version, ``"true"``, named).
     - Assigned to a dead member (it stopped writing before its Lease could be judged expired:
       a member that cannot renew within its deadline stops): label it for the heir its will
       names, who writes it already (:meth:`RingView.holder`); without a will yet, wait (the
@@ -290,6 +290,7 @@ def label_path(key: str) -> str:
     return "/metadata/labels/" + key.replace("~", "~0").replace("/", "~1")
 
 
-def label_test(key: str, value: str) -> dict[str, str]:
-    """A JSON patch operation that fails the patch unless label ``key`` is ``value``."""
+def label_test(key: str, value: str | None) -> dict[str, str | None]:
+    """A JSON patch operation that fails the patch unless label ``key`` is ``value``; None:
+    unless it is absent (the API server's JSON patch finds a missing member equal to null)."""
     return {"op": "test", "path": label_path(key), "value": value}

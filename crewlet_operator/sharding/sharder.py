@@ -306,8 +306,10 @@ class Sharder:
         shard, drain = self._labels.shard, self._labels.drain
         member = labels.get(shard)
         if isinstance(step, Drain):  # of an assigned object: next_step drains no other
+            # Never over a drain: one the view does not show yet (a user's change, older than
+            # it, came in after it was written) would be written twice, or renamed.
             add = {"op": "add", "path": label_path(drain), "value": step.member}
-            return [label_test(shard, member or ""), add], "json"
+            return [label_test(shard, member or ""), label_test(drain, None), add], "json"
         if member is None:
             # An unassigned object is new: nothing races its first label but a stale cache.
             change = {shard: step.member, drain: None}
