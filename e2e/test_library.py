@@ -1143,6 +1143,24 @@ class StaleView:
         return True
 
 
+def stale_sharder(
+    client: Client, namespace: str, labels: RingLabels, view: StaleView, ring: StaticRing
+) -> Sharder:
+    """A sharder of ConfigMaps in ``namespace`` that reads them from ``view``, watching it."""
+    sharder = Sharder(
+        client,
+        CONFIG_MAP,
+        cast(ClusterView, view),
+        Scope(namespace),
+        labels=labels,
+        membership=ring,
+        key=by_namespace,
+        retry_period=1,
+    )
+    sharder.watch()
+    return sharder
+
+
 async def test_the_sharders_writes_test_the_labels_they_were_decided_on(
     kube_client: Client, namespace: str
 ) -> None:
@@ -1152,17 +1170,13 @@ async def test_the_sharders_writes_test_the_labels_they_were_decided_on(
     read."""
     labels = RingLabels("example.crewlet.ai", "widgets")
     view = StaleView()
-    sharder = Sharder(
+    sharder = stale_sharder(
         kube_client,
-        CONFIG_MAP,
-        cast(ClusterView, view),
-        Scope(namespace),
-        labels=labels,
-        membership=StaticRing("alive", wills={"dead": frozenset({"alive"})}),
-        key=by_namespace,
-        retry_period=1,
+        namespace,
+        labels,
+        view,
+        StaticRing("alive", wills={"dead": frozenset({"alive"})}),
     )
-    sharder.watch()
     for name in ("data-changed", "labels-changed"):
         created = await kube_client.create(
             CONFIG_MAP, labelled_config_map(name, namespace, {labels.shard: "dead"})
@@ -1189,17 +1203,7 @@ async def test_a_drain_the_sharders_view_does_not_show_yet_is_not_written_over(
     never renamed under the member acknowledging it."""
     labels = RingLabels("example.crewlet.ai", "widgets")
     view = StaleView()
-    sharder = Sharder(
-        kube_client,
-        CONFIG_MAP,
-        cast(ClusterView, view),
-        Scope(namespace),
-        labels=labels,
-        membership=StaticRing("a", "b"),
-        key=by_namespace,
-        retry_period=1,
-    )
-    sharder.watch()
+    sharder = stale_sharder(kube_client, namespace, labels, view, StaticRing("a", "b"))
     for member in ("a", "b"):  # one namespace, one slot: one of them is not on its target
         view.put(
             await kube_client.create(
