@@ -507,6 +507,8 @@ class Recorder:
         self.field_manager = "r"
         self.leases = leases or []
         self.fail = False
+        self.written_version: str | None = None
+        """The resourceVersion a patch answers with; None: an object without one."""
 
     async def patch(
         self,
@@ -518,7 +520,9 @@ class Recorder:
         patch_type: str = "merge",
     ) -> dict[str, object]:
         self.patches.append((name, patch))
-        return {}
+        if self.written_version is None:
+            return {}
+        return {"metadata": {"name": name, "resourceVersion": self.written_version}}
 
     async def delete(
         self, resource: object, name: str, namespace: str | None = None, **options: object
@@ -1345,6 +1349,25 @@ async def test_the_sharder_does_not_decide_again_on_labels_it_wrote_over() -> No
     view.put(moved)
     assert await sharder.shard_pass() == 1, "a new version is decided again"
     assert len(client.patches) == 6
+
+
+async def test_the_sharder_decides_again_once_the_view_reaches_its_write() -> None:
+    """A user's change made before the sharder's write, whose event comes in after it, is
+    older than the write (resourceVersions compare, KEP-5504): the sharder does not decide on
+    its labels again, which its write changed. A version at its write or later is decided."""
+    client = Recorder([lease("a", "t1"), lease("b", "t1")])
+    client.written_version = "10"
+    membership = Membership(cast(Client, client), "ops", KEYS_R, retry_period=1, lease_duration=15)
+    assert await membership.observe()
+    sharder = sharder_over(client, membership, 1)
+    view = cast(ViewStandIn, sharder._view)
+    assert await sharder.shard_pass() == 1
+    at = {"name": "w0", "namespace": "ns-0", "labels": {}}
+    view.put({"metadata": {**at, "resourceVersion": "9"}})
+    assert await sharder.shard_pass() == 0, "a change made before the write"
+    view.put({"metadata": {**at, "resourceVersion": "11"}})
+    assert await sharder.shard_pass() == 1, "a version past the write, its label gone"
+    assert len(client.patches) == 2
 
 
 async def test_the_sharder_deletes_a_lease_a_will_names_only_after_that_wills_own() -> None:

@@ -17,7 +17,12 @@ from crewlet_operator.errors import ConflictError, InvalidError, NotFoundError
 from crewlet_operator.incarnation import Evidence
 from crewlet_operator.kube.client import Client, Scope
 from crewlet_operator.kube.resources import LEASE, Resource
-from crewlet_operator.objects import KubeObject, object_key
+from crewlet_operator.objects import (
+    KubeObject,
+    object_key,
+    resource_version,
+    resource_version_before,
+)
 from crewlet_operator.sharding.membership import RingMembers, Settling
 from crewlet_operator.sharding.ring import (
     Assign,
@@ -90,11 +95,14 @@ class Sharder:
         self._evidence = evidence
         self._evidence_asked_at: float | None = None
         self._settling = Settling(membership, settle)
-        self._written: dict[str, str] = {}
-        """The objects this sharder labelled, by key, with the version its decision read: a
-        pass does not decide one again until the view shows it at another version. The view
-        is behind the sharder's own writes (most of all while it still lists, when no watch
-        event comes), and a decision on the labels it wrote over would only be refused."""
+        self._written: dict[str, tuple[str, str | None]] = {}
+        """The objects this sharder labelled, by key, with the version its decision read and
+        the version its write made: a pass does not decide one again until the view shows it
+        at the written version or later (resourceVersions compare within a kind, KEP-5504;
+        where they do not, at any version but the one decided on). The view is behind the
+        sharder's own writes (most of all while it still lists, when no watch event comes; a
+        user's change made before a write may come in after it), and a decision on labels it
+        wrote over would only be refused."""
         # A pass is due at each list of the ring's Leases and at each change to the objects.
         self._pass_due = membership.listed.subscribe()
         self._placed = Placements(key, labels, self._pass_due)
@@ -193,8 +201,9 @@ class Sharder:
                 )
                 if placed.shard is not None:
                     on_paths.update(view.path(placed.shard, placed.slot))
-            if written.get(key) == placed.version:
-                self._written[key] = placed.version  # the view has not shown the write yet
+            record = written.get(key)
+            if record is not None and _behind(placed.version, *record):
+                self._written[key] = record  # the view has not shown the write yet
             elif step is not None:
                 (relabels if placed.shard in view.wills else steps).append((key, placed, step))
         if len(relabels) > RELABELS_A_PASS:
@@ -281,12 +290,12 @@ class Sharder:
         patch, patch_type = self._patch(labels, placed.version, step)
         namespace, _, name = key.rpartition("/")
         try:
-            await self._client.patch(
+            labelled = await self._client.patch(
                 self._resource, name, patch, namespace or None, patch_type=patch_type
             )
         except (ConflictError, InvalidError, NotFoundError):
             return False
-        self._written[key] = placed.version
+        self._written[key] = (placed.version, resource_version(labelled))
         if isinstance(step, Assign):
             log.info("assigned", namespace=namespace or None, name=name, member=step.member)
         else:
@@ -321,6 +330,12 @@ class Sharder:
         if drain in labels:
             ops += [label_test(drain, labels[drain]), {"op": "remove", "path": label_path(drain)}]
         return ops, "json"
+
+
+def _behind(version: str, decided: str, wrote: str | None) -> bool:
+    """Whether the view's ``version`` of an object the sharder labelled is older than its
+    write: the one its decision read, or one known to come before the version the write made."""
+    return version == decided or resource_version_before(version, wrote)
 
 
 Planned = tuple[str, "Placed", Assign | Drain]
