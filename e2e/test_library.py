@@ -1197,10 +1197,10 @@ async def test_the_sharders_writes_test_the_labels_they_were_decided_on(
 async def test_a_drain_the_sharders_view_does_not_show_yet_is_not_written_over(
     kube_client: Client, namespace: str
 ) -> None:
-    """A user's change read before a drain was written, its event coming in after: the
-    sharder decides on labels without the drain again, and its second drain is refused by the
-    API server (it tests the drain label absent), so a move stays two writes and a drain is
-    never renamed under the member acknowledging it."""
+    """A drain the sharder's view does not show: its second drain is refused by the API server
+    (it tests the drain label absent), so a move stays two writes and a drain is never renamed
+    under the member acknowledging it. And a user's change made before the sharder's drain,
+    its event coming in after it, is older than the drain's write: nothing is decided on it."""
     labels = RingLabels("example.crewlet.ai", "widgets")
     view = StaleView()
     sharder = stale_sharder(kube_client, namespace, labels, view, StaticRing("a", "b"))
@@ -1218,9 +1218,27 @@ async def test_a_drain_the_sharders_view_does_not_show_yet_is_not_written_over(
         kept = await kube_client.get(CONFIG_MAP, member, namespace)
         assert kept["metadata"]["labels"][labels.drain] == "earlier"
     undrained = [{"op": "remove", "path": label_path(labels.drain)}]
-    for member in ("a", "b"):
+    before_the_drain = [
         await kube_client.patch(CONFIG_MAP, member, undrained, namespace, patch_type="json")
+        for member in ("a", "b")
+    ]
     assert await sharder.shard_pass() == 1, "with no drain there, the same decision is written"
+    sent = patches_sent()
+    for changed in before_the_drain:
+        view.put(changed)
+    assert await sharder.shard_pass() == 0
+    assert patches_sent() == sent, "the view is behind the drain: no second one is even sent"
+
+
+def patches_sent() -> float:
+    """Every PATCH this process's clients sent, whatever the answer."""
+    return sum(
+        sample.value
+        for family in metrics.REGISTRY.collect()
+        if family.name == "rest_client_requests"
+        for sample in family.samples
+        if sample.name == "rest_client_requests_total" and sample.labels["method"] == "PATCH"
+    )
 
 
 async def test_an_heir_is_not_asked_again_by_its_own_relabel(
