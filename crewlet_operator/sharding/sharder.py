@@ -315,8 +315,9 @@ class Sharder:
         shard, drain = self._labels.shard, self._labels.drain
         member = labels.get(shard)
         if isinstance(step, Drain):  # of an assigned object: next_step drains no other
-            # Never over a drain: one the view does not show yet (a user's change, older than
-            # it, came in after it was written) would be written twice, or renamed.
+            # Never over a drain: one the view does not show yet (a new leader's view, or
+            # versions that do not compare, let _written pass it) would be written twice, or
+            # renamed under the member answering it.
             add = {"op": "add", "path": label_path(drain), "value": step.member}
             return [label_test(shard, member or ""), label_test(drain, None), add], "json"
         if member is None:
